@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# pg-up.sh: install (if needed) and start the local PostgreSQL cluster, then create the
+# roles and databases the engine and the tests use. Idempotent; safe to run again.
+set -euo pipefail
+
+PG_PORT="${PG_PORT:-5432}"
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+
+if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  echo "pg-up: installing PostgreSQL from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq postgresql >/dev/null
+fi
+
+ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
+if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$ver main$"; then
+  pg_createcluster "$ver" main --port "$PG_PORT" >/dev/null
+fi
+if ! pg_lsclusters -h | awk -v v="$ver" '$1==v && $2=="main" {print $4}' | grep -q online; then
+  pg_ctlcluster "$ver" main start
+fi
+
+for _ in $(seq 1 60); do
+  pg_isready -q -h 127.0.0.1 -p "$PG_PORT" && break
+  sleep 0.5
+done
+pg_isready -h 127.0.0.1 -p "$PG_PORT" >/dev/null || { echo "pg-up: PostgreSQL did not become ready" >&2; exit 1; }
+
+# role:password:database. The engine's schema lives in "camunda"; the worker's ledger in "extworker".
+for spec in camunda:camunda:camunda extworker:extworker:extworker; do
+  IFS=: read -r role pass db <<<"$spec"
+  as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<SQL
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$role') THEN
+    CREATE ROLE $role LOGIN PASSWORD '$pass';
+  END IF;
+END \$\$;
+SQL
+  if ! as_postgres psql -tA -p "$PG_PORT" -d postgres -c "SELECT 1 FROM pg_database WHERE datname='$db'" | grep -q 1; then
+    as_postgres createdb -p "$PG_PORT" -O "$role" "$db"
+  fi
+done
+echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, extworker)"
