@@ -1,0 +1,336 @@
+package camunda7
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// This file holds the calls around external tasks that tests, the demo and operators
+// need: the engine's version, deployments, process instances, messages, incidents and
+// history. Queries take url.Values with the engine's own parameter names, so every
+// filter the engine documents is available without a struct field per parameter.
+
+// Version returns the engine's version, e.g. "7.24.0". It is the readiness probe.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	var v struct {
+		Version string `json:"version"`
+	}
+	err := c.do(ctx, call{op: "get engine version", method: http.MethodGet, path: "/version", out: &v})
+	return v.Version, err
+}
+
+// Resource is one file of a deployment. Name must end in .bpmn (or .bpmn20.xml, .dmn)
+// for the engine to parse it.
+type Resource struct {
+	Name    string
+	Content []byte
+}
+
+// Deployment is a deployment to create.
+type Deployment struct {
+	Name                     string
+	Source                   string
+	TenantID                 string
+	EnableDuplicateFiltering bool
+	DeployChangedOnly        bool
+	Resources                []Resource
+}
+
+// ProcessDefinition is a deployed process definition.
+type ProcessDefinition struct {
+	ID           string `json:"id"`
+	Key          string `json:"key"`
+	Version      int    `json:"version"`
+	VersionTag   string `json:"versionTag"`
+	DeploymentID string `json:"deploymentId"`
+	TenantID     string `json:"tenantId"`
+	Suspended    bool   `json:"suspended"`
+}
+
+// DeploymentResult is the engine's answer to a deployment.
+type DeploymentResult struct {
+	ID                         string                       `json:"id"`
+	Name                       string                       `json:"name"`
+	DeployedProcessDefinitions map[string]ProcessDefinition `json:"deployedProcessDefinitions"`
+}
+
+// Deploy creates a deployment (multipart POST /deployment/create).
+func (c *Client) Deploy(ctx context.Context, d Deployment) (*DeploymentResult, error) {
+	const op = "create deployment"
+	if len(d.Resources) == 0 {
+		return nil, invalid(op, "no resources")
+	}
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fields := [][2]string{{"deployment-name", d.Name}, {"deployment-source", d.Source}, {"tenant-id", d.TenantID}}
+	if d.EnableDuplicateFiltering {
+		fields = append(fields, [2]string{"enable-duplicate-filtering", "true"})
+	}
+	if d.DeployChangedOnly {
+		fields = append(fields, [2]string{"deploy-changed-only", "true"})
+	}
+	for _, f := range fields {
+		if f[1] != "" {
+			if err := mw.WriteField(f[0], f[1]); err != nil {
+				return nil, invalid(op, "write field %s: %v", f[0], err)
+			}
+		}
+	}
+	for i, r := range d.Resources {
+		if r.Name == "" {
+			return nil, invalid(op, "resource %d has no name", i)
+		}
+		w, err := mw.CreateFormFile(fmt.Sprintf("resource-%d", i), r.Name)
+		if err == nil {
+			_, err = w.Write(r.Content)
+		}
+		if err != nil {
+			return nil, invalid(op, "write resource %s: %v", r.Name, err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		return nil, invalid(op, "close multipart body: %v", err)
+	}
+	var out DeploymentResult
+	err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/deployment/create",
+		body: rawBody{contentType: mw.FormDataContentType(), data: buf.Bytes()}, out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteDeployment deletes a deployment; cascade also deletes its process instances.
+func (c *Client) DeleteDeployment(ctx context.Context, id string, cascade bool) error {
+	return c.do(ctx, call{op: "delete deployment " + id, method: http.MethodDelete, path: "/deployment/" + url.PathEscape(id),
+		query: url.Values{"cascade": {strconv.FormatBool(cascade)}}})
+}
+
+// StartProcessRequest is the body of POST /process-definition/key/{key}/start.
+type StartProcessRequest struct {
+	BusinessKey string    `json:"businessKey,omitempty"`
+	Variables   Variables `json:"variables,omitempty"`
+}
+
+// ProcessInstance is a running (or just ended) process instance.
+type ProcessInstance struct {
+	ID            string `json:"id"`
+	DefinitionID  string `json:"definitionId"`
+	DefinitionKey string `json:"definitionKey"`
+	BusinessKey   string `json:"businessKey"`
+	TenantID      string `json:"tenantId"`
+	Ended         bool   `json:"ended"`
+	Suspended     bool   `json:"suspended"`
+}
+
+// StartProcess starts the latest version (without tenant) of the process with key.
+func (c *Client) StartProcess(ctx context.Context, key string, r StartProcessRequest) (*ProcessInstance, error) {
+	op := "start process " + key
+	if key == "" {
+		return nil, invalid(op, "process definition key is empty")
+	}
+	var out ProcessInstance
+	err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/process-definition/key/" + url.PathEscape(key) + "/start", body: r, out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// MessageCorrelation is the body of POST /message.
+type MessageCorrelation struct {
+	MessageName       string    `json:"messageName"`
+	BusinessKey       string    `json:"businessKey,omitempty"`
+	ProcessInstanceID string    `json:"processInstanceId,omitempty"`
+	TenantID          string    `json:"tenantId,omitempty"`
+	WithoutTenantID   bool      `json:"withoutTenantId,omitempty"`
+	CorrelationKeys   Variables `json:"correlationKeys,omitempty"`
+	ProcessVariables  Variables `json:"processVariables,omitempty"`
+	All               bool      `json:"all,omitempty"`
+}
+
+// CorrelateMessage delivers a message to the waiting execution(s) it matches.
+func (c *Client) CorrelateMessage(ctx context.Context, m MessageCorrelation) error {
+	op := "correlate message " + m.MessageName
+	if m.MessageName == "" {
+		return invalid(op, "MessageName is empty")
+	}
+	return c.do(ctx, call{op: op, method: http.MethodPost, path: "/message", body: m})
+}
+
+// ProcessInstance returns a running process instance; ErrNotFound once it has ended.
+func (c *Client) ProcessInstance(ctx context.Context, id string) (*ProcessInstance, error) {
+	var out ProcessInstance
+	err := c.do(ctx, call{op: "get process instance " + id, method: http.MethodGet, path: "/process-instance/" + url.PathEscape(id), out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ProcessInstances queries running process instances (GET /process-instance).
+func (c *Client) ProcessInstances(ctx context.Context, q url.Values) ([]ProcessInstance, error) {
+	var out []ProcessInstance
+	err := c.do(ctx, call{op: "query process instances", method: http.MethodGet, path: "/process-instance", query: q, out: &out})
+	return out, err
+}
+
+// DeleteProcessInstance deletes a running process instance, cancelling its external tasks.
+func (c *Client) DeleteProcessInstance(ctx context.Context, id string) error {
+	return c.do(ctx, call{op: "delete process instance " + id, method: http.MethodDelete, path: "/process-instance/" + url.PathEscape(id)})
+}
+
+// SuspendProcessInstance suspends (or with suspended false, activates) a process instance.
+func (c *Client) SuspendProcessInstance(ctx context.Context, id string, suspended bool) error {
+	return c.do(ctx, call{op: "suspend process instance " + id, method: http.MethodPut,
+		path: "/process-instance/" + url.PathEscape(id) + "/suspended", body: map[string]bool{"suspended": suspended}})
+}
+
+// ProcessInstanceVariables returns a running instance's variables, serialized form.
+func (c *Client) ProcessInstanceVariables(ctx context.Context, id string) (Variables, error) {
+	var out Variables
+	err := c.do(ctx, call{op: "get variables of process instance " + id, method: http.MethodGet,
+		path: "/process-instance/" + url.PathEscape(id) + "/variables", query: url.Values{"deserializeValues": {"false"}}, out: &out})
+	return out, err
+}
+
+// Incident is an open incident.
+type Incident struct {
+	ID                string `json:"id"`
+	IncidentType      string `json:"incidentType"`
+	IncidentMessage   string `json:"incidentMessage"`
+	IncidentTimestamp Time   `json:"incidentTimestamp"`
+	ProcessInstanceID string `json:"processInstanceId"`
+	ExecutionID       string `json:"executionId"`
+	ActivityID        string `json:"activityId"`
+	FailedActivityID  string `json:"failedActivityId"`
+	// Configuration is the external task id for failedExternalTask incidents.
+	Configuration string `json:"configuration"`
+	TenantID      string `json:"tenantId"`
+}
+
+// IncidentTypeFailedExternalTask is the type of an incident raised by a failure with no
+// retries left.
+const IncidentTypeFailedExternalTask = "failedExternalTask"
+
+// Incidents queries open incidents (GET /incident), e.g. processInstanceId, incidentType.
+func (c *Client) Incidents(ctx context.Context, q url.Values) ([]Incident, error) {
+	var out []Incident
+	err := c.do(ctx, call{op: "query incidents", method: http.MethodGet, path: "/incident", query: q, out: &out})
+	return out, err
+}
+
+// HistoricProcessInstance is a process instance from history, ended or not.
+type HistoricProcessInstance struct {
+	ID                   string `json:"id"`
+	BusinessKey          string `json:"businessKey"`
+	ProcessDefinitionKey string `json:"processDefinitionKey"`
+	// State is ACTIVE, SUSPENDED, COMPLETED, EXTERNALLY_TERMINATED or INTERNALLY_TERMINATED.
+	State     string `json:"state"`
+	StartTime Time   `json:"startTime"`
+	EndTime   Time   `json:"endTime"`
+}
+
+// HistoricProcessInstance returns one process instance from history.
+func (c *Client) HistoricProcessInstance(ctx context.Context, id string) (*HistoricProcessInstance, error) {
+	var out HistoricProcessInstance
+	err := c.do(ctx, call{op: "get historic process instance " + id, method: http.MethodGet, path: "/history/process-instance/" + url.PathEscape(id), out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// HistoricActivityInstance is one activity an instance passed through.
+type HistoricActivityInstance struct {
+	ID                string `json:"id"`
+	ActivityID        string `json:"activityId"`
+	ActivityType      string `json:"activityType"`
+	ProcessInstanceID string `json:"processInstanceId"`
+	Canceled          bool   `json:"canceled"`
+	StartTime         Time   `json:"startTime"`
+	EndTime           Time   `json:"endTime"`
+}
+
+// HistoricActivityInstances queries GET /history/activity-instance.
+func (c *Client) HistoricActivityInstances(ctx context.Context, q url.Values) ([]HistoricActivityInstance, error) {
+	var out []HistoricActivityInstance
+	err := c.do(ctx, call{op: "query historic activity instances", method: http.MethodGet, path: "/history/activity-instance", query: q, out: &out})
+	return out, err
+}
+
+// HistoricIncident is an incident from history, open or resolved.
+type HistoricIncident struct {
+	ID                string `json:"id"`
+	IncidentType      string `json:"incidentType"`
+	IncidentMessage   string `json:"incidentMessage"`
+	ProcessInstanceID string `json:"processInstanceId"`
+	ActivityID        string `json:"activityId"`
+	Configuration     string `json:"configuration"`
+	Open              bool   `json:"open"`
+	Resolved          bool   `json:"resolved"`
+	Deleted           bool   `json:"deleted"`
+}
+
+// HistoricIncidents queries GET /history/incident.
+func (c *Client) HistoricIncidents(ctx context.Context, q url.Values) ([]HistoricIncident, error) {
+	var out []HistoricIncident
+	err := c.do(ctx, call{op: "query historic incidents", method: http.MethodGet, path: "/history/incident", query: q, out: &out})
+	return out, err
+}
+
+// HistoricVariableInstance is a variable from history.
+type HistoricVariableInstance struct {
+	ID                string `json:"id"`
+	Name              string `json:"name"`
+	ProcessInstanceID string `json:"processInstanceId"`
+	// Type, Value and ValueInfo are the typed value (Variable is not embedded: its JSON
+	// methods would hide these fields).
+	Type      string          `json:"type"`
+	Value     json.RawMessage `json:"value"`
+	ValueInfo ValueInfo       `json:"valueInfo"`
+}
+
+// Variable returns the typed value, for decoding with Variables' accessors.
+func (h HistoricVariableInstance) Variable() Variable {
+	return Variable{Type: h.Type, Value: h.Value, ValueInfo: h.ValueInfo}
+}
+
+// HistoricVariableInstances queries GET /history/variable-instance (serialized values).
+func (c *Client) HistoricVariableInstances(ctx context.Context, q url.Values) ([]HistoricVariableInstance, error) {
+	q2 := url.Values{"deserializeValues": {"false"}}
+	for k, v := range q {
+		q2[k] = v
+	}
+	var out []HistoricVariableInstance
+	err := c.do(ctx, call{op: "query historic variable instances", method: http.MethodGet, path: "/history/variable-instance", query: q2, out: &out})
+	return out, err
+}
+
+// ExternalTaskLogEntry is one entry of an external task's history.
+type ExternalTaskLogEntry struct {
+	ID             string `json:"id"`
+	ExternalTaskID string `json:"externalTaskId"`
+	TopicName      string `json:"topicName"`
+	WorkerID       string `json:"workerId"`
+	Retries        *int   `json:"retries"`
+	ErrorMessage   string `json:"errorMessage"`
+	CreationLog    bool   `json:"creationLog"`
+	FailureLog     bool   `json:"failureLog"`
+	SuccessLog     bool   `json:"successLog"`
+	DeletionLog    bool   `json:"deletionLog"`
+	Timestamp      Time   `json:"timestamp"`
+}
+
+// ExternalTaskLog queries GET /history/external-task-log.
+func (c *Client) ExternalTaskLog(ctx context.Context, q url.Values) ([]ExternalTaskLogEntry, error) {
+	var out []ExternalTaskLogEntry
+	err := c.do(ctx, call{op: "query external task log", method: http.MethodGet, path: "/history/external-task-log", query: q, out: &out})
+	return out, err
+}

@@ -1,0 +1,208 @@
+package camunda7
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Sentinel errors, matched with errors.Is against what a Client method returns.
+//
+// The first group classifies answers the engine gave (an *Error); the second group
+// classifies requests that got no usable answer (a *TransportError or *ResponseError).
+// The line between ErrNotSent and ErrOutcomeUnknown is the one the rest of extworker
+// relies on: a request that certainly did not leave may be retried blindly, a request
+// that left with no answer may have taken effect and must be resolved, not repeated.
+var (
+	// ErrNotFound matches any 404 answer.
+	ErrNotFound = errors.New("camunda7: not found")
+	// ErrTaskGone matches a 404 from an external-task endpoint: the task was completed
+	// (by anyone), cancelled by a boundary event, or its process instance was deleted.
+	ErrTaskGone = errors.New("camunda7: external task does not exist")
+	// ErrLockLost matches a 400 from complete, failure, bpmnError, extendLock or lock that
+	// says the task is locked by another worker (or by nobody, after an unlock), or that
+	// the lock being extended has already expired.
+	ErrLockLost = errors.New("camunda7: lock lost or held by another worker")
+	// ErrSuspended matches a 400 for a task whose process instance is suspended.
+	ErrSuspended = errors.New("camunda7: external task is suspended")
+	// ErrOptimisticLock matches the engine's OptimisticLockingException (a concurrent
+	// modification, such as two completes racing). Nothing was committed.
+	ErrOptimisticLock = errors.New("camunda7: concurrent modification")
+	// ErrUnauthorized matches 401 and 403 answers.
+	ErrUnauthorized = errors.New("camunda7: unauthorized")
+	// ErrBadRequest matches any other 400 answer.
+	ErrBadRequest = errors.New("camunda7: bad request")
+
+	// ErrNotSent matches a request that certainly never reached the engine: the connection
+	// could not be made, the request could not be written in full, or the context ended
+	// first. Retrying it cannot cause a second effect.
+	ErrNotSent = errors.New("camunda7: request not sent")
+	// ErrOutcomeUnknown matches a request that was sent but whose answer was lost or
+	// unreadable (timeout, reset, a proxy's error page, a truncated body). The engine may
+	// or may not have acted on it.
+	ErrOutcomeUnknown = errors.New("camunda7: request sent, outcome unknown")
+	// ErrMalformedResponse matches an answer that could not be read: not JSON where JSON
+	// was due, truncated, or larger than Config.MaxResponseBytes.
+	ErrMalformedResponse = errors.New("camunda7: malformed response")
+	// ErrInvalidArgument matches a request rejected by the client before sending.
+	ErrInvalidArgument = errors.New("camunda7: invalid argument")
+)
+
+// Error is an answer from the engine carrying its error body
+// ({"type": ..., "message": ..., "code": ...}), or a 4xx status without one.
+// The engine answered, so the outcome is known: the request had no effect.
+type Error struct {
+	// Op names the operation and its identifiers, e.g. "complete external task 42".
+	Op string
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Type is the engine's exception class name, such as "RestException"; empty when the
+	// body was not an engine error body.
+	Type string
+	// Message is the engine's message, verbatim.
+	Message string
+	// Code is the engine's error code: 0 for ordinary errors, 1 for optimistic locking,
+	// 10000+ for database errors; nil when the engine sent null or no body.
+	Code *int
+
+	kind error // the sentinel this answer is classified as; see classify
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Op)
+	fmt.Fprintf(&b, ": engine answered %d", e.StatusCode)
+	if e.Type != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Type)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Is reports whether the answer is classified as target (one of the sentinels above).
+func (e *Error) Is(target error) bool {
+	if target == e.kind {
+		return true
+	}
+	switch target {
+	case ErrNotFound:
+		return e.StatusCode == http.StatusNotFound
+	case ErrBadRequest:
+		return e.StatusCode == http.StatusBadRequest
+	}
+	return false
+}
+
+// newError builds an *Error and classifies it once.
+func newError(op string, taskEndpoint bool, status int, typ, msg string, code *int) *Error {
+	e := &Error{Op: op, StatusCode: status, Type: typ, Message: msg, Code: code}
+	e.kind = classify(taskEndpoint, status, typ, msg, code)
+	return e
+}
+
+// classify maps an engine answer to a sentinel. It is the one place that reads message
+// text: the engine wraps nearly every external-task failure as a RestException with
+// code 0, so the status alone cannot tell "locked by another worker" from "suspended".
+// Each message matched here is pinned by a conformance test against the real engine.
+func classify(taskEndpoint bool, status int, typ, msg string, code *int) error {
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return ErrUnauthorized
+	case status == http.StatusNotFound && taskEndpoint:
+		return ErrTaskGone
+	case status == http.StatusNotFound:
+		return ErrNotFound
+	case typ == "OptimisticLockingException" || (code != nil && *code == 1):
+		return ErrOptimisticLock
+	case status == http.StatusBadRequest && taskEndpoint && strings.Contains(msg, "It is locked by worker '"):
+		// complete, failure, bpmnError, extendLock and lock by a worker that does not hold the lock.
+		return ErrLockLost
+	case status == http.StatusBadRequest && taskEndpoint && strings.HasPrefix(msg, "Cannot extend a lock that expired"):
+		return ErrLockLost
+	case status == http.StatusBadRequest && strings.Contains(msg, "is suspended"):
+		return ErrSuspended
+	case status == http.StatusBadRequest:
+		return ErrBadRequest
+	}
+	return nil
+}
+
+// TransportError is a request that got no HTTP answer. Sent tells whether the request
+// was written to the connection in full before the failure: if it was not, the engine
+// cannot have acted on it (errors.Is(err, ErrNotSent)); if it was, the outcome is unknown
+// (errors.Is(err, ErrOutcomeUnknown)).
+type TransportError struct {
+	Op   string
+	Sent bool
+	Err  error
+}
+
+func (e *TransportError) Error() string {
+	state := "not sent"
+	if e.Sent {
+		state = "sent, no answer"
+	}
+	return fmt.Sprintf("%s: %s: %v", e.Op, state, e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Is matches ErrNotSent or ErrOutcomeUnknown according to Sent.
+func (e *TransportError) Is(target error) bool {
+	return (target == ErrNotSent && !e.Sent) || (target == ErrOutcomeUnknown && e.Sent)
+}
+
+// ResponseError is an HTTP answer that could not be read as the engine's: a proxy's HTML
+// error page, a truncated or oversized body, malformed JSON. The request was sent, so
+// unless the status proves the engine refused it (a 4xx), the outcome is unknown.
+type ResponseError struct {
+	Op          string
+	StatusCode  int
+	ContentType string
+	// Snippet is the start of the body, cut short and stripped of control characters, to
+	// help tell a proxy page from a broken engine answer.
+	Snippet string
+	Err     error
+}
+
+func (e *ResponseError) Error() string {
+	s := fmt.Sprintf("%s: unreadable answer (status %d, content-type %q): %v", e.Op, e.StatusCode, e.ContentType, e.Err)
+	if e.Snippet != "" {
+		s += fmt.Sprintf("; body starts %q", e.Snippet)
+	}
+	return s
+}
+
+func (e *ResponseError) Unwrap() error { return e.Err }
+
+// Is matches ErrMalformedResponse always, and ErrOutcomeUnknown unless the status was a
+// 4xx (which no engine or proxy sends after acting on a request).
+func (e *ResponseError) Is(target error) bool {
+	switch target {
+	case ErrMalformedResponse:
+		return true
+	case ErrOutcomeUnknown:
+		return e.StatusCode < 400 || e.StatusCode >= 500
+	}
+	return false
+}
+
+// SafeToRetry reports whether err proves that the request had no effect on the engine:
+// it was never sent, or the engine answered with an error (which rolls its transaction
+// back). Like pgconn.SafeToRetry, it is false for every outcome that might have taken
+// effect. Whether a retry is useful (a 400 will fail again) is for the caller to judge.
+func SafeToRetry(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return false
+	}
+	var ee *Error
+	return errors.Is(err, ErrNotSent) || errors.As(err, &ee)
+}
