@@ -1,0 +1,51 @@
+// Package camunda7 is a client for the external-task REST API of Camunda 7 and its
+// forks (Operaton, CIB seven), faithful to the real engine down to its status codes,
+// messages and quirks. It knows nothing of workers: the runtime in package tasks is
+// built on it, and so are tests and operator tools.
+//
+// # Calls
+//
+// Every call takes a context and returns typed results. FetchAndLock long-polls when
+// AsyncResponseTimeout is set; its HTTP timeout is derived from the long poll so the
+// client never abandons a poll the engine is still holding (an abandoned poll can lock
+// tasks nobody receives). Per-task calls (Complete, Failure, BPMNError, ExtendLock,
+// Lock, Unlock, ExternalTask, ExternalTaskErrorDetails, SetExternalTaskRetries) name
+// the task and the worker. Around them are the calls tests, demos and operators need:
+// Version, Deploy, StartProcess, CorrelateMessage, Incidents, and history queries.
+//
+// # Variables
+//
+// Variables are typed the way the engine speaks them ({"type","value","valueInfo"}).
+// Constructors (StringVar, LongVar, DateVar, JSONVar, ObjectVar, ...) always send an
+// explicit type; accessors (Variables.String, Variables.Long, Variables.JSON, ...)
+// return a *VariableError for a missing variable or a wrong type, and never put a
+// variable's value in an error. Longs keep full 64-bit precision and dates use the
+// engine's own format (2006-01-02T15:04:05.000-0700) with the time's own offset.
+// FetchTopic.Variables nil fetches no variables, unlike the engine's default of all:
+// AllVariables must be asked for.
+//
+// # Errors
+//
+// Errors fall in three kinds, and the difference matters for what a caller may do next:
+//
+//   - *Error: the engine answered with an error. Nothing happened; errors.Is matches
+//     ErrTaskGone (404: completed, cancelled or deleted), ErrLockLost (locked by
+//     another worker, unlocked, or an expired lock being extended), ErrSuspended,
+//     ErrOptimisticLock, ErrUnauthorized, ErrBadRequest, ErrNotFound.
+//   - ErrNotSent (a *TransportError with Sent false, or an argument the client refused):
+//     the request never reached the engine, so it is safe to send again.
+//   - ErrOutcomeUnknown (a *TransportError with Sent true, or a *ResponseError): the
+//     request left but its answer was lost or unreadable (timeout, reset, a proxy's
+//     error page, a truncated or oversized body). The engine may have acted on it; find
+//     out before doing anything that could act twice.
+//
+// SafeToRetry tells the first two from the third, like pgconn.SafeToRetry.
+//
+// # Known engine behaviour
+//
+// The conformance suite (conformance_test.go) pins the engine facts this package relies
+// on, among them: complete, failure and bpmnError succeed after one's own lock expired
+// as long as nobody refetched the task, while extendLock after expiry always fails;
+// unlock lets anyone release a lock and wakes pending long polls, as does a new task;
+// errorDetails is text/plain and an unknown id there is a 500, not a 404.
+package camunda7
