@@ -125,6 +125,9 @@ func (c Config) Validate() error {
 	if c.Password != "" && c.Username == "" {
 		errs = append(errs, errors.New("Password is set but Username is empty"))
 	}
+	if c.Username != "" && (c.BearerToken != "" || c.TokenSource != nil) {
+		errs = append(errs, errors.New("Username and a bearer token (BearerToken or TokenSource) are both set: choose one"))
+	}
 	if c.HTTPClient != nil && c.HTTPClient.Timeout != 0 {
 		errs = append(errs, errors.New("HTTPClient.Timeout must be zero: timeouts come from Timeout and LongPollMargin"))
 	}
@@ -159,6 +162,7 @@ func New(cfg Config) (*Client, error) {
 	rc := resty.NewWithClient(hc).
 		SetBaseURL(strings.TrimRight(cfg.BaseURL, "/")).
 		SetDoNotParseResponse(true).
+		SetDisableWarn(true). // its per-request basic-auth-over-HTTP warning; New warns once instead
 		SetLogger(restyLogger{cfg.Logger}).
 		SetHeader("Accept", "application/json")
 	for k, v := range cfg.Headers {
@@ -166,12 +170,18 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.Username != "" {
 		rc.SetBasicAuth(cfg.Username, cfg.Password)
+		if strings.HasPrefix(cfg.BaseURL, "http://") {
+			cfg.Logger.Warn("basic auth over plain HTTP sends the password in clear; use https", slog.String("base_url", cfg.BaseURL))
+		}
 	}
 	if cfg.BearerToken != "" && cfg.TokenSource == nil {
 		rc.SetAuthToken(cfg.BearerToken)
 	}
 	return &Client{cfg: cfg, rc: rc, base: strings.TrimRight(cfg.BaseURL, "/")}, nil
 }
+
+// CloseIdleConnections closes kept-alive connections, e.g. before a process exits.
+func (c *Client) CloseIdleConnections() { c.rc.GetClient().CloseIdleConnections() }
 
 // BaseURL returns the REST API root the client talks to.
 func (c *Client) BaseURL() string { return c.base }

@@ -81,7 +81,7 @@ func (f *fakeEngine) requests() []received {
 	return append([]received(nil), f.reqs...)
 }
 
-// last returns the only request the server saw.
+// only returns the only request the server saw.
 func (f *fakeEngine) only(t *testing.T) received {
 	t.Helper()
 	reqs := f.requests()
@@ -98,9 +98,6 @@ func (f *fakeEngine) client(t *testing.T, cfg Config) *Client {
 
 func newTestClient(t *testing.T, cfg Config) *Client {
 	t.Helper()
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
-	}
 	c, err := New(cfg)
 	require.NoError(t, err)
 	return c
@@ -307,7 +304,7 @@ func TestTransportTimeoutWhileReadingBodyIsOutcomeUnknown(t *testing.T) {
 	f := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, `[{"id":"1"`)
+		_, _ = io.WriteString(w, `{"id":"1"`)
 		w.(http.Flusher).Flush()
 		select { // the rest never comes
 		case <-r.Context().Done():
@@ -315,9 +312,10 @@ func TestTransportTimeoutWhileReadingBodyIsOutcomeUnknown(t *testing.T) {
 		}
 	})
 	c := f.client(t, Config{Timeout: 200 * time.Millisecond})
-	_, err := c.FetchAndLock(t.Context(), fetchRequest())
+	_, err := c.ExternalTask(t.Context(), "1")
 	requireOutcomeUnknown(t, err)
 	assert.ErrorIs(t, err, ErrMalformedResponse)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
 // ---- 2. Answer bodies ----

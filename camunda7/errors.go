@@ -31,7 +31,8 @@ var (
 	ErrOptimisticLock = errors.New("camunda7: concurrent modification")
 	// ErrUnauthorized matches 401 and 403 answers.
 	ErrUnauthorized = errors.New("camunda7: unauthorized")
-	// ErrBadRequest matches any other 400 answer.
+	// ErrBadRequest matches every 400 answer, including those classified more precisely
+	// (ErrLockLost, ErrSuspended).
 	ErrBadRequest = errors.New("camunda7: bad request")
 
 	// ErrNotSent matches a request that certainly never reached the engine: the connection
@@ -204,5 +205,9 @@ func SafeToRetry(err error) bool {
 		return false
 	}
 	var ee *Error
+	var re *ResponseError
+	if errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 {
+		return true // a 4xx, however unreadable, is a refusal
+	}
 	return errors.Is(err, ErrNotSent) || errors.As(err, &ee)
 }

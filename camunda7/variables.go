@@ -72,15 +72,17 @@ type VariableError struct {
 func (e *VariableError) Error() string {
 	var b strings.Builder
 	b.WriteString("camunda7: variable")
+	sep := " " // "variable has type X" without a name, "variable "n": has type X" with one
 	if e.Name != "" {
 		b.WriteString(" " + strconv.Quote(e.Name))
+		sep = ": "
 	}
 	switch {
 	case errors.Is(e.Err, ErrVariableMissing):
-		b.WriteString(": missing")
+		b.WriteString(sep + "missing")
 		return b.String()
 	case errors.Is(e.Err, ErrVariableType):
-		b.WriteString(": has type " + quoteType(e.Type))
+		b.WriteString(sep + "has type " + quoteType(e.Type))
 		if e.Want != "" {
 			b.WriteString(", want " + e.Want)
 		}

@@ -656,6 +656,8 @@ func TestVariableErrorMessages(t *testing.T) {
 			`camunda7: variable "obj": has type Object, want Json: Object serialization format "application/x-java-serialized-object" is not application/json`},
 		{"decode without name", func() error { _, err := vs["count"].Decode(); return err }(),
 			`camunda7: variable (type Long): variable value malformed: value is not an integer`},
+		{"decode unknown type without name", func() error { _, err := vs["odd"].Decode(); return err }(),
+			`camunda7: variable has type "Foo Bar\n": unknown type`},
 		{"marshal NaN", func() error { _, err := Variables{"ratio": DoubleVar(math.NaN())}.MarshalJSON(); return err }(),
 			`camunda7: variable "ratio" (type Double): variable value malformed: Double is NaN or infinite, which JSON cannot carry`},
 		{"marshal no type", func() error { _, err := Variables{"x": {}}.MarshalJSON(); return err }(),
@@ -881,7 +883,7 @@ func TestFormatDate(t *testing.T) {
 	}{
 		{time.Date(2024, 3, 1, 12, 30, 45, 123999999, time.FixedZone("", 5*3600+30*60)), "2024-03-01T12:30:45.123+0530"},
 		{time.Date(2024, 3, 1, 12, 30, 45, 0, time.UTC), "2024-03-01T12:30:45.000+0000"},
-		{time.Date(2024, 3, 1, 12, 30, 45, 1e6, time.FixedZone("", -(3*3600 + 30*60))), "2024-03-01T12:30:45.001-0330"},
+		{time.Date(2024, 3, 1, 12, 30, 45, 1e6, time.FixedZone("", -(3*3600+30*60))), "2024-03-01T12:30:45.001-0330"},
 		{time.Date(1900, 1, 1, 0, 0, 0, 0, time.FixedZone("LMT", 19*60+32)), "1899-12-31T23:40:28.000+0000"},
 	}
 	for _, tt := range tests {
