@@ -13,6 +13,8 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/kelseyhightower/envconfig v1.4.0 // indirect
+	github.com/lmittmann/tint v1.2.1 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	golang.org/x/net v0.43.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect

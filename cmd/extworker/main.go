@@ -1,0 +1,75 @@
+// Command extworker runs Camunda 7 external-task workers.
+//
+//	extworker run     run the worker for the built-in demo topics until SIGINT/SIGTERM
+//	extworker demo    deploy the demo process, start instances, run the worker until they finish, print a summary
+//	extworker version print the engine's version (a connectivity check)
+//
+// Configuration comes from the environment (EXTWORKER_*, see config.go and README.md).
+// main only reads the environment, sets up logging and signals, and wires the packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "extworker:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: extworker <command> [flags]
+
+commands:
+  run       run the worker for the demo topics until SIGINT or SIGTERM
+  demo      deploy the demo process, start instances, work them off, print a summary
+  version   print the engine's version
+
+configuration: EXTWORKER_* environment variables (see README.md)`
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch args[0] {
+	case "run":
+		return runWorker(ctx, cfg, logger)
+	case "demo":
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		n := fs.Int("instances", 30, "process instances to start")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return runDemo(ctx, cfg, logger, stdout, *n)
+	case "version":
+		c, err := newClient(cfg, logger)
+		if err != nil {
+			return err
+		}
+		v, err := c.Version(ctx)
+		if err != nil {
+			return fmt.Errorf("engine at %s: %w", redactedURL(cfg.EngineURL), err)
+		}
+		fmt.Fprintln(stdout, v)
+		return nil
+	}
+	return errors.New("unknown command " + fmt.Sprintf("%q", args[0]) + "\n" + usage)
+}

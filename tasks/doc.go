@@ -1,0 +1,66 @@
+// Package tasks is the worker runtime: topic handlers, the registry that maps topics to
+// them, the fetch loop that locks only as many tasks as it can start, and the one place
+// that turns a handler's outcome into an engine call.
+//
+// # Writing a handler
+//
+//	reg := tasks.NewRegistry()
+//	err := reg.Register("collect-payment", func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
+//		amount, err := t.Variables().Long("amount")
+//		if err != nil {
+//			return nil, failure.Permanent(err) // bad input: an incident, no retries
+//		}
+//		ref, err := charge(ctx, t.BusinessKey(), amount)
+//		switch {
+//		case errors.Is(err, errDeclined):
+//			return nil, failure.BPMNError("PAYMENT_DECLINED", "card declined", nil)
+//		case err != nil:
+//			return nil, err // retryable, by the topic's retry policy
+//		}
+//		return camunda7.Variables{"paymentRef": camunda7.StringVar(ref)}, nil
+//	}, tasks.TopicOptions{LockDuration: time.Minute, Variables: []string{"amount"}, MaxConcurrency: 4})
+//
+//	w, err := tasks.New(client, reg, tasks.Config{MaxConcurrency: 16, Logger: logger})
+//	err = w.Run(ctx) // until ctx ends; then drains
+//
+// # How a task travels
+//
+//  1. Fetch: one fetchAndLock long poll for all topics asks for as many tasks as there
+//     are free slots, globally and per topic; it never locks a task it cannot start.
+//     A freed slot triggers the next poll. Fetch errors back off with jitter, logged
+//     once when they start and once when they end; an empty result is not an error.
+//  2. Run: each task gets a slot and a lockext extender that renews its lock, counted
+//     from when the fetch was sent on the local monotonic clock. The handler's context
+//     ends if the lock is lost (context.Cause is a *lockext.LockLostError), the topic's
+//     MaxRunTime passes (lockext.ErrMaxRunTime), or the worker's shutdown grace runs out
+//     (ErrShutdown). A panic is recovered and reported as a failure with its stack.
+//  3. Report: the outcome (package failure) becomes exactly one call: complete;
+//     bpmnError; failure with retries counted down from the topic's RetryPolicy (the
+//     engine sends retries null until the first failure); or failure with retries 0, an
+//     incident, for permanent errors, exhausted retries and unknown outcomes (an unknown
+//     outcome is never retried blindly). Reports use their own timeout, resend only what
+//     certainly did not arrive, and resolve a lost answer by asking the engine. The lock
+//     is kept alive until the report is done.
+//  4. Release: the extender stops, the slot frees, the loop polls again.
+//
+// A handler cancelled by shutdown has its task unlocked, so another worker takes it at
+// once without spending a retry. A result whose lock was taken by another worker is
+// dropped (the other worker owns the task now).
+//
+// # Log fields
+//
+// Every record about a task carries worker_id, topic, external_task_id,
+// process_instance_id, process_definition_key, activity_id, business_key and attempt;
+// records about its result add outcome (completed, bpmn-error, retryable, incident,
+// unlocked, lock-lost) and, for failures, classification, retries_left, retry_timeout
+// and error.
+//
+// # errorMessage and errorDetails
+//
+// A failure's errorMessage is one line, at most 600 characters (the engine keeps 666):
+// "<classification>: <error> (attempt N of M, retrying in D)". Its errorDetails, shown in
+// Cockpit, start with "key: value" lines (extworker: failure report v1, classification,
+// attempt, retries left, worker, topic, external task, process instance, process
+// definition, activity, business key, reported at, operator action), then "error:", the
+// Go types of the error chain, and for a panic the stack.
+package tasks

@@ -1,0 +1,392 @@
+package tasks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/failure"
+	"github.com/extworker/extworker/lockext"
+)
+
+// ErrShutdown is the context cause a handler sees when the worker stops and the grace
+// period for running handlers has passed.
+var ErrShutdown = errors.New("tasks: worker shutting down")
+
+// Config configures a Worker. Zero values take the documented defaults.
+type Config struct {
+	// WorkerID is the id tasks are locked for. Default DefaultWorkerID(): host, pid and a
+	// random suffix, unique per process start, so two processes never share locks.
+	WorkerID string
+	// MaxConcurrency is how many handlers run at once; the worker never locks more tasks
+	// than it has free slots. Default 16.
+	MaxConcurrency int
+	// AsyncResponseTimeout is the long poll: how long the engine holds a fetch with
+	// nothing to return. Keep it below any proxy's idle timeout. Default 20s.
+	AsyncResponseTimeout time.Duration
+	// IgnorePriority fetches without usePriority (by default higher-priority tasks come
+	// first, as in the official clients).
+	IgnorePriority bool
+	// FetchBackoffInitial and FetchBackoffMax bound the jittered exponential backoff
+	// after a failed fetch. Defaults 500ms and 30s. An empty result is not a failure:
+	// the long poll already waits for work.
+	FetchBackoffInitial time.Duration
+	FetchBackoffMax     time.Duration
+	// ReportTimeout bounds each complete/failure/bpmnError call. Default 10s.
+	ReportTimeout time.Duration
+	// ReportAttempts is how often a report certainly not delivered (or resolved as not
+	// applied) is sent. Default 5.
+	ReportAttempts int
+	// ShutdownGrace is how long Run waits, once its context ends, for running handlers
+	// to finish before cancelling them with ErrShutdown. Default 30s.
+	ShutdownGrace time.Duration
+	// Logger receives the worker's records; every record about a task carries the same
+	// fields (see package doc). Default discard.
+	Logger *slog.Logger
+}
+
+// DefaultWorkerID returns "<host>-<pid>-<random>".
+func DefaultWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "extworker"
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// WithDefaults returns a copy of c with defaults filled in.
+func (c Config) WithDefaults() Config {
+	if c.WorkerID == "" {
+		c.WorkerID = DefaultWorkerID()
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = 16
+	}
+	if c.AsyncResponseTimeout == 0 {
+		c.AsyncResponseTimeout = 20 * time.Second
+	}
+	if c.FetchBackoffInitial == 0 {
+		c.FetchBackoffInitial = 500 * time.Millisecond
+	}
+	if c.FetchBackoffMax == 0 {
+		c.FetchBackoffMax = 30 * time.Second
+	}
+	if c.ReportTimeout == 0 {
+		c.ReportTimeout = 10 * time.Second
+	}
+	if c.ReportAttempts == 0 {
+		c.ReportAttempts = 5
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names every bad field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("MaxConcurrency %d: must be at least 1", c.MaxConcurrency))
+	}
+	if c.AsyncResponseTimeout < 0 || c.AsyncResponseTimeout > camunda7.MaxAsyncResponseTimeout {
+		errs = append(errs, fmt.Errorf("AsyncResponseTimeout %v: must be between 0 and %v", c.AsyncResponseTimeout, camunda7.MaxAsyncResponseTimeout))
+	}
+	if c.FetchBackoffInitial <= 0 || c.FetchBackoffMax < c.FetchBackoffInitial {
+		errs = append(errs, fmt.Errorf("FetchBackoffInitial %v and FetchBackoffMax %v: need 0 < initial <= max", c.FetchBackoffInitial, c.FetchBackoffMax))
+	}
+	if c.ReportTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("ReportTimeout %v: must be positive", c.ReportTimeout))
+	}
+	if c.ReportAttempts < 1 {
+		errs = append(errs, fmt.Errorf("ReportAttempts %d: must be at least 1", c.ReportAttempts))
+	}
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("ShutdownGrace %v: must not be negative", c.ShutdownGrace))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("tasks config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Worker fetches tasks for the registry's topics and runs their handlers.
+type Worker struct {
+	c   *camunda7.Client
+	reg *Registry
+	cfg Config
+	log *slog.Logger
+
+	running atomic.Bool
+
+	mu       sync.Mutex
+	inflight int
+	perTopic map[string]int
+	freed    chan struct{} // a slot came free: poll again
+	handlers sync.WaitGroup
+
+	stats Stats
+}
+
+// Stats counts what a worker did, for tests and the demo; metrics come later.
+type Stats struct {
+	Fetched, Completed, BPMNErrors, Failures, Incidents, LockLost, Unlocked, ReportErrors atomic.Int64
+	// MaxInFlight is the highest number of handlers that ran at once.
+	MaxInFlight atomic.Int64
+}
+
+// New returns a worker for the registry's topics.
+func New(c *camunda7.Client, reg *Registry, cfg Config) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if c == nil || reg == nil || len(reg.topics) == 0 {
+		return nil, errors.New("tasks: a client and a registry with at least one topic are required")
+	}
+	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)),
+		perTopic: map[string]int{}, freed: make(chan struct{}, 1)}, nil
+}
+
+// WorkerID returns the id tasks are locked for.
+func (w *Worker) WorkerID() string { return w.cfg.WorkerID }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() *Stats { return &w.stats }
+
+// InFlight returns how many handlers are running.
+func (w *Worker) InFlight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inflight
+}
+
+// Run fetches and handles tasks until ctx ends. Then it aborts the pending long poll at
+// once, waits up to ShutdownGrace for running handlers, cancels the rest with
+// ErrShutdown, and returns once every handler's result has been reported. Results are
+// reported with their own timeouts, never cut short by the shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("tasks: worker already running")
+	}
+	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(ErrShutdown)
+	w.log.Info("worker started", slog.Any("topics", w.reg.Topics()), slog.Int("max_concurrency", w.cfg.MaxConcurrency),
+		slog.Duration("long_poll", w.cfg.AsyncResponseTimeout))
+
+	w.fetchLoop(ctx, workCtx)
+
+	n := w.InFlight()
+	w.log.Info("worker stopping", slog.Int("running_handlers", n), slog.Duration("grace", w.cfg.ShutdownGrace))
+	done := make(chan struct{})
+	go func() { w.handlers.Wait(); close(done) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.log.Warn("grace period over; cancelling running handlers", slog.Int("running_handlers", w.InFlight()))
+		stopWork(ErrShutdown)
+		<-done
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// fetchLoop polls while ctx lives, asking only for as many tasks as there are free slots.
+func (w *Worker) fetchLoop(ctx, workCtx context.Context) {
+	var (
+		backoff   retry.Backoff
+		failures  int
+		failSince time.Time
+	)
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		req, ok := w.plan()
+		if !ok {
+			select {
+			case <-w.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		sentAt := time.Now()
+		got, err := w.c.FetchAndLock(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if failures == 0 {
+				failSince = time.Now()
+				backoff = retry.WithCappedDuration(w.cfg.FetchBackoffMax, retry.WithJitterPercent(20, retry.NewExponential(w.cfg.FetchBackoffInitial)))
+				w.log.Warn("fetching tasks failed; backing off until the engine answers", slog.Any("error", err))
+			} else {
+				w.log.Debug("fetching tasks failed again", slog.Int("failures", failures+1), slog.Any("error", err))
+			}
+			failures++
+			d, _ := backoff.Next()
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if failures > 0 {
+			w.log.Info("fetching tasks recovered", slog.Int("failures", failures), slog.Duration("after", time.Since(failSince)))
+			failures = 0
+		}
+		w.stats.Fetched.Add(int64(len(got)))
+		for _, t := range got {
+			w.start(workCtx, t, sentAt)
+		}
+	}
+}
+
+// plan builds the next fetch from the free slots. Only the fetch loop takes slots, so
+// the free count can only grow between plan and start. With per-topic limits the one
+// request asks for the smallest free count among the topics it includes: the engine's
+// maxTasks is shared by all topics, and no topic may get more tasks than it can start.
+func (w *Worker) plan() (camunda7.FetchAndLockRequest, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	global := w.cfg.MaxConcurrency - w.inflight
+	if global <= 0 {
+		return camunda7.FetchAndLockRequest{}, false
+	}
+	req := camunda7.FetchAndLockRequest{WorkerID: w.cfg.WorkerID, MaxTasks: global, UsePriority: !w.cfg.IgnorePriority,
+		AsyncResponseTimeout: w.cfg.AsyncResponseTimeout}
+	for _, name := range w.reg.Topics() {
+		t := w.reg.topics[name]
+		free := global
+		if t.opts.MaxConcurrency > 0 {
+			free = min(free, t.opts.MaxConcurrency-w.perTopic[name])
+		}
+		if free <= 0 {
+			continue
+		}
+		req.MaxTasks = min(req.MaxTasks, free)
+		req.Topics = append(req.Topics, t.opts.fetchTopic(name))
+	}
+	return req, len(req.Topics) > 0
+}
+
+// start takes a slot for the task and runs it.
+func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask, sentAt time.Time) {
+	t, ok := w.reg.topics[raw.TopicName]
+	if !ok {
+		// Never asked for; give it back at once rather than hold it until the lock expires.
+		w.log.Error("engine returned a task for an unregistered topic; unlocking it", slog.String("topic", raw.TopicName), slog.String("task_id", raw.ID))
+		w.unlock(workCtx, raw.ID, w.log)
+		return
+	}
+	w.mu.Lock()
+	w.inflight++
+	w.perTopic[t.name]++
+	if n := int64(w.inflight); n > w.stats.MaxInFlight.Load() {
+		w.stats.MaxInFlight.Store(n)
+	}
+	w.mu.Unlock()
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		defer w.release(t.name)
+		w.handle(workCtx, t, raw, sentAt)
+	}()
+}
+
+func (w *Worker) release(topic string) {
+	w.mu.Lock()
+	w.inflight--
+	w.perTopic[topic]--
+	w.mu.Unlock()
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
+}
+
+// handle runs one task from lock to report.
+func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedExternalTask, sentAt time.Time) {
+	task := newTask(raw, w.cfg.WorkerID, t.opts.Retry.Attempt(raw.Retries))
+	log := w.log.With(
+		slog.String("topic", raw.TopicName),
+		slog.String("external_task_id", raw.ID),
+		slog.String("process_instance_id", raw.ProcessInstanceID),
+		slog.String("process_definition_key", raw.ProcessDefinitionKey),
+		slog.String("activity_id", raw.ActivityID),
+		slog.String("business_key", raw.BusinessKey),
+		slog.Int("attempt", task.Attempt()),
+	)
+	ext, err := lockext.Start(workCtx, w.c, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt},
+		lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime, Logger: log})
+	if err != nil {
+		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err))
+		w.unlock(workCtx, raw.ID, log)
+		return
+	}
+	defer ext.Stop() // after the report: the lock stays alive while the result is reported
+
+	start := time.Now()
+	hctx := ext.Context()
+	vars, herr := runHandler(hctx, t.handler, task)
+	took := time.Since(start)
+
+	cause := context.Cause(hctx)
+	var lost *lockext.LockLostError
+	switch {
+	case hctx.Err() != nil && errors.As(cause, &lost) && !lost.Expired:
+		// The engine said another worker has the task, or it is gone: nothing to report.
+		w.stats.LockLost.Add(1)
+		log.Warn("lock lost while the handler ran; result discarded", slog.String("outcome", "lock-lost"),
+			slog.Any("cause", cause), slog.Duration("took", took))
+		return
+	case hctx.Err() != nil && errors.Is(cause, ErrShutdown) && herr != nil:
+		// Cancelled by shutdown: hand the task back at once, without spending a retry.
+		log.Info("handler cancelled by shutdown; unlocking the task", slog.String("outcome", "unlocked"), slog.Duration("took", took))
+		w.unlock(workCtx, raw.ID, log)
+		return
+	case hctx.Err() != nil && herr != nil && cause != nil && !errors.Is(herr, cause):
+		herr = fmt.Errorf("%w (context ended: %w)", herr, cause)
+	}
+	w.report(workCtx, t, task, failure.Classify(herr), vars, took, log)
+}
+
+// runHandler calls the handler, turning a panic into a failure.
+func runHandler(ctx context.Context, h Handler, t *Task) (vars camunda7.Variables, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			vars, err = nil, failure.FromPanic(v, debug.Stack())
+		}
+	}()
+	return h(ctx, t)
+}
+
+func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), w.cfg.ReportTimeout)
+	defer cancel()
+	if err := w.c.Unlock(ctx, id); err != nil && !errors.Is(err, camunda7.ErrTaskGone) {
+		log.Warn("unlock failed; the task returns when its lock expires", slog.Any("error", err))
+		return
+	}
+	w.stats.Unlocked.Add(1)
+}
