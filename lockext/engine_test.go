@@ -225,3 +225,44 @@ func TestEngineTaskGone(t *testing.T) {
 	ext.Stop()
 	assert.Equal(t, cause, context.Cause(ext.Context()), "Stop keeps the cause")
 }
+
+// The engine fact behind "Reporting while extending" in the package doc: a complete
+// that meets a concurrent extendLock is refused with an OptimisticLockingException
+// (nothing committed) and succeeds when sent again; the extension either succeeds or
+// finds the task gone. Either way nothing is lost or done twice.
+func TestEngineCompleteRacingExtension(t *testing.T) {
+	e := newEngineEnv(t)
+	outcomes := map[string]int{}
+	for range 10 {
+		_, err := e.c.StartProcess(e.ctx, e.m.Key, camunda7.StartProcessRequest{})
+		require.NoError(t, err)
+		tasks := e.fetch(e.worker, time.Minute)
+		require.Len(t, tasks, 1)
+		id := tasks[0].ID
+
+		var wg sync.WaitGroup
+		var completeErr, extendErr error
+		wg.Go(func() { completeErr = e.c.Complete(e.ctx, id, camunda7.CompleteRequest{WorkerID: e.worker}) })
+		wg.Go(func() { extendErr = e.c.ExtendLock(e.ctx, id, e.worker, time.Minute) })
+		wg.Wait()
+
+		switch {
+		case extendErr == nil:
+		case errors.Is(extendErr, camunda7.ErrTaskGone):
+		default:
+			t.Errorf("extendLock racing complete: %v", extendErr)
+		}
+		switch {
+		case completeErr == nil:
+			outcomes["complete won"]++
+		case errors.Is(completeErr, camunda7.ErrOptimisticLock):
+			outcomes["complete refused, retried"]++
+			require.NoError(t, e.c.Complete(e.ctx, id, camunda7.CompleteRequest{WorkerID: e.worker}), "complete again")
+		default:
+			t.Errorf("complete racing extendLock: %v", completeErr)
+		}
+		_, err = e.c.ExternalTask(e.ctx, id)
+		require.ErrorIs(t, err, camunda7.ErrTaskGone, "completed exactly once")
+	}
+	t.Logf("complete sent together with extendLock, 10 tries: %v", outcomes)
+}

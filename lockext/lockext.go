@@ -21,10 +21,8 @@ var _ Locker = (*camunda7.Client)(nil)
 
 // Defaults applied by Config.WithDefaults.
 const (
-	// DefaultRetryInitial is the first pause after a transient extendLock error.
-	DefaultRetryInitial = 100 * time.Millisecond
-	// MaxRequestTimeout caps the default RequestTimeout.
-	MaxRequestTimeout = 10 * time.Second
+	defaultRetryInitial      = 100 * time.Millisecond // the first pause after a transient error
+	maxDefaultRequestTimeout = 10 * time.Second       // caps the default RequestTimeout
 )
 
 // Config tunes one extender. The runtime builds it once per topic and passes it to
@@ -63,10 +61,10 @@ func (c Config) WithDefaults() Config {
 		c.Interval = c.LockDuration / 3
 	}
 	if c.RequestTimeout == 0 {
-		c.RequestTimeout = min(c.Interval, MaxRequestTimeout)
+		c.RequestTimeout = min(c.Interval, maxDefaultRequestTimeout)
 	}
 	if c.RetryInitial == 0 {
-		c.RetryInitial = DefaultRetryInitial
+		c.RetryInitial = defaultRetryInitial
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -162,6 +160,8 @@ type LockLostError struct {
 	Expired bool
 }
 
+// Error says whose lock was lost and how: the engine's answer, or the last error before
+// the local deadline passed.
 func (e *LockLostError) Error() string {
 	if e.Expired {
 		if e.Err == nil {

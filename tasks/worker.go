@@ -138,7 +138,8 @@ type Worker struct {
 	mu       sync.Mutex
 	inflight int
 	perTopic map[string]int
-	freed    chan struct{} // a slot came free: poll again
+	active   map[string]bool // ids of tasks whose handler runs here
+	freed    chan struct{}   // a slot came free: poll again
 	handlers sync.WaitGroup
 
 	stats Stats
@@ -147,6 +148,9 @@ type Worker struct {
 // Stats counts what a worker did, for tests and the demo; metrics come later.
 type Stats struct {
 	Fetched, Completed, BPMNErrors, Failures, Incidents, LockLost, Unlocked, ReportErrors atomic.Int64
+	// Redelivered counts tasks the engine handed back to this worker while their handler
+	// was still running here (after an unlock, say): they are not run twice.
+	Redelivered atomic.Int64
 	// MaxInFlight is the highest number of handlers that ran at once.
 	MaxInFlight atomic.Int64
 }
@@ -161,7 +165,7 @@ func New(c *camunda7.Client, reg *Registry, cfg Config) (*Worker, error) {
 		return nil, errors.New("tasks: a client and a registry with at least one topic are required")
 	}
 	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)),
-		perTopic: map[string]int{}, freed: make(chan struct{}, 1)}, nil
+		perTopic: map[string]int{}, active: map[string]bool{}, freed: make(chan struct{}, 1)}, nil
 }
 
 // WorkerID returns the id tasks are locked for.
@@ -300,6 +304,16 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 		return
 	}
 	w.mu.Lock()
+	if w.active[raw.ID] {
+		// Locked again for our own worker id while its handler runs here: the running
+		// handler's extender keeps the new lock alive; a second run would duplicate work.
+		w.mu.Unlock()
+		w.stats.Redelivered.Add(1)
+		w.log.Warn("task redelivered while its handler is still running here; not starting it twice",
+			slog.String("topic", raw.TopicName), slog.String("external_task_id", raw.ID))
+		return
+	}
+	w.active[raw.ID] = true
 	w.inflight++
 	w.perTopic[t.name]++
 	if n := int64(w.inflight); n > w.stats.MaxInFlight.Load() {
@@ -309,13 +323,14 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
-		defer w.release(t.name)
+		defer w.release(t.name, raw.ID)
 		w.handle(workCtx, t, raw, sentAt)
 	}()
 }
 
-func (w *Worker) release(topic string) {
+func (w *Worker) release(topic, id string) {
 	w.mu.Lock()
+	delete(w.active, id)
 	w.inflight--
 	w.perTopic[topic]--
 	w.mu.Unlock()

@@ -376,7 +376,8 @@ func TestWorkerCancelsHandlerOnLockLoss(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return nil, ctx.Err()
 	}, tasks.TopicOptions{LockDuration: 1500 * time.Millisecond})
-	w, stop := f.run(reg, tasks.Config{})
+	// One slot: the worker cannot fetch the task back itself when it is unlocked.
+	w, stop := f.run(reg, tasks.Config{MaxConcurrency: 1})
 	var id string
 	testenv.Eventually(t, 30*time.Second, "the task locked", func() (bool, error) {
 		l, err := f.c.ExternalTasks(f.ctx, camunda7.ExternalTaskQuery{TopicName: f.m.Topic, Locked: true})
@@ -502,4 +503,35 @@ func TestRegistryRejectsBadOptions(t *testing.T) {
 	_, err = tasks.New(testenv.Engine(t), reg, tasks.Config{MaxConcurrency: -1, ReportAttempts: -2})
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "MaxConcurrency") && strings.Contains(err.Error(), "ReportAttempts"), err.Error())
+}
+
+// A task unlocked while its handler runs, and fetched again by the same worker, is not
+// run a second time: the running handler keeps the new lock alive and reports.
+func TestWorkerDoesNotRunARedeliveredTaskTwice(t *testing.T) {
+	f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
+	ids := f.start(1)
+	var calls atomic.Int64
+	release := make(chan struct{})
+	reg := tasks.NewRegistry()
+	register(t, reg, f.m.Topic, func(ctx context.Context, tk *tasks.Task) (camunda7.Variables, error) {
+		calls.Add(1)
+		select {
+		case <-release:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}, tasks.TopicOptions{LockDuration: 3 * time.Second})
+	w, stop := f.run(reg, tasks.Config{MaxConcurrency: 4, AsyncResponseTimeout: 20 * time.Second})
+	testenv.Eventually(t, 30*time.Second, "the handler running", func() (bool, error) { return calls.Load() == 1, nil })
+	l, err := f.c.ExternalTasks(f.ctx, camunda7.ExternalTaskQuery{ProcessInstanceID: ids[0]})
+	require.NoError(t, err)
+	require.Len(t, l, 1)
+	require.NoError(t, f.c.Unlock(f.ctx, l[0].ID)) // wakes the worker's pending long poll
+	testenv.Eventually(t, 20*time.Second, "the worker to get the task back", func() (bool, error) { return w.Stats().Redelivered.Load() == 1, nil })
+	close(release)
+	f.waitEnded(ids, 30*time.Second)
+	stop()
+	assert.EqualValues(t, 1, calls.Load(), "one handler run")
+	assert.EqualValues(t, 1, w.Stats().Completed.Load())
 }

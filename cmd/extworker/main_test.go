@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/internal/testenv"
+)
+
+// An invalid configuration fails at start with every problem listed at once.
+func TestConfigListsEveryProblem(t *testing.T) {
+	t.Setenv("EXTWORKER_LOG_FORMAT", "yaml")
+	t.Setenv("EXTWORKER_LOG_LEVEL", "loud")
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
+	t.Setenv("EXTWORKER_ENGINE_CERT_FILE", "/tmp/cert.pem")
+	t.Setenv("EXTWORKER_LONG_POLL", "31m")
+	err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	for _, want := range []string{"EXTWORKER_LOG_FORMAT", "EXTWORKER_LOG_LEVEL", "EXTWORKER_MAX_CONCURRENCY", "EXTWORKER_ENGINE_CERT_FILE", "EXTWORKER_LONG_POLL"} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+func TestConfigRejectsMalformedValues(t *testing.T) {
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "many")
+	err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "MAX_CONCURRENCY")
+}
+
+func TestUsageAndUnknownCommand(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(nil, &out, &bytes.Buffer{}))
+	assert.Contains(t, out.String(), "usage: extworker")
+	err := run([]string{"frobnicate"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown command "frobnicate"`)
+}
+
+func TestRedactedURL(t *testing.T) {
+	assert.Equal(t, "https://***@bpm.example.com/engine-rest", redactedURL("https://user:s3cret@bpm.example.com/engine-rest"))
+	assert.Equal(t, "http://127.0.0.1:8080/engine-rest", redactedURL("http://127.0.0.1:8080/engine-rest"))
+}
+
+// The demo runs end to end against the real engine: invoices paid, declined on the BPMN
+// error path, and incidents for the ones without an amount.
+func TestDemo(t *testing.T) {
+	testenv.Engine(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_LOG_LEVEL", "warn")
+	var out, logs bytes.Buffer
+	require.NoError(t, run([]string{"demo", "-instances", "20"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
+	assert.Contains(t, out.String(), "demo OK")
+	assert.Regexp(t, `paid\s+16\s+16`, out.String())
+	assert.Regexp(t, `declined\s+2\s+2`, out.String())
+	assert.Regexp(t, `incident\s+2\s+2`, out.String())
+	assert.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), logs.String())
+}
+
+func TestVersionCommand(t *testing.T) {
+	testenv.Engine(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
+	assert.Regexp(t, `^\d+\.\d+\.\d+`, out.String())
+
+	t.Setenv("EXTWORKER_ENGINE_URL", "http://user:hunter2@127.0.0.1:1/engine-rest")
+	err := run([]string{"version"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hunter2", "credentials never appear in errors")
+}

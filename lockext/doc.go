@@ -1,0 +1,76 @@
+// Package lockext keeps an external task's lock alive while its handler runs, and tells
+// the handler, through its context, when the lock is gone.
+//
+// A task fetched with fetchAndLock is locked for LockDuration. A handler that runs
+// longer would lose it: another worker fetches the task and the work is done twice. So
+// for every running task the runtime (package tasks) starts one Extender, which calls
+// extendLock before the lock runs out, much as a Temporal activity heartbeats, and
+// which cancels the handler's context with a typed cause when the engine says the lock
+// is gone.
+//
+// # Life of an extender
+//
+// The runtime notes when it sent the fetchAndLock request, starts an extender for each
+// task it got, runs the handler with the extender's context, reports the result, and
+// only then stops the extender:
+//
+//	sentAt := time.Now()
+//	tasks, err := client.FetchAndLock(ctx, req)
+//	// ...
+//	ext, err := lockext.Start(workCtx, client, lockext.Task{ID: t.ID, WorkerID: worker, GrantedAt: sentAt},
+//		lockext.Config{LockDuration: lock, Logger: logger})
+//	if err != nil {
+//		return err // only an invalid config or task
+//	}
+//	defer ext.Stop()
+//	result := handler(ext.Context(), t)
+//	report(result) // complete or failure, while the lock is still being extended
+//	ext.Stop()
+//
+// Extending goes on while the result is reported: a shutdown that cancels workCtx
+// cancels the handler's context (with workCtx's cause) but not the extending, because
+// reporting the result still needs the lock. Only Stop, a lost lock and MaxRunTime end
+// it. Every extendLock call has its own context (the parent's values, not its
+// cancellation) and its own timeout.
+//
+// # Timing
+//
+// The engine sets a lock's expiry to its own now plus the duration asked for, at some
+// moment after the request was sent. The extender never compares clocks with the
+// engine: it takes the local time the request was sent (Task.GrantedAt for the fetch,
+// the send time of each successful extension afterwards) plus LockDuration as a
+// conservative local deadline (Extender.Deadline), which the engine's expiry is never
+// before. The next extension goes out Interval (default LockDuration/3) after the
+// latest grant.
+//
+// # Why the context ends
+//
+// context.Cause(ext.Context()) says why, matched with errors.Is:
+//
+//   - ErrLockLost, as a *LockLostError: the engine answered that the task is gone
+//     (camunda7.ErrTaskGone: completed elsewhere, cancelled, instance deleted) or that
+//     the lock is not ours (camunda7.ErrLockLost: another worker holds it, it was
+//     unlocked, or it already expired); Expired is false. Or extendLock failed with
+//     transient errors (not sent, outcome unknown, 5xx, suspended, unauthorized),
+//     retried with doubling backoff, until the local deadline passed; Expired is true
+//     and Err is the last error. Either way the handler's work may now be done by
+//     someone else: it should stop, and its result will likely be refused.
+//   - ErrMaxRunTime: Config.MaxRunTime passed since Start. Extending stops, so the lock
+//     runs out and another worker may take the task: a stuck handler cannot hold it
+//     forever.
+//   - the parent's cause: the worker is shutting down.
+//   - ErrStopped: Stop was called, the normal end.
+//
+// Lost returns the first two, for the runtime to log or count once the handler returns.
+//
+// # Reporting while extending
+//
+// Because extending continues while the result is reported, an extendLock can race a
+// complete or failure on the engine. The report then fails with
+// camunda7.ErrOptimisticLock (nothing was committed; sent again, it succeeds: see
+// TestEngineCompleteRacingExtension, where a complete sent together with an extendLock
+// was refused nine times in ten), and an extension sent just after a successful complete
+// finds the task gone, so Lost may report ErrTaskGone for a task this worker completed
+// itself. So the runtime retries a report refused with ErrOptimisticLock, and once it
+// has reported, decides by the report's outcome, not by Lost.
+package lockext
