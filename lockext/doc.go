@@ -73,4 +73,9 @@
 // finds the task gone, so Lost may report ErrTaskGone for a task this worker completed
 // itself. So the runtime retries a report refused with ErrOptimisticLock, and once it
 // has reported, decides by the report's outcome, not by Lost.
+//
+// Unlocking is different: it gives the lock up, so Stop the extender first. An unlock
+// that meets an extendLock is refused with camunda7.ErrOptimisticLock and the task
+// stays locked by this worker, out of every other worker's reach until the extended
+// lock runs out (TestEngineUnlockRacingExtension).
 package lockext

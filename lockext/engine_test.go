@@ -228,8 +228,9 @@ func TestEngineTaskGone(t *testing.T) {
 
 // The engine fact behind "Reporting while extending" in the package doc: a complete
 // that meets a concurrent extendLock is refused with an OptimisticLockingException
-// (nothing committed) and succeeds when sent again; the extension either succeeds or
-// finds the task gone. Either way nothing is lost or done twice.
+// (nothing committed) and succeeds when sent again; the extension either succeeds, or
+// is refused with an OptimisticLockingException or a 404 when the complete won. Either
+// way nothing is lost or done twice.
 func TestEngineCompleteRacingExtension(t *testing.T) {
 	e := newEngineEnv(t)
 	outcomes := map[string]int{}
@@ -248,7 +249,10 @@ func TestEngineCompleteRacingExtension(t *testing.T) {
 
 		switch {
 		case extendErr == nil:
-		case errors.Is(extendErr, camunda7.ErrTaskGone):
+		case errors.Is(extendErr, camunda7.ErrTaskGone), errors.Is(extendErr, camunda7.ErrOptimisticLock):
+			// The complete won; the extender retries an optimistic-lock refusal (transient)
+			// and then finds the task gone, unless Stop comes first.
+			outcomes["extension refused"]++
 		default:
 			t.Errorf("extendLock racing complete: %v", extendErr)
 		}
@@ -265,4 +269,46 @@ func TestEngineCompleteRacingExtension(t *testing.T) {
 		require.ErrorIs(t, err, camunda7.ErrTaskGone, "completed exactly once")
 	}
 	t.Logf("complete sent together with extendLock, 10 tries: %v", outcomes)
+}
+
+// Why the runtime stops the extender before it unlocks a task (rather than after): an
+// unlock that meets a concurrent extendLock is refused with an
+// OptimisticLockingException, and the task stays locked by this worker until the
+// extended lock runs out, out of every other worker's reach.
+func TestEngineUnlockRacingExtension(t *testing.T) {
+	e := newEngineEnv(t)
+	outcomes := map[string]int{}
+	for range 10 {
+		_, err := e.c.StartProcess(e.ctx, e.m.Key, camunda7.StartProcessRequest{})
+		require.NoError(t, err)
+		tasks := e.fetch(e.worker, time.Minute)
+		require.Len(t, tasks, 1)
+		id := tasks[0].ID
+
+		var wg sync.WaitGroup
+		var unlockErr, extendErr error
+		wg.Go(func() { unlockErr = e.c.Unlock(e.ctx, id) })
+		wg.Go(func() { extendErr = e.c.ExtendLock(e.ctx, id, e.worker, time.Minute) })
+		wg.Wait()
+
+		got, err := e.c.ExternalTask(e.ctx, id)
+		require.NoError(t, err)
+		switch {
+		case unlockErr == nil:
+			outcomes["unlocked"]++
+			assert.Empty(t, got.WorkerID)
+			if extendErr != nil {
+				assert.True(t, errors.Is(extendErr, camunda7.ErrOptimisticLock) || errors.Is(extendErr, camunda7.ErrLockLost), "extendLock: %v", extendErr)
+			}
+		case errors.Is(unlockErr, camunda7.ErrOptimisticLock):
+			outcomes["unlock refused, still locked"]++
+			require.NoError(t, extendErr)
+			assert.Equal(t, e.worker, got.WorkerID, "the task stays locked by this worker")
+		default:
+			t.Errorf("unlock racing extendLock: %v", unlockErr)
+		}
+		require.NoError(t, e.c.Lock(e.ctx, id, e.worker, time.Minute))
+		require.NoError(t, e.c.Complete(e.ctx, id, camunda7.CompleteRequest{WorkerID: e.worker}))
+	}
+	t.Logf("unlock sent together with extendLock, 10 tries: %v", outcomes)
 }

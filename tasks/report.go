@@ -60,6 +60,9 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		}
 		msg, details := describeFailure(w.cfg.WorkerID, t, task, o, left, delay)
 		send = func(ctx context.Context) error {
+			if left > 0 && delay > 0 {
+				w.holdForRetry(id, delay)
+			}
 			return w.c.Failure(ctx, id, camunda7.FailureRequest{WorkerID: w.cfg.WorkerID, ErrorMessage: msg, ErrorDetails: details, Retries: left, RetryTimeout: delay})
 		}
 		outcome = o.Kind.String()
@@ -114,6 +117,7 @@ func (w *Worker) deliver(ctx context.Context, id string, send func(context.Conte
 	b := retry.WithMaxRetries(uint64(w.cfg.ReportAttempts-1), retry.WithJitterPercent(20, retry.NewExponential(100*time.Millisecond)))
 	return retry.Do(ctx, b, func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+		w.changes.Add(1)
 		err := send(rctx)
 		cancel()
 		switch {

@@ -138,16 +138,21 @@ type Worker struct {
 	mu       sync.Mutex
 	inflight int
 	perTopic map[string]int
-	active   map[string]bool // ids of tasks whose handler runs here
-	freed    chan struct{}   // a slot came free: poll again
+	active   map[string]bool      // ids of tasks whose handler runs here
+	held     map[string]time.Time // ids reported as failed, locked for us until their retry timeout ends
+	freed    chan struct{}        // a slot came free: poll again
 	handlers sync.WaitGroup
 
-	stats Stats
+	stats   Stats
+	changes atomic.Int64 // reports and unlocks sent: each may wake an abandoned long poll
 }
 
 // Stats counts what a worker did, for tests and the demo; metrics come later.
 type Stats struct {
 	Fetched, Completed, BPMNErrors, Failures, Incidents, LockLost, Unlocked, ReportErrors atomic.Int64
+	// Orphans counts tasks found locked for this worker that no handler here runs (a
+	// fetch whose answer was lost locked them), unlocked so they need not wait out their lock.
+	Orphans atomic.Int64
 	// Redelivered counts tasks the engine handed back to this worker while their handler
 	// was still running here (after an unlock, say): they are not run twice.
 	Redelivered atomic.Int64
@@ -165,7 +170,7 @@ func New(c *camunda7.Client, reg *Registry, cfg Config) (*Worker, error) {
 		return nil, errors.New("tasks: a client and a registry with at least one topic are required")
 	}
 	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)),
-		perTopic: map[string]int{}, active: map[string]bool{}, freed: make(chan struct{}, 1)}, nil
+		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1)}, nil
 }
 
 // WorkerID returns the id tasks are locked for.
@@ -194,7 +199,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started", slog.Any("topics", w.reg.Topics()), slog.Int("max_concurrency", w.cfg.MaxConcurrency),
 		slog.Duration("long_poll", w.cfg.AsyncResponseTimeout))
 
-	w.fetchLoop(ctx, workCtx)
+	pollEnd := w.fetchLoop(ctx, workCtx)
+	changes := w.changes.Load()
 
 	n := w.InFlight()
 	w.log.Info("worker stopping", slog.Int("running_handlers", n), slog.Duration("grace", w.cfg.ShutdownGrace))
@@ -209,16 +215,30 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopWork(ErrShutdown)
 		<-done
 	}
+	// The engine keeps an abandoned long poll until its timeout and locks for it any task
+	// that appears meanwhile (our own completions create the next tasks of their
+	// processes, our unlocks wake it). If we changed anything since the abort, wait for
+	// that poll to end on the engine and release what it locked.
+	if wait := time.Until(pollEnd); wait > 0 && w.changes.Load() != changes {
+		w.log.Info("waiting for the engine to drop the aborted long poll", slog.Duration("wait", wait))
+		t := time.NewTimer(wait)
+		<-t.C
+	}
+	w.sweepOrphans(context.WithoutCancel(workCtx))
 	w.log.Info("worker stopped")
 	return nil
 }
 
 // fetchLoop polls while ctx lives, asking only for as many tasks as there are free slots.
-func (w *Worker) fetchLoop(ctx, workCtx context.Context) {
+//
+// It returns when the aborted long poll (if one was pending at shutdown) ends on the
+// engine: the engine does not notice a client leaving.
+func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 	var (
 		backoff   retry.Backoff
 		failures  int
 		failSince time.Time
+		sweepAt   time.Time // when to look for orphaned locks; zero: no need
 	)
 	timer := time.NewTimer(0)
 	<-timer.C
@@ -232,11 +252,19 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) {
 			}
 			continue
 		}
+		if !sweepAt.IsZero() && time.Now().After(sweepAt) && w.sweepOrphans(ctx) {
+			sweepAt = time.Time{}
+		}
 		sentAt := time.Now()
 		got, err := w.c.FetchAndLock(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return sentAt.Add(req.AsyncResponseTimeout + 500*time.Millisecond)
+			}
+			if !errors.Is(err, camunda7.ErrNotSent) {
+				// The engine may still hold this poll and lock tasks for it that will never
+				// arrive. Once the poll has surely ended there, release such locks.
+				sweepAt = time.Now().Add(w.cfg.AsyncResponseTimeout + time.Second)
 			}
 			if failures == 0 {
 				failSince = time.Now()
@@ -251,7 +279,7 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) {
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
-				return
+				return sweepAt // the failed poll may still be pending on the engine
 			}
 			continue
 		}
@@ -260,10 +288,20 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) {
 			failures = 0
 		}
 		w.stats.Fetched.Add(int64(len(got)))
+		if ctx.Err() != nil {
+			// Shutdown began while the answer was on its way: these tasks will not be
+			// started, so hand them back at once instead of holding them until their
+			// locks expire.
+			for _, t := range got {
+				w.unlock(workCtx, t.ID, w.log.With(slog.String("topic", t.TopicName), slog.String("external_task_id", t.ID)))
+			}
+			return time.Time{}
+		}
 		for _, t := range got {
 			w.start(workCtx, t, sentAt)
 		}
 	}
+	return time.Time{}
 }
 
 // plan builds the next fetch from the free slots. Only the fetch loop takes slots, so
@@ -328,6 +366,51 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 	}()
 }
 
+// sweepOrphans unlocks tasks locked for this worker id that no handler here runs and
+// that are not waiting out a retry timeout we reported. The engine does not notice a
+// client giving up on a long poll: it may still lock tasks for that poll, and they would
+// sit locked for their whole lock duration. It reports whether the sweep ran.
+func (w *Worker) sweepOrphans(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+	defer cancel()
+	locked, err := w.c.ExternalTasks(ctx, camunda7.ExternalTaskQuery{WorkerID: w.cfg.WorkerID, Locked: true})
+	if err != nil {
+		w.log.Debug("looking for orphaned locks failed; will try again", slog.Any("error", err))
+		return false
+	}
+	for _, t := range locked {
+		w.mu.Lock()
+		skip := w.active[t.ID]
+		if until, ok := w.held[t.ID]; ok {
+			skip = skip || time.Now().Before(until)
+		}
+		w.mu.Unlock()
+		if skip {
+			continue
+		}
+		log := w.log.With(slog.String("topic", t.TopicName), slog.String("external_task_id", t.ID), slog.String("process_instance_id", t.ProcessInstanceID))
+		log.Warn("unlocking a task locked for this worker by a fetch whose answer never arrived", slog.String("outcome", "unlocked"))
+		w.unlock(ctx, t.ID, log)
+		w.stats.Orphans.Add(1)
+	}
+	w.mu.Lock()
+	for id, until := range w.held {
+		if time.Now().After(until) {
+			delete(w.held, id)
+		}
+	}
+	w.mu.Unlock()
+	return true
+}
+
+// holdForRetry remembers a task reported as failed: the engine keeps it locked for us
+// until its retry timeout ends, and sweepOrphans must leave it alone.
+func (w *Worker) holdForRetry(id string, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held[id] = time.Now().Add(d + time.Second)
+}
+
 func (w *Worker) release(topic, id string) {
 	w.mu.Lock()
 	delete(w.active, id)
@@ -378,6 +461,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 	case hctx.Err() != nil && errors.Is(cause, ErrShutdown) && herr != nil:
 		// Cancelled by shutdown: hand the task back at once, without spending a retry.
 		log.Info("handler cancelled by shutdown; unlocking the task", slog.String("outcome", "unlocked"), slog.Duration("took", took))
+		ext.Stop() // an extension racing the unlock makes the engine refuse one of them
 		w.unlock(workCtx, raw.ID, log)
 		return
 	case hctx.Err() != nil && herr != nil && cause != nil && !errors.Is(herr, cause):
@@ -397,9 +481,19 @@ func runHandler(ctx context.Context, h Handler, t *Task) (vars camunda7.Variable
 }
 
 func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), w.cfg.ReportTimeout)
-	defer cancel()
-	if err := w.c.Unlock(ctx, id); err != nil && !errors.Is(err, camunda7.ErrTaskGone) {
+	ctx := context.WithoutCancel(workCtx)
+	b := retry.WithMaxRetries(uint64(w.cfg.ReportAttempts-1), retry.WithJitterPercent(20, retry.NewExponential(100*time.Millisecond)))
+	err := retry.Do(ctx, b, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+		defer cancel()
+		w.changes.Add(1)
+		err := w.c.Unlock(rctx, id)
+		if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOptimisticLock) || errors.Is(err, camunda7.ErrOutcomeUnknown) {
+			return retry.RetryableError(err) // unlocking twice is harmless
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, camunda7.ErrTaskGone) {
 		log.Warn("unlock failed; the task returns when its lock expires", slog.Any("error", err))
 		return
 	}

@@ -32,6 +32,7 @@ type config struct {
 	WorkerID       string        `envconfig:"WORKER_ID"`
 	MaxConcurrency int           `envconfig:"MAX_CONCURRENCY" default:"16"`
 	LongPoll       time.Duration `envconfig:"LONG_POLL" default:"20s"`
+	LockDuration   time.Duration `envconfig:"LOCK_DURATION" default:"20s"`
 	ShutdownGrace  time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s"`
 
 	LogFormat string `envconfig:"LOG_FORMAT" default:"auto"` // auto (text on a terminal, else JSON), text, json
@@ -63,6 +64,9 @@ func (c config) validate() error {
 	}
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
+	}
+	if c.LockDuration < time.Second {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_DURATION %v: must be at least 1s", c.LockDuration))
 	}
 	if c.LongPoll < 0 || c.LongPoll > camunda7.MaxAsyncResponseTimeout {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LONG_POLL %v: must be between 0 and 30m", c.LongPoll))

@@ -52,7 +52,7 @@ const demoBPMN = `<?xml version="1.0" encoding="UTF-8"?>
 </bpmn:definitions>`
 
 // demoHandlers registers the demo topics.
-func demoHandlers() (*tasks.Registry, error) {
+func demoHandlers(lock time.Duration) (*tasks.Registry, error) {
 	reg := tasks.NewRegistry()
 	var failedOnce sync.Map // invoice id -> true: the simulated transient outage hits each once
 	retry := failure.RetryPolicy{MaxAttempts: 3, InitialDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
@@ -77,7 +77,7 @@ func demoHandlers() (*tasks.Registry, error) {
 			}
 		}
 		return camunda7.Variables{"paymentRef": camunda7.StringVar("pay_" + invoice)}, nil
-	}, tasks.TopicOptions{LockDuration: 20 * time.Second, Variables: []string{"invoiceId", "amountCents"}, MaxConcurrency: 8, Retry: retry})
+	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"invoiceId", "amountCents"}, MaxConcurrency: 8, Retry: retry})
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func demoHandlers() (*tasks.Registry, error) {
 			return nil, err
 		}
 		return camunda7.Variables{"receiptId": camunda7.StringVar("rcpt_" + strings.TrimPrefix(ref, "pay_"))}, nil
-	}, tasks.TopicOptions{LockDuration: 20 * time.Second, Variables: []string{"paymentRef"}, Retry: retry})
+	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"paymentRef"}, Retry: retry})
 	return reg, err
 }
 
@@ -111,7 +111,7 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg, err := demoHandlers()
+	reg, err := demoHandlers(cfg.LockDuration)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 	}
 	fmt.Fprintf(out, "engine %s at %s: started %d invoices (%s)\n", v, redactedURL(cfg.EngineURL), n, run)
 
-	reg, err := demoHandlers()
+	reg, err := demoHandlers(cfg.LockDuration)
 	if err != nil {
 		return err
 	}
@@ -206,47 +206,57 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 }
 
 // waitDemo waits until every instance has ended or holds an incident, and counts how.
+// Each instance is looked at until its fate is known, then left alone.
 func waitDemo(ctx context.Context, c *camunda7.Client, ids []string, limit time.Duration) (map[string]int, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	got := map[string]int{}
+	pending := ids
 	for {
-		got := map[string]int{}
-		for _, id := range ids {
-			h, err := c.HistoricProcessInstance(ctx, id)
+		var still []string
+		for _, id := range pending {
+			fate, err := demoFate(ctx, c, id)
 			if err != nil {
-				return nil, err
+				return got, err
 			}
-			if h.State == "COMPLETED" {
-				acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {id}, "activityId": {"invoiceDeclined"}})
-				if err != nil {
-					return nil, err
-				}
-				if len(acts) > 0 {
-					got["declined"]++
-				} else {
-					got["paid"]++
-				}
-				continue
+			if fate == "" {
+				still = append(still, id)
 			}
-			inc, err := c.Incidents(ctx, url.Values{"processInstanceId": {id}})
-			if err != nil {
-				return nil, err
-			}
-			if len(inc) > 0 {
-				got["incident"]++
-			}
+			got[fate]++
 		}
-		if got["paid"]+got["declined"]+got["incident"] == len(ids) {
+		delete(got, "")
+		pending = still
+		if len(pending) == 0 {
 			return got, nil
 		}
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			return got, fmt.Errorf("demo: not finished after %v: %v", limit, got)
+			return got, fmt.Errorf("demo: %d instances not finished after %v (so far %v)", len(pending), limit, got)
 		case <-ctx.Done():
 			return got, ctx.Err()
 		}
 	}
+}
+
+// demoFate is "paid", "declined", "incident", or "" while the instance is still going.
+func demoFate(ctx context.Context, c *camunda7.Client, id string) (string, error) {
+	h, err := c.HistoricProcessInstance(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if h.State == "COMPLETED" {
+		acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {id}, "activityId": {"invoiceDeclined"}})
+		if err != nil || len(acts) == 0 {
+			return "paid", err
+		}
+		return "declined", nil
+	}
+	inc, err := c.Incidents(ctx, url.Values{"processInstanceId": {id}})
+	if err != nil || len(inc) == 0 {
+		return "", err
+	}
+	return "incident", nil
 }

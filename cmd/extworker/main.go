@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "demo":
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		n := fs.Int("instances", 30, "process instances to start")
+		n := fs.Int("instances", 200, "process instances to start")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
