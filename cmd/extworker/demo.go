@@ -105,6 +105,13 @@ func wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// deployDemo deploys the demo process unless the same version is there already.
+func deployDemo(ctx context.Context, c *camunda7.Client) error {
+	_, err := c.Deploy(ctx, camunda7.Deployment{Name: demoProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
+		Resources: []camunda7.Resource{{Name: demoProcessKey + ".bpmn", Content: []byte(demoBPMN)}}})
+	return err
+}
+
 // runWorker runs the demo topics until ctx ends.
 func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	c, err := newClient(cfg, logger)
@@ -135,8 +142,7 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 	if err != nil {
 		return fmt.Errorf("engine at %s: %w (run `make up`)", redactedURL(cfg.EngineURL), err)
 	}
-	if _, err := c.Deploy(ctx, camunda7.Deployment{Name: demoProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
-		Resources: []camunda7.Resource{{Name: demoProcessKey + ".bpmn", Content: []byte(demoBPMN)}}}); err != nil {
+	if err := deployDemo(ctx, c); err != nil {
 		return err
 	}
 	run := fmt.Sprintf("demo-%d", time.Now().Unix())
