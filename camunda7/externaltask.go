@@ -148,30 +148,12 @@ func (r FetchAndLockRequest) dto(op string) (fetchAndLockDto, error) {
 	return d, nil
 }
 
-// LockedExternalTask is a task returned by fetchAndLock, locked for the worker.
+// LockedExternalTask is a task returned by fetchAndLock, locked for the worker: the
+// task as ExternalTask describes it, plus what only fetchAndLock returns.
 type LockedExternalTask struct {
-	ID                          string `json:"id"`
-	TopicName                   string `json:"topicName"`
-	WorkerID                    string `json:"workerId"`
-	ActivityID                  string `json:"activityId"`
-	ActivityInstanceID          string `json:"activityInstanceId"`
-	ExecutionID                 string `json:"executionId"`
-	ProcessDefinitionID         string `json:"processDefinitionId"`
-	ProcessDefinitionKey        string `json:"processDefinitionKey"`
-	ProcessDefinitionVersionTag string `json:"processDefinitionVersionTag"`
-	ProcessInstanceID           string `json:"processInstanceId"`
-	BusinessKey                 string `json:"businessKey"`
-	TenantID                    string `json:"tenantId"`
-	// Retries is nil until a failure has been reported for the task: the engine does not
-	// count attempts itself.
-	Retries      *int   `json:"retries"`
-	Priority     int64  `json:"priority"`
-	Suspended    bool   `json:"suspended"`
-	ErrorMessage string `json:"errorMessage"`
+	ExternalTask
 	// ErrorDetails of the last failure; only fetchAndLock returns it.
 	ErrorDetails        string            `json:"errorDetails"`
-	LockExpirationTime  Time              `json:"lockExpirationTime"`
-	CreateTime          Time              `json:"createTime"`
 	Variables           Variables         `json:"variables"`
 	ExtensionProperties map[string]string `json:"extensionProperties"`
 }
@@ -190,12 +172,14 @@ type ExternalTask struct {
 	ProcessInstanceID           string `json:"processInstanceId"`
 	BusinessKey                 string `json:"businessKey"`
 	TenantID                    string `json:"tenantId"`
-	Retries                     *int   `json:"retries"`
-	Priority                    int64  `json:"priority"`
-	Suspended                   bool   `json:"suspended"`
-	ErrorMessage                string `json:"errorMessage"`
-	LockExpirationTime          Time   `json:"lockExpirationTime"`
-	CreateTime                  Time   `json:"createTime"`
+	// Retries is nil until a failure has been reported for the task: the engine does not
+	// count attempts itself.
+	Retries            *int   `json:"retries"`
+	Priority           int64  `json:"priority"`
+	Suspended          bool   `json:"suspended"`
+	ErrorMessage       string `json:"errorMessage"`
+	LockExpirationTime Time   `json:"lockExpirationTime"`
+	CreateTime         Time   `json:"createTime"`
 }
 
 // FetchAndLock locks up to r.MaxTasks tasks for r.WorkerID. With AsyncResponseTimeout

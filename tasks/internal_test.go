@@ -74,7 +74,7 @@ func TestPlanAsksOnlyForFreeSlots(t *testing.T) {
 }
 
 func TestDescribeFailureFormat(t *testing.T) {
-	raw := camunda7.LockedExternalTask{ID: "task-1", TopicName: "pay", ProcessInstanceID: "pi-1", ProcessDefinitionKey: "invoice", ActivityID: "collect", BusinessKey: "INV-1"}
+	raw := camunda7.LockedExternalTask{ExternalTask: camunda7.ExternalTask{ID: "task-1", TopicName: "pay", ProcessInstanceID: "pi-1", ProcessDefinitionKey: "invoice", ActivityID: "collect", BusinessKey: "INV-1"}}
 	tp := &topic{name: "pay", opts: TopicOptions{}.WithDefaults()}
 	task := newTask(raw, "w-1", 1)
 	msg, details := describeFailure("w-1", tp, task, failure.Classify(errors.New("provider: 503\nretry later")), 2, time.Second)
