@@ -1,0 +1,132 @@
+// Command goworker is the benchmark's worker on extworker (package tasks): one topic, a
+// handler that completes each task at once (-mode noop) or after waiting (-mode io), the
+// runtime's defaults unless a flag says otherwise. It prints to stdout
+//
+//	FIRST <unix ns>                  when the first handler starts
+//	PICKUP <business key> <unix ns>  when a handler starts (with -latency)
+//
+// and stops (draining, as in production) on SIGTERM or SIGINT. The benchmark driver
+// (bench/cmd/benchrun) starts it as a separate process and measures it from outside.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/tasks"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "goworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	engine := flag.String("engine", camunda7.DefaultBaseURL, "engine REST root")
+	topic := flag.String("topic", "", "topic to work (required)")
+	mode := flag.String("mode", "noop", "handler: noop (complete at once) or io (wait -io, then complete)")
+	ioWait := flag.Duration("io", 50*time.Millisecond, "how long the io handler waits")
+	latency := flag.Bool("latency", false, "print PICKUP lines")
+	concurrency := flag.Int("concurrency", 0, "tasks.Config.MaxConcurrency (0: the default)")
+	longPoll := flag.Duration("long-poll", 0, "tasks.Config.AsyncResponseTimeout (0: the default)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile here")
+	memProfile := flag.String("memprofile", "", "write a heap profile here at exit")
+	verbose := flag.Bool("v", false, "log the worker's records to stderr")
+	flag.Parse()
+	if *topic == "" {
+		return fmt.Errorf("-topic is required")
+	}
+	if *mode != "noop" && *mode != "io" {
+		return fmt.Errorf("-mode %q: want noop or io", *mode)
+	}
+
+	logger := slog.New(slog.DiscardHandler)
+	if *verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	c, err := camunda7.New(camunda7.Config{BaseURL: *engine, Logger: logger})
+	if err != nil {
+		return err
+	}
+	out := &lineWriter{f: os.Stdout}
+	var first sync.Once
+	reg := tasks.NewRegistry()
+	err = reg.Register(*topic, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
+		now := time.Now().UnixNano()
+		first.Do(func() { out.line("FIRST " + strconv.FormatInt(now, 10)) })
+		if *latency {
+			out.line("PICKUP " + t.BusinessKey() + " " + strconv.FormatInt(now, 10))
+		}
+		if *mode == "io" {
+			tm := time.NewTimer(*ioWait)
+			defer tm.Stop()
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+		return nil, nil
+	}, tasks.TopicOptions{})
+	if err != nil {
+		return err
+	}
+	w, err := tasks.New(c, reg, tasks.Config{MaxConcurrency: *concurrency, AsyncResponseTimeout: *longPoll, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	err = w.Run(ctx)
+	c.CloseIdleConnections()
+	if *memProfile != "" {
+		f, ferr := os.Create(*memProfile)
+		if ferr != nil {
+			return ferr
+		}
+		defer f.Close()
+		runtime.GC()
+		if ferr := pprof.WriteHeapProfile(f); ferr != nil {
+			return ferr
+		}
+	}
+	return err
+}
+
+// lineWriter writes whole lines to an unbuffered file, one write per line, so the
+// driver reading the pipe never sees two handlers' lines interleaved.
+type lineWriter struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func (w *lineWriter) line(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = w.f.WriteString(s + "\n")
+}

@@ -1,0 +1,571 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/failure"
+)
+
+// Config configures a Ledger. Zero values take the documented defaults.
+type Config struct {
+	// Namespace separates tenants or applications sharing one database. Default "default".
+	Namespace string
+	// Lease is how long one attempt owns an intent; another attempt backs off meanwhile,
+	// and takes over once it has run out. A dispatch is cut off before its lease ends.
+	// Keep it shorter than the topic's lock duration plus a few extensions. Default 2m.
+	Lease time.Duration
+	// MaxAttempts bounds the attempts that take an intent without reaching an outcome
+	// (workers dying silently): past it the intent goes to operator hold. Default 10.
+	MaxAttempts int
+	// MaxReconciliations bounds the reconciliations that end still unknown. Default 5.
+	MaxReconciliations int
+	// ReconcileBackoff is the wait before the first re-reconciliation, doubling. Default 2s.
+	ReconcileBackoff time.Duration
+	// ProviderWindow is how long the provider keeps idempotency keys: past it an unknown
+	// dispatch cannot be checked by key, and goes to operator hold. Default 24h.
+	ProviderWindow time.Duration
+	// WriteTimeout bounds each ledger transaction. Default 10s.
+	WriteTimeout time.Duration
+	// Logger receives transitions at debug level, holds and mismatches at warn. Default discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy with defaults filled in.
+func (c Config) WithDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	if c.Lease == 0 {
+		c.Lease = 2 * time.Minute
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.MaxReconciliations == 0 {
+		c.MaxReconciliations = 5
+	}
+	if c.ReconcileBackoff == 0 {
+		c.ReconcileBackoff = 2 * time.Second
+	}
+	if c.ProviderWindow == 0 {
+		c.ProviderWindow = 24 * time.Hour
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names every bad field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Lease < time.Second {
+		errs = append(errs, fmt.Errorf("Lease %v: must be at least 1s", c.Lease))
+	}
+	if c.MaxAttempts < 1 || c.MaxReconciliations < 1 {
+		errs = append(errs, fmt.Errorf("MaxAttempts %d and MaxReconciliations %d: must be at least 1", c.MaxAttempts, c.MaxReconciliations))
+	}
+	if c.ReconcileBackoff <= 0 || c.ProviderWindow <= 0 || c.WriteTimeout <= 0 {
+		errs = append(errs, errors.New("ReconcileBackoff, ProviderWindow and WriteTimeout must be positive"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("idempotency config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Ledger records intents in PostgreSQL and runs effects through them.
+type Ledger struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	log  *slog.Logger
+}
+
+// New returns a ledger on pool, whose database must be migrated (package migrations).
+func New(pool *pgxpool.Pool, cfg Config) (*Ledger, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Ledger{pool: pool, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Digest returns the canonical digest of a request: SHA-256 of its JSON with object keys
+// sorted and numbers kept as written, so equal requests have equal digests whatever the
+// field order of the struct or map they came from.
+func Digest(request any) (string, error) {
+	raw, err := json.Marshal(request)
+	if err != nil {
+		return "", fmt.Errorf("digest request: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("digest request: %w", err)
+	}
+	canon, err := json.Marshal(v) // maps marshal with sorted keys
+	if err != nil {
+		return "", fmt.Errorf("digest request: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ProviderKey derives the Idempotency-Key the provider sees from the intent: stable
+// across attempts and workers, high-entropy, and free of the business values in the key.
+func ProviderKey(namespace, scope, key string) string {
+	sum := sha256.Sum256([]byte(namespace + "\x00" + scope + "\x00" + key))
+	return "ew_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:20]))
+}
+
+// Row is an intent as stored.
+type Row struct {
+	ID                int64
+	Namespace         string
+	Scope             string
+	Key               string
+	Digest            string
+	ProviderKey       string
+	State             State
+	Attempt           int
+	LeaseOwner        *string
+	LeaseUntil        *time.Time
+	Dispatches        int
+	Reconciliations   int
+	ProviderRef       *string
+	Result            []byte
+	ErrorCode         *string
+	ErrorMessage      *string
+	TaskID            *string
+	ProcessInstanceID *string
+	BusinessKey       *string
+	FirstDispatchedAt *time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+const rowColumns = `id, namespace, scope, intent_key, request_digest, provider_key, state, attempt, lease_owner, lease_until,
+	dispatches, reconciliations, provider_ref, result, error_code, error_message, task_id, process_instance_id, business_key,
+	first_dispatched_at, created_at, updated_at`
+
+func scanRow(r pgx.Row) (Row, error) {
+	var x Row
+	err := r.Scan(&x.ID, &x.Namespace, &x.Scope, &x.Key, &x.Digest, &x.ProviderKey, &x.State, &x.Attempt, &x.LeaseOwner, &x.LeaseUntil,
+		&x.Dispatches, &x.Reconciliations, &x.ProviderRef, &x.Result, &x.ErrorCode, &x.ErrorMessage, &x.TaskID, &x.ProcessInstanceID,
+		&x.BusinessKey, &x.FirstDispatchedAt, &x.CreatedAt, &x.UpdatedAt)
+	return x, err
+}
+
+// attempt is one run of Do: the intent, its row as claimed, and how to reach the effect.
+type attempt struct {
+	l      *Ledger
+	in     Intent
+	eff    Effect
+	row    Row
+	digest string
+	claimed bool // this attempt holds the intent's lease
+	// leaseEnd is when this attempt's lease ends on the local monotonic clock: dispatches
+	// and reconciliations are cut off before it.
+	leaseEnd time.Time
+}
+
+// Do runs one effect through the ledger, at most once per intent, and returns either the
+// outcome or an error that is already a failure outcome for the handler to return:
+//
+//   - confirmed now, or earlier (Replayed, the provider not called): the Outcome;
+//   - declined: Effect.OnRejected (default failure.BPMNError with the decline's code);
+//   - same key, different request: failure.Permanent(ErrDigestMismatch), nothing sent;
+//   - another live attempt owns the intent: failure.RetryableAfter(ErrInProgress);
+//   - dispatch ambiguous: the intent is unknown, failure.RetryableAfter(ErrUnknownOutcome);
+//     the next attempt reconciles before anything is sent again;
+//   - not reconcilable, or too many tries: operator hold, failure.UnknownOutcome with what
+//     an operator must check.
+func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error) {
+	if in.Scope == "" || in.Key == "" {
+		return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: intent needs a scope and a key (got %q, %q)", in.Scope, in.Key))
+	}
+	if eff.Dispatch == nil && eff.Local == nil {
+		return Outcome{}, failure.Permanent(errors.New("idempotency: an effect needs Dispatch or Local"))
+	}
+	digest, err := Digest(in.Request)
+	if err != nil {
+		return Outcome{}, failure.Permanent(err)
+	}
+	a := &attempt{l: l, in: in, eff: eff, digest: digest}
+	return a.run(ctx)
+}
+
+func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
+	if err := a.claim(ctx); err != nil {
+		return Outcome{}, err
+	}
+	if a.claimed {
+		defer func() {
+			if err != nil {
+				a.releaseLease(ctx) // this attempt is over: the next need not wait out the lease
+			}
+		}()
+	}
+	switch a.row.State {
+	case StateConfirmed, StateReconciled:
+		return a.outcome(true)
+	case StateRejected:
+		return Outcome{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
+	case StateUnknown:
+		proceed, out, err := a.reconcile(ctx)
+		if !proceed {
+			return out, err
+		}
+	}
+	if a.eff.Dispatch == nil {
+		return a.confirm(ctx, StatePrepared, StateConfirmed, Result{}, "local effect committed with the ledger")
+	}
+	return a.dispatch(ctx)
+}
+
+// claim records the intent if it is new, and takes its lease for this attempt.
+func (a *attempt) claim(ctx context.Context) error {
+	l, in := a.l, a.in
+	pkey := ProviderKey(l.cfg.Namespace, in.Scope, in.Key)
+	var result error
+	err := a.tx(ctx, func(tx pgx.Tx) error {
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state,
+				task_id, process_instance_id, business_key)
+			VALUES ($1, $2, $3, $4, $5, 'prepared', $6, $7, $8)
+			ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id`,
+			l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey)).Scan(&id)
+		if err == nil {
+			if err := a.event(ctx, tx, id, "", StatePrepared, 0, "intent recorded"); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		row, err := scanRow(tx.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents
+			WHERE namespace = $1 AND scope = $2 AND intent_key = $3 FOR UPDATE`, l.cfg.Namespace, in.Scope, in.Key))
+		if err != nil {
+			return err
+		}
+		a.row = row
+		// Leases are compared on the database's clock, shared by every worker.
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		a.leaseEnd = time.Now().Add(l.cfg.Lease)
+		switch {
+		case row.Digest != a.digest:
+			result = failure.Permanent(fmt.Errorf("%w: scope %s key %s was recorded with request digest %.12s…, this attempt's is %.12s…; nothing was sent",
+				ErrDigestMismatch, in.Scope, in.Key, row.Digest, a.digest))
+			l.log.Warn("intent digest mismatch", slog.String("scope", in.Scope), slog.String("intent_key", in.Key), slog.String("ledger_state", string(row.State)))
+			return a.event(ctx, tx, row.ID, row.State, row.State, row.Attempt, "refused: same key, different request digest "+a.digest[:12])
+		case row.State.Terminal() || row.State == StateOperatorHold:
+			return nil
+		case row.LeaseUntil != nil && row.LeaseUntil.After(now):
+			wait := row.LeaseUntil.Sub(now)
+			result = failure.RetryableAfter(fmt.Errorf("%w (attempt %d by %s, lease ends in %v)", ErrInProgress, row.Attempt, deref(row.LeaseOwner), wait.Round(time.Millisecond)), wait)
+			return nil
+		case row.Attempt >= l.cfg.MaxAttempts:
+			result = a.holdTx(ctx, tx, fmt.Sprintf("%d attempts took this intent without reaching an outcome (workers dying or losing their locks)", row.Attempt),
+				ErrTooManyTries)
+			return nil
+		}
+		to, reason := row.State, ""
+		if row.State == StateDispatched {
+			to, reason = StateUnknown, fmt.Sprintf("attempt %d ended after dispatch without recording an outcome", row.Attempt)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE extworker_intents SET attempt = attempt + 1, lease_owner = $2, lease_until = $3, state = $4,
+				task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now()
+			WHERE id = $1 AND attempt = $7`,
+			row.ID, nz(in.Task.Actor), now.Add(l.cfg.Lease), to, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), row.Attempt)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return ErrFenced
+		}
+		a.row.Attempt++
+		a.row.State = to
+		a.claimed = true
+		lease := now.Add(l.cfg.Lease)
+		a.row.LeaseUntil = &lease
+		if reason != "" {
+			return a.event(ctx, tx, row.ID, StateDispatched, StateUnknown, a.row.Attempt, reason)
+		}
+		return nil
+	})
+	if err != nil {
+		return failure.Retryable(fmt.Errorf("idempotency: claim intent %s/%s: %w", in.Scope, in.Key, err))
+	}
+	if result == nil && a.row.State == StateOperatorHold {
+		result = a.holdError(deref(a.row.ErrorMessage), ErrOperatorHold)
+	}
+	return result
+}
+
+// reconcile resolves an unknown intent with the provider. proceed means: dispatch again.
+func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err error) {
+	l, r := a.l, a.row
+	if a.eff.Reconcile == nil {
+		return false, Outcome{}, a.hold(ctx, "the dispatch outcome is unknown and this effect has no Reconcile", ErrUnknownOutcome)
+	}
+	if r.FirstDispatchedAt != nil && time.Since(*r.FirstDispatchedAt) > l.cfg.ProviderWindow {
+		return false, Outcome{}, a.hold(ctx, fmt.Sprintf("first dispatched %s, beyond the provider's %v idempotency window", r.FirstDispatchedAt.Format(time.RFC3339), l.cfg.ProviderWindow), ErrUnknownOutcome)
+	}
+	rctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
+	rec, rerr := a.eff.Reconcile(rctx, Query{Scope: a.in.Scope, Key: a.in.Key, ProviderKey: r.ProviderKey, ProviderRef: deref(r.ProviderRef), FirstDispatchedAt: derefTime(r.FirstDispatchedAt)})
+	cancel()
+	if rerr != nil {
+		rec = StillUnknown(rerr.Error())
+	}
+	switch rec.kind {
+	case reconFound:
+		out, err := a.confirm(ctx, StateUnknown, StateReconciled, rec.result, "reconciled: the provider has the effect")
+		return false, out, err
+	case reconRejected:
+		return false, Outcome{}, a.reject(ctx, StateUnknown, rec.rejection, "reconciled: the provider declined the request")
+	case reconNotFound:
+		if err := a.move(ctx, StateUnknown, StatePrepared, "reconciled: the provider has no record; dispatch again with the same key", ""); err != nil {
+			return false, Outcome{}, failure.Retryable(err)
+		}
+		a.row.State = StatePrepared
+		return true, Outcome{}, nil
+	}
+	n := r.Reconciliations + 1
+	if n >= l.cfg.MaxReconciliations {
+		return false, Outcome{}, a.hold(ctx, fmt.Sprintf("still unknown after %d reconciliations: %s", n, rec.reason), ErrUnknownOutcome)
+	}
+	wctx, wcancel := a.writeCtx(ctx)
+	defer wcancel()
+	if _, err := l.pool.Exec(wctx, `UPDATE extworker_intents SET reconciliations = reconciliations + 1, lease_owner = NULL, lease_until = NULL,
+			updated_at = now() WHERE id = $1 AND attempt = $2`, r.ID, r.Attempt); err != nil {
+		return false, Outcome{}, failure.Retryable(err)
+	}
+	backoff := l.cfg.ReconcileBackoff << min(n-1, 10)
+	return false, Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, n, l.cfg.MaxReconciliations, rec.reason), backoff)
+}
+
+// dispatch marks the intent dispatched (committed before anything leaves), performs the
+// effect and records what came back.
+func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
+	l := a.l
+	err := a.tx(ctx, func(tx pgx.Tx) error {
+		return a.moveTx(ctx, tx, StatePrepared, StateDispatched, "dispatching with the provider key",
+			", dispatches = dispatches + 1, first_dispatched_at = coalesce(first_dispatched_at, now())")
+	})
+	if err != nil {
+		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: mark dispatched: %w", err))
+	}
+	a.row.State = StateDispatched
+	dctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
+	res, derr := a.eff.Dispatch(dctx, a.row.ProviderKey)
+	cancel()
+	var rej *Rejection
+	switch {
+	case derr == nil:
+		return a.confirm(ctx, StateDispatched, StateConfirmed, res, "confirmed by the provider")
+	case errors.As(derr, &rej):
+		return Outcome{}, a.reject(ctx, StateDispatched, rej, "declined by the provider")
+	case IsNotSent(derr):
+		if err := a.move(ctx, StateDispatched, StatePrepared, "not sent: "+derr.Error(), ""); err != nil {
+			return Outcome{}, failure.Retryable(err)
+		}
+		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: dispatch not sent: %w", derr))
+	}
+	if err := a.move(ctx, StateDispatched, StateUnknown, "ambiguous dispatch: "+derr.Error(), ""); err != nil {
+		// The row stays dispatched: the next attempt, once the lease ends, treats it as unknown.
+		l.log.Warn("recording an unknown dispatch failed", slog.String("scope", a.in.Scope), slog.Any("error", err))
+	}
+	return Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: %w", ErrUnknownOutcome, derr), l.cfg.ReconcileBackoff)
+}
+
+// confirm records the result (and runs Local in the same transaction).
+func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reason string) (Outcome, error) {
+	values, err := json.Marshal(res.Values)
+	if err != nil {
+		return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: result values: %w", err))
+	}
+	wctx, cancel := a.writeCtx(ctx)
+	defer cancel()
+	err = pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error {
+		if err := a.moveTx(wctx, tx, from, to, reason, ", provider_ref = $5, result = $6", nz(res.ProviderRef), values); err != nil {
+			return err
+		}
+		if a.eff.Local != nil {
+			if err := a.eff.Local(wctx, tx, res); err != nil {
+				return fmt.Errorf("local effect: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if from == StateDispatched {
+			// The provider did it; the ledger could not say so. Make the next attempt check.
+			if merr := a.move(ctx, StateDispatched, StateUnknown, "confirm failed after the provider answered: "+err.Error(), ""); merr != nil {
+				a.l.log.Warn("recording unknown after a failed confirm failed", slog.Any("error", merr))
+			}
+		}
+		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: confirm %s/%s: %w", a.in.Scope, a.in.Key, err))
+	}
+	a.row.State, a.row.Result = to, values
+	ref := res.ProviderRef
+	a.row.ProviderRef = &ref
+	return a.outcome(false)
+}
+
+func (a *attempt) reject(ctx context.Context, from State, rej *Rejection, reason string) error {
+	if err := a.move(ctx, from, StateRejected, reason+": "+rej.Code, ", error_code = $5, error_message = $6", rej.Code, rej.Message); err != nil {
+		return failure.Retryable(err)
+	}
+	return a.rejected(rej)
+}
+
+func (a *attempt) rejected(rej *Rejection) error {
+	if a.eff.OnRejected != nil {
+		return a.eff.OnRejected(rej)
+	}
+	return failure.BPMNError(rej.Code, rej.Message, nil)
+}
+
+// hold parks the intent for an operator and returns the incident for the handler.
+func (a *attempt) hold(ctx context.Context, why string, cause error) error {
+	var err error
+	txErr := a.tx(ctx, func(tx pgx.Tx) error { err = a.holdTx(ctx, tx, why, cause); return nil })
+	if txErr != nil {
+		return failure.Retryable(txErr)
+	}
+	return err
+}
+
+func (a *attempt) holdTx(ctx context.Context, tx pgx.Tx, why string, cause error) error {
+	if err := a.moveTx(ctx, tx, a.row.State, StateOperatorHold, "operator hold: "+why, ", error_message = $5", why); err != nil {
+		return failure.Retryable(err)
+	}
+	a.row.State = StateOperatorHold
+	a.l.log.Warn("intent held for an operator", slog.String("scope", a.in.Scope), slog.String("intent_key", a.in.Key), slog.String("reason", why))
+	return a.holdError(why, cause)
+}
+
+func (a *attempt) holdError(why string, cause error) error {
+	return failure.UnknownOutcome(fmt.Errorf("%w: %s; check the provider for idempotency key %s (scope %s, intent %s), then run `extworker effects resolve %s --as confirmed|rejected`",
+		cause, why, a.row.ProviderKey, a.in.Scope, a.in.Key, a.in.Key))
+}
+
+func (a *attempt) outcome(replayed bool) (Outcome, error) {
+	out := Outcome{State: a.row.State, ProviderKey: a.row.ProviderKey, ProviderRef: deref(a.row.ProviderRef), Replayed: replayed, Attempt: a.row.Attempt}
+	if len(a.row.Result) > 0 {
+		if err := json.Unmarshal(a.row.Result, &out.Values); err != nil {
+			return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: stored result of %s/%s: %w", a.in.Scope, a.in.Key, err))
+		}
+	}
+	return out, nil
+}
+
+// releaseLease gives up this attempt's lease if it still holds it.
+func (a *attempt) releaseLease(ctx context.Context) {
+	wctx, cancel := a.writeCtx(ctx)
+	defer cancel()
+	if _, err := a.l.pool.Exec(wctx, `UPDATE extworker_intents SET lease_owner = NULL, lease_until = NULL
+		WHERE id = $1 AND attempt = $2 AND lease_until IS NOT NULL`, a.row.ID, a.row.Attempt); err != nil {
+		a.l.log.Warn("releasing an intent's lease failed; it runs out by itself", slog.String("scope", a.in.Scope), slog.Any("error", err))
+	}
+}
+
+// move is moveTx in its own transaction.
+func (a *attempt) move(ctx context.Context, from, to State, reason, sets string, args ...any) error {
+	err := a.tx(ctx, func(tx pgx.Tx) error { return a.moveTx(ctx, tx, from, to, reason, sets, args...) })
+	if err == nil {
+		a.row.State = to
+	}
+	return err
+}
+
+// moveTx is the compare-and-set every transition goes through: it changes the state only
+// if the row is still in from at this attempt (the fencing token), releases the lease
+// when the intent leaves the in-flight states, and appends the event.
+func (a *attempt) moveTx(ctx context.Context, tx pgx.Tx, from, to State, reason, sets string, args ...any) error {
+	release := ""
+	if to != StateDispatched && to != StatePrepared {
+		release = ", lease_owner = NULL, lease_until = NULL"
+	}
+	tag, err := tx.Exec(ctx, `UPDATE extworker_intents SET state = $1, updated_at = now()`+release+sets+`
+		WHERE id = $2 AND state = $3 AND attempt = $4`, append([]any{to, a.row.ID, from, a.row.Attempt}, args...)...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("%w (%s -> %s at attempt %d)", ErrFenced, from, to, a.row.Attempt)
+	}
+	a.l.log.Debug("intent transition", slog.String("scope", a.in.Scope), slog.String("intent_key", a.in.Key),
+		slog.String("from", string(from)), slog.String("to", string(to)), slog.Int("attempt", a.row.Attempt))
+	return a.event(ctx, tx, a.row.ID, from, to, a.row.Attempt, reason)
+}
+
+func (a *attempt) event(ctx context.Context, tx pgx.Tx, id int64, from, to State, attempt int, reason string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, nz(string(from)), to, attempt, actorOf(a.in.Task.Actor), nz(a.in.Task.TaskID), reason)
+	return err
+}
+
+// tx runs fn in a transaction that outlives a cancelled handler context: what the
+// ledger learns must be written even when the handler's lock was just lost.
+func (a *attempt) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	wctx, cancel := a.writeCtx(ctx)
+	defer cancel()
+	return pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error { return fn(tx) })
+}
+
+func (a *attempt) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), a.l.cfg.WriteTimeout)
+}
+
+// leaseDeadline is when a dispatch or reconciliation must be over: a margin before the
+// lease ends, so no call outlives this attempt's ownership.
+func (a *attempt) leaseDeadline() time.Time {
+	return a.leaseEnd.Add(-min(5*time.Second, a.l.cfg.Lease/10))
+}
+
+func nz(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+func actorOf(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -1,0 +1,179 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// State is where an intent is in its lifecycle.
+type State string
+
+// The lifecycle: prepared -> dispatched -> confirmed | rejected | unknown;
+// unknown -> reconciled (found) | prepared (authoritatively not found) | operator_hold;
+// operator_hold -> confirmed | rejected by an operator. Compensation is a new intent.
+const (
+	StatePrepared     State = "prepared"
+	StateDispatched   State = "dispatched"
+	StateConfirmed    State = "confirmed"
+	StateRejected     State = "rejected"
+	StateUnknown      State = "unknown"
+	StateReconciled   State = "reconciled"
+	StateCompensated  State = "compensated"
+	StateOperatorHold State = "operator_hold"
+)
+
+// Terminal reports whether no attempt will ever change the intent again (only an
+// operator can).
+func (s State) Terminal() bool {
+	switch s {
+	case StateConfirmed, StateRejected, StateReconciled, StateCompensated:
+		return true
+	}
+	return false
+}
+
+// Intent names one side effect of one business command.
+type Intent struct {
+	// Scope is the kind of effect, e.g. "payment.collect".
+	Scope string
+	// Key identifies the business command deterministically: invoice id, recipient,
+	// semantic version. Never a random value, and never a task id or attempt number alone:
+	// every delivery of the same command must compute the same key.
+	Key string
+	// Request is what would be sent; only its canonical digest is stored. The same key
+	// with a different digest is refused (ErrDigestMismatch) and nothing is sent.
+	Request any
+	// Task identifies who acts, for the ledger's audit trail.
+	Task TaskRef
+}
+
+// TaskRef is the engine's view of the attempt, as plain values (the ledger knows nothing
+// of Camunda).
+type TaskRef struct {
+	Actor             string // the worker id
+	TaskID            string
+	ProcessInstanceID string
+	BusinessKey       string
+}
+
+// Result is what a confirmed effect leaves in the ledger: the provider's reference and
+// the values the task completes with. No request or response bodies, no secrets.
+type Result struct {
+	ProviderRef string
+	Values      map[string]any
+}
+
+// Effect is how to perform and check one side effect.
+type Effect struct {
+	// Dispatch performs the effect, sending providerKey as the provider's
+	// Idempotency-Key. It returns the result, a *Rejection (Rejected) for a definitive
+	// decline, an error wrapped with NotSent when the request certainly did not leave, or
+	// any other error for an ambiguous outcome (the intent becomes unknown). Nil for a
+	// purely local effect (Local only).
+	Dispatch func(ctx context.Context, providerKey string) (Result, error)
+	// Reconcile asks the provider what became of an unknown dispatch: by key, by
+	// reference, or by business search. Nil: unknown intents go to operator hold.
+	Reconcile func(ctx context.Context, q Query) (Reconciliation, error)
+	// Local runs in the transaction that confirms the intent, so local business state and
+	// the ledger commit together or not at all.
+	Local func(ctx context.Context, tx pgx.Tx, r Result) error
+	// OnRejected turns a decline into the handler's error. Default: a BPMN error with the
+	// rejection's code and message.
+	OnRejected func(*Rejection) error
+}
+
+// Query is what Reconcile gets to look an effect up.
+type Query struct {
+	Scope, Key        string
+	ProviderKey       string
+	ProviderRef       string // when a previous answer carried one
+	FirstDispatchedAt time.Time
+}
+
+// Reconciliation is the provider's answer about an unknown dispatch; build it with
+// Found, NotFound, StillUnknown or ReconciledRejected.
+type Reconciliation struct {
+	kind      reconKind
+	result    Result
+	rejection *Rejection
+	reason    string
+}
+
+type reconKind int
+
+const (
+	reconStillUnknown reconKind = iota
+	reconFound
+	reconNotFound
+	reconRejected
+)
+
+// Found: the provider has the effect; the intent becomes reconciled with this result.
+func Found(r Result) Reconciliation { return Reconciliation{kind: reconFound, result: r} }
+
+// NotFound: the provider authoritatively has no such effect (within its idempotency
+// window and past its index lag); dispatching again with the same key is allowed.
+func NotFound() Reconciliation { return Reconciliation{kind: reconNotFound} }
+
+// StillUnknown: the provider cannot tell yet; reconciliation is retried with backoff and
+// ends in operator hold past the limit.
+func StillUnknown(reason string) Reconciliation {
+	return Reconciliation{kind: reconStillUnknown, reason: reason}
+}
+
+// ReconciledRejected: the provider has the request, and declined it.
+func ReconciledRejected(code, message string) Reconciliation {
+	return Reconciliation{kind: reconRejected, rejection: &Rejection{Code: code, Message: message}}
+}
+
+// Rejection is a provider's definitive decline (card declined, recipient unknown).
+type Rejection struct {
+	Code    string
+	Message string
+}
+
+func (r *Rejection) Error() string { return fmt.Sprintf("rejected by the provider: %s: %s", r.Code, r.Message) }
+
+// Rejected returns a *Rejection for Dispatch to return.
+func Rejected(code, message string) error { return &Rejection{Code: code, Message: message} }
+
+// notSent marks a dispatch error as certainly not sent.
+type notSent struct{ err error }
+
+func (e *notSent) Error() string { return "not sent: " + e.err.Error() }
+func (e *notSent) Unwrap() error { return e.err }
+
+// NotSent marks a Dispatch error as certainly not sent (connection refused, a 429 or a
+// 4xx the provider did not store): the intent goes back to prepared and may be sent again.
+func NotSent(err error) error { return &notSent{err} }
+
+// IsNotSent reports whether err was marked with NotSent.
+func IsNotSent(err error) bool {
+	var ns *notSent
+	return errors.As(err, &ns)
+}
+
+// Sentinel errors, wrapped in the failure outcome Do returns.
+var (
+	ErrDigestMismatch = errors.New("idempotency: same intent key, different request")
+	ErrInProgress     = errors.New("idempotency: intent in progress in another attempt")
+	ErrUnknownOutcome = errors.New("idempotency: outcome of the dispatch is unknown")
+	ErrOperatorHold   = errors.New("idempotency: intent held for an operator")
+	ErrTooManyTries   = errors.New("idempotency: too many attempts without an outcome")
+	ErrFenced         = errors.New("idempotency: another attempt took the intent over")
+)
+
+// Outcome is a confirmed (or reconciled) intent.
+type Outcome struct {
+	State       State
+	ProviderKey string
+	ProviderRef string
+	Values      map[string]any
+	// Replayed: the result came from the ledger; the provider was not called this time.
+	Replayed bool
+	Attempt  int
+}

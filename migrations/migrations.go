@@ -1,0 +1,71 @@
+// Package migrations holds the effect ledger's schema as numbered SQL files embedded in
+// the binary, and applies them with pressly/goose: in order, each in its own
+// transaction, under a PostgreSQL advisory lock so that several workers starting at once
+// migrate exactly once.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// VersionTable is where goose records the applied versions.
+const VersionTable = "extworker_schema_migrations"
+
+// ErrNotMigrated means the database lacks migrations this binary needs.
+var ErrNotMigrated = errors.New("the ledger database is not migrated: run `extworker migrate`")
+
+func provider(db *sql.DB) (*goose.Provider, error) {
+	// Poll for the lock every second (the default is 5s), for up to five minutes.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithTableName(VersionTable), goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true))
+}
+
+// Up applies every pending migration and returns the versions it applied.
+func Up(ctx context.Context, db *sql.DB) ([]int64, error) {
+	p, err := provider(db)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	var applied []int64
+	for _, r := range res {
+		applied = append(applied, r.Source.Version)
+	}
+	return applied, nil
+}
+
+// Check returns ErrNotMigrated (with the versions missing) unless every migration of this
+// binary has been applied.
+func Check(ctx context.Context, db *sql.DB) error {
+	p, err := provider(db)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if pending {
+		current, _ := p.GetDBVersion(ctx)
+		sources := p.ListSources()
+		return fmt.Errorf("%w (database at version %d, this binary needs %d)", ErrNotMigrated, current, sources[len(sources)-1].Version)
+	}
+	return nil
+}
