@@ -174,11 +174,11 @@ func scanRow(r pgx.Row) (Row, error) {
 
 // attempt is one run of Do: the intent, its row as claimed, and how to reach the effect.
 type attempt struct {
-	l      *Ledger
-	in     Intent
-	eff    Effect
-	row    Row
-	digest string
+	l       *Ledger
+	in      Intent
+	eff     Effect
+	row     Row
+	digest  string
 	claimed bool // this attempt holds the intent's lease
 	// leaseEnd is when this attempt's lease ends on the local monotonic clock: dispatches
 	// and reconciliations are cut off before it.

@@ -136,7 +136,9 @@ type Rejection struct {
 	Message string
 }
 
-func (r *Rejection) Error() string { return fmt.Sprintf("rejected by the provider: %s: %s", r.Code, r.Message) }
+func (r *Rejection) Error() string {
+	return fmt.Sprintf("rejected by the provider: %s: %s", r.Code, r.Message)
+}
 
 // Rejected returns a *Rejection for Dispatch to return.
 func Rejected(code, message string) error { return &Rejection{Code: code, Message: message} }
