@@ -33,6 +33,10 @@ type Config struct {
 	MaxReconciliations int
 	// ReconcileBackoff is the wait before the first re-reconciliation, doubling. Default 2s.
 	ReconcileBackoff time.Duration
+	// InProgressBackoff is how long an attempt that finds the intent owned by another live
+	// attempt waits before asking again (at most the rest of that attempt's lease).
+	// Default 1s.
+	InProgressBackoff time.Duration
 	// ProviderWindow is how long the provider keeps idempotency keys: past it an unknown
 	// dispatch cannot be checked by key, and goes to operator hold. Default 24h.
 	ProviderWindow time.Duration
@@ -58,6 +62,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReconcileBackoff == 0 {
 		c.ReconcileBackoff = 2 * time.Second
+	}
+	if c.InProgressBackoff == 0 {
+		c.InProgressBackoff = time.Second
 	}
 	if c.ProviderWindow == 0 {
 		c.ProviderWindow = 24 * time.Hour
@@ -280,7 +287,8 @@ func (a *attempt) claim(ctx context.Context) error {
 			return nil
 		case row.LeaseUntil != nil && row.LeaseUntil.After(now):
 			wait := row.LeaseUntil.Sub(now)
-			result = failure.RetryableAfter(fmt.Errorf("%w (attempt %d by %s, lease ends in %v)", ErrInProgress, row.Attempt, deref(row.LeaseOwner), wait.Round(time.Millisecond)), wait)
+			result = failure.RetryableAfter(fmt.Errorf("%w (attempt %d by %s, lease ends in %v)", ErrInProgress, row.Attempt, deref(row.LeaseOwner), wait.Round(time.Millisecond)),
+				min(wait, l.cfg.InProgressBackoff))
 			return nil
 		case row.Attempt >= l.cfg.MaxAttempts:
 			result = a.holdTx(ctx, tx, fmt.Sprintf("%d attempts took this intent without reaching an outcome (workers dying or losing their locks)", row.Attempt),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,10 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/lmittmann/tint"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/migrations"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -28,6 +33,14 @@ type config struct {
 	EngineCertFile string        `envconfig:"ENGINE_CERT_FILE"`
 	EngineKeyFile  string        `envconfig:"ENGINE_KEY_FILE"`
 	EngineTimeout  time.Duration `envconfig:"ENGINE_TIMEOUT" default:"30s"`
+
+	// DatabaseURL is the ledger's PostgreSQL (pgx URL; TLS with sslmode=verify-full and
+	// sslrootcert=..., client certificates with sslcert/sslkey).
+	DatabaseURL     string        `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker"`
+	LedgerNamespace string        `envconfig:"LEDGER_NAMESPACE" default:"default"`
+	LedgerLease     time.Duration `envconfig:"LEDGER_LEASE" default:"2m"`
+	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
+	ProviderURL string `envconfig:"PROVIDER_URL"`
 
 	WorkerID       string        `envconfig:"WORKER_ID"`
 	MaxConcurrency int           `envconfig:"MAX_CONCURRENCY" default:"16"`
@@ -64,6 +77,9 @@ func (c config) validate() error {
 	}
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
+	}
+	if c.LedgerLease < time.Second {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v: must be at least 1s", c.LedgerLease))
 	}
 	if c.LockDuration < time.Second {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_DURATION %v: must be at least 1s", c.LockDuration))
@@ -122,17 +138,74 @@ func newClient(c config, logger *slog.Logger) (*camunda7.Client, error) {
 	return camunda7.New(cc)
 }
 
+// openLedger connects to the ledger database and checks it is migrated (unless migrating
+// is what the caller is about to do).
+func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigrated bool) (*idempotency.Ledger, *pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, c.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("ledger database at %s: %w", redactedURL(c.DatabaseURL), err)
+	}
+	if requireMigrated {
+		db := stdlib.OpenDBFromPool(pool)
+		err := migrations.Check(ctx, db)
+		db.Close()
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+	}
+	l, err := idempotency.New(pool, idempotency.Config{Namespace: c.LedgerNamespace, Lease: c.LedgerLease, Logger: logger})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return l, pool, nil
+}
+
+// migrate applies the ledger's migrations.
+func migrate(ctx context.Context, c config, out io.Writer) error {
+	pool, err := pgxpool.New(ctx, c.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	applied, err := migrations.Up(ctx, db)
+	if err != nil {
+		return fmt.Errorf("ledger database at %s: %w", redactedURL(c.DatabaseURL), err)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(out, "ledger database is up to date")
+		return nil
+	}
+	fmt.Fprintf(out, "applied migrations %v\n", applied)
+	return nil
+}
+
 func (c config) workerConfig(logger *slog.Logger) tasks.Config {
 	return tasks.Config{WorkerID: c.WorkerID, MaxConcurrency: c.MaxConcurrency, AsyncResponseTimeout: c.LongPoll,
 		ShutdownGrace: c.ShutdownGrace, Logger: logger}
 }
 
-// redactedURL hides credentials in a URL for messages.
+// redactedURL hides credentials (user info, and a password query parameter) in a URL
+// for messages.
 func redactedURL(u string) string {
 	if i := strings.Index(u, "@"); i > 0 {
 		if j := strings.Index(u, "://"); j > 0 && j < i {
-			return u[:j+3] + "***" + u[i:]
+			u = u[:j+3] + "***" + u[i:]
 		}
+	}
+	if i := strings.Index(u, "password="); i > 0 {
+		end := strings.IndexByte(u[i:], '&')
+		if end < 0 {
+			end = len(u) - i
+		}
+		u = u[:i] + "password=***" + u[i+end:]
 	}
 	return u
 }

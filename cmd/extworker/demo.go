@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failure"
+	"github.com/extworker/extworker/fakeprovider"
+	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -51,11 +53,21 @@ const demoBPMN = `<?xml version="1.0" encoding="UTF-8"?>
   </bpmn:process>
 </bpmn:definitions>`
 
-// demoHandlers registers the demo topics.
-func demoHandlers(lock time.Duration) (*tasks.Registry, error) {
+// demoEnv is what the demo handlers charge through and count with.
+type demoEnv struct {
+	ledger *idempotency.Ledger
+	pay    *fakeprovider.Client
+	// counted from the ledger's outcomes
+	replayed, reconciled atomic.Int64
+}
+
+// demoHandlers registers the demo topics. Collecting a payment runs through the effect
+// ledger: the provider is charged at most once per invoice, whatever the engine
+// redelivers, and an unknown outcome is reconciled with the provider before anything is
+// sent again.
+func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 	reg := tasks.NewRegistry()
-	var failedOnce sync.Map // invoice id -> true: the simulated transient outage hits each once
-	retry := failure.RetryPolicy{MaxAttempts: 3, InitialDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
+	retry := failure.RetryPolicy{MaxAttempts: 5, InitialDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
 	err := reg.Register(demoTopicCollect, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
 		invoice, err := t.Variables().String("invoiceId")
 		if err != nil {
@@ -65,18 +77,49 @@ func demoHandlers(lock time.Duration) (*tasks.Registry, error) {
 		if err != nil {
 			return nil, failure.Permanent(fmt.Errorf("invoice %s: %w", invoice, err))
 		}
-		if err := wait(ctx, 20*time.Millisecond+rand.N(40*time.Millisecond)); err != nil {
-			return nil, err
+		out, err := env.ledger.Do(ctx, idempotency.Intent{
+			Scope:   "payment.collect",
+			Key:     "invoice:" + invoice + ":v1",
+			Request: map[string]any{"invoice": invoice, "amountCents": amount},
+			Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: t.ProcessInstanceID(), BusinessKey: t.BusinessKey()},
+		}, idempotency.Effect{
+			Dispatch: func(ctx context.Context, key string) (idempotency.Result, error) {
+				ch, err := env.pay.Charge(ctx, key, invoice, amount)
+				var decline *fakeprovider.DeclineError
+				switch {
+				case err == nil:
+					return idempotency.Result{ProviderRef: ch.ID, Values: map[string]any{"paymentRef": ch.ID}}, nil
+				case errors.As(err, &decline):
+					return idempotency.Result{}, idempotency.Rejected("PAYMENT_DECLINED", decline.Message)
+				case errors.Is(err, fakeprovider.ErrNotSent):
+					return idempotency.Result{}, idempotency.NotSent(err)
+				}
+				return idempotency.Result{}, err // ambiguous
+			},
+			Reconcile: func(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
+				ch, err := env.pay.Lookup(ctx, q.ProviderKey)
+				var decline *fakeprovider.DeclineError
+				switch {
+				case err == nil:
+					return idempotency.Found(idempotency.Result{ProviderRef: ch.ID, Values: map[string]any{"paymentRef": ch.ID}}), nil
+				case errors.Is(err, fakeprovider.ErrNotFound):
+					return idempotency.NotFound(), nil
+				case errors.As(err, &decline):
+					return idempotency.ReconciledRejected("PAYMENT_DECLINED", decline.Message), nil
+				}
+				return idempotency.StillUnknown(err.Error()), nil
+			},
+		})
+		if err != nil {
+			return nil, err // already a classified outcome
 		}
-		if amount > demoDeclineLimit {
-			return nil, failure.BPMNError("PAYMENT_DECLINED", "amount above the card limit", map[string]any{"declineReason": "limit"})
+		if out.Replayed {
+			env.replayed.Add(1)
 		}
-		if strings.HasSuffix(invoice, "7") {
-			if _, seen := failedOnce.LoadOrStore(invoice, true); !seen {
-				return nil, fmt.Errorf("payment provider: 503 service unavailable for invoice %s", invoice)
-			}
+		if out.State == idempotency.StateReconciled && !out.Replayed {
+			env.reconciled.Add(1)
 		}
-		return camunda7.Variables{"paymentRef": camunda7.StringVar("pay_" + invoice)}, nil
+		return camunda7.Variables{"paymentRef": camunda7.StringVar(out.ProviderRef)}, nil
 	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"invoiceId", "amountCents"}, MaxConcurrency: 8, Retry: retry})
 	if err != nil {
 		return nil, err
@@ -89,9 +132,37 @@ func demoHandlers(lock time.Duration) (*tasks.Registry, error) {
 		if err := wait(ctx, 10*time.Millisecond); err != nil {
 			return nil, err
 		}
-		return camunda7.Variables{"receiptId": camunda7.StringVar("rcpt_" + strings.TrimPrefix(ref, "pay_"))}, nil
+		return camunda7.Variables{"receiptId": camunda7.StringVar("rcpt_" + strings.TrimPrefix(ref, "ch_"))}, nil
 	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"paymentRef"}, Retry: retry})
 	return reg, err
+}
+
+// newDemoEnv opens the ledger and a fake payment provider (EXTWORKER_PROVIDER_URL, or
+// one started in this process). The returned function releases them.
+func newDemoEnv(ctx context.Context, cfg config, logger *slog.Logger) (*demoEnv, *fakeprovider.Server, func(), error) {
+	ledger, pool, err := openLedger(ctx, cfg, logger, true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// A fresh connection per request: on a reused one, net/http itself silently resends a
+	// request carrying an Idempotency-Key whose answer was lost, and the demo wants to show
+	// the ledger reconciling such outcomes.
+	env := &demoEnv{ledger: ledger, pay: &fakeprovider.Client{BaseURL: cfg.ProviderURL,
+		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}}}
+	var srv *fakeprovider.Server
+	if cfg.ProviderURL == "" {
+		if srv, err = fakeprovider.Start(demoDeclineLimit); err != nil {
+			pool.Close()
+			return nil, nil, nil, err
+		}
+		env.pay.BaseURL = srv.URL()
+	}
+	return env, srv, func() {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		pool.Close()
+	}, nil
 }
 
 func wait(ctx context.Context, d time.Duration) error {
@@ -118,7 +189,12 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg, err := demoHandlers(cfg.LockDuration)
+	env, _, closeEnv, err := newDemoEnv(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+	reg, err := demoHandlers(cfg.LockDuration, env)
 	if err != nil {
 		return err
 	}
@@ -145,9 +221,27 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 	if err := deployDemo(ctx, c); err != nil {
 		return err
 	}
+	if err := migrate(ctx, cfg, io.Discard); err != nil {
+		return err
+	}
+	env, pay, closeEnv, err := newDemoEnv(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+
 	run := fmt.Sprintf("demo-%d", time.Now().Unix())
 	var ids []string
 	expect := map[string]int{}
+	paidInvoices := 0
+	startInvoice := func(invoice string, vars camunda7.Variables) error {
+		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice, Variables: vars})
+		if err == nil {
+			ids = append(ids, pi.ID)
+		}
+		return err
+	}
+	duplicates := 0
 	for i := 0; i < n; i++ {
 		invoice := fmt.Sprintf("INV-%s-%03d", run, i)
 		vars := camunda7.Variables{"invoiceId": camunda7.StringVar(invoice)}
@@ -155,21 +249,35 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 		case i%10 == 9:
 			expect["incident"]++ // no amount: permanent failure
 		case i%10 == 4:
-			vars["amountCents"] = camunda7.LongVar(25_000_00)
+			vars["amountCents"] = camunda7.LongVar(25_000_00) // declined by the provider
 			expect["declined"]++
 		default:
 			vars["amountCents"] = camunda7.LongVar(int64(1000 + 137*i))
 			expect["paid"]++
+			paidInvoices++
+			if pay != nil && i%10 == 7 {
+				pay.Script(invoice, fakeprovider.LoseAnswer) // charged, answer lost: reconciled
+			}
+			if pay != nil && i%10 == 3 {
+				pay.Script(invoice, fakeprovider.DropBeforeAccept) // dropped unseen: sent again, same key
+			}
 		}
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice, Variables: vars})
-		if err != nil {
+		if err := startInvoice(invoice, vars); err != nil {
 			return err
 		}
-		ids = append(ids, pi.ID)
+		if i%25 == 0 && vars.Has("amountCents") {
+			// The same invoice submitted twice: one business intent, one charge.
+			if err := startInvoice(invoice, vars); err != nil {
+				return err
+			}
+			expect["paid"]++
+			duplicates++
+		}
 	}
-	fmt.Fprintf(out, "engine %s at %s: started %d invoices (%s)\n", v, redactedURL(cfg.EngineURL), n, run)
+	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
+		v, redactedURL(cfg.EngineURL), len(ids), n, duplicates, run)
 
-	reg, err := demoHandlers(cfg.LockDuration)
+	reg, err := demoHandlers(cfg.LockDuration, env)
 	if err != nil {
 		return err
 	}
@@ -202,9 +310,40 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 	tw.Flush()
 	fmt.Fprintf(out, "worker %s: %d tasks fetched, %d completed, %d BPMN errors, %d retried failures, %d incidents, max %d in flight, %.1fs\n",
 		w.WorkerID(), st.Fetched.Load(), st.Completed.Load(), st.BPMNErrors.Load(), st.Failures.Load(), st.Incidents.Load(), st.MaxInFlight.Load(), took.Seconds())
+	fmt.Fprintf(out, "ledger: %d duplicate deliveries completed from the ledger without a provider call, %d unknown outcomes reconciled with the provider\n",
+		env.replayed.Load(), env.reconciled.Load())
 	for _, k := range []string{"paid", "declined", "incident"} {
 		if got[k] != expect[k] {
 			return fmt.Errorf("demo: %d %s, expected %d", got[k], k, expect[k])
+		}
+	}
+	// The ledger is the truth about effects, whichever worker performed them (another
+	// worker on the same topics may have served some of this run's invoices).
+	rows, err := env.ledger.List(ctx, idempotency.Filter{Scope: "payment.collect", States: []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, Limit: 100_000})
+	if err != nil {
+		return err
+	}
+	settled := 0
+	for _, r := range rows {
+		if strings.Contains(r.Key, run) {
+			settled++
+		}
+	}
+	fmt.Fprintf(out, "ledger: %d paid invoices settled, one intent each\n", settled)
+	if settled != paidInvoices {
+		return fmt.Errorf("demo: %d invoices settled in the ledger, expected %d", settled, paidInvoices)
+	}
+	if pay != nil {
+		charges := 0
+		for _, ch := range pay.Charges() {
+			if strings.Contains(ch.Invoice, run) {
+				charges++
+			}
+		}
+		double := pay.DoubleCharges()
+		fmt.Fprintf(out, "provider: %d charge requests, %d charges for %d paid invoices, %d double charges\n", pay.Requests(), charges, paidInvoices, double)
+		if double != 0 || charges > paidInvoices {
+			return fmt.Errorf("demo: %d charges for %d paid invoices, %d double charges", charges, paidInvoices, double)
 		}
 	}
 	fmt.Fprintln(out, "demo OK: incidents are visible in Cockpit or with GET /engine-rest/incident?processDefinitionKey="+demoProcessKey)

@@ -2,6 +2,8 @@
 //
 //	extworker run     run the worker for the built-in demo topics until SIGINT/SIGTERM
 //	extworker demo    deploy the demo process, start instances, run the worker until they finish, print a summary
+//	extworker migrate apply the effect ledger's migrations
+//	extworker effects list|show|resolve|prune   inspect and settle side effects
 //	extworker version print the engine's version (a connectivity check)
 //
 // Configuration comes from the environment (EXTWORKER_*, see config.go and README.md).
@@ -31,6 +33,8 @@ const usage = `usage: extworker <command> [flags]
 commands:
   run       run the worker for the demo topics until SIGINT or SIGTERM
   demo      deploy the demo process, start instances, work them off, print a summary
+  migrate   apply the effect ledger's database migrations
+  effects   list | show KEY | resolve KEY --as confirmed|rejected ... | prune: the effect ledger
   version   print the engine's version
 
 configuration: EXTWORKER_* environment variables (see README.md)`
@@ -59,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return runDemo(ctx, cfg, logger, stdout, *n)
+	case "migrate":
+		return migrate(ctx, cfg, stdout)
+	case "effects":
+		return runEffects(ctx, cfg, logger, args[1:], stdout, stderr)
 	case "version":
 		c, err := newClient(cfg, logger)
 		if err != nil {

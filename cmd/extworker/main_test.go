@@ -46,16 +46,23 @@ func TestRedactedURL(t *testing.T) {
 	assert.Equal(t, "http://127.0.0.1:8080/engine-rest", redactedURL("http://127.0.0.1:8080/engine-rest"))
 }
 
-// The demo runs end to end against the real engine: invoices paid, declined on the BPMN
-// error path, and incidents for the ones without an amount.
+// The demo runs end to end against the real engine and PostgreSQL: invoices paid through
+// the effect ledger (a double submission charged once, lost answers reconciled), declined
+// on the BPMN error path, and incidents for the ones without an amount.
 func TestDemo(t *testing.T) {
 	testenv.Engine(t)
+	testenv.DB(t)
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
 	t.Setenv("EXTWORKER_LOG_LEVEL", "warn")
 	var out, logs bytes.Buffer
 	require.NoError(t, run([]string{"demo", "-instances", "20"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
 	assert.Contains(t, out.String(), "demo OK")
-	assert.Regexp(t, `paid\s+16\s+16`, out.String())
+	assert.Regexp(t, `paid\s+17\s+17`, out.String(), "16 invoices, one of them submitted twice")
+	assert.Contains(t, out.String(), "0 double charges")
+	// Exact counts of replays depend on whoever else serves the demo topics meanwhile.
+	assert.Regexp(t, `ledger: [1-9]\d* duplicate deliveries completed from the ledger`, out.String())
+	assert.Contains(t, out.String(), "ledger: 16 paid invoices settled, one intent each")
 	assert.Regexp(t, `declined\s+2\s+2`, out.String())
 	assert.Regexp(t, `incident\s+2\s+2`, out.String())
 	assert.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), logs.String())

@@ -1,0 +1,97 @@
+// Command benchrun runs extworker's benchmark against the official Camunda 7 clients
+// (make bench) and writes RESULTS.md and scenarios.svg. See bench/README.md.
+//
+//	go run ./bench/cmd/benchrun -out bench/results            # the full run
+//	go run ./bench/cmd/benchrun -smoke -out bench/.smoke      # tiny counts, one run
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/extworker/extworker/bench/harness"
+	"github.com/extworker/extworker/camunda7"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	def := harness.Options{}.WithDefaults()
+	var o harness.Options
+	flag.StringVar(&o.EngineURL, "engine", envOr("EXTWORKER_TEST_ENGINE_URL", camunda7.DefaultBaseURL), "engine REST root")
+	flag.StringVar(&o.EngineDBURL, "engine-db", envOr("EXTWORKER_TEST_ENGINE_DB_URL", "postgres://camunda:camunda@127.0.0.1:5432/camunda"), "engine's PostgreSQL, read for its version only (empty: skip)")
+	flag.IntVar(&o.EnginePID, "engine-pid", pidFile("testenv/.run/engine.pid"), "the engine's process id, for its CPU time (0: PostgreSQL's only)")
+	flag.StringVar(&o.OutDir, "out", "bench/results", "where RESULTS.md and scenarios.svg go")
+	flag.StringVar(&o.LogDir, "logs", "", "where worker logs and profiles go (default: a new temporary directory)")
+	flag.IntVar(&o.Runs, "runs", def.Runs, "runs of every scenario")
+	flag.IntVar(&o.N1, "n1", def.N1, "scenario 1 instances")
+	flag.IntVar(&o.N2, "n2", def.N2, "scenario 2 instances")
+	flag.DurationVar(&o.IOWait, "io", def.IOWait, "scenario 2 wait per task")
+	flag.IntVar(&o.LatencySamples, "lat", def.LatencySamples, "scenario 3 instances per run")
+	flag.IntVar(&o.LatencyWarmup, "lat-warmup", def.LatencyWarmup, "scenario 3 warm-up instances per run")
+	flag.IntVar(&o.N5, "n5", def.N5, "scenario 5 tasks per run (stub engine)")
+	flag.IntVar(&o.JavaBestMaxTasks, "java-max-tasks", def.JavaBestMaxTasks, "Java client's maxTasks in its best configuration")
+	flag.BoolVar(&o.Profile, "profile", true, "add an unmeasured, CPU-profiled extworker trial in scenarios 1 and 5")
+	flag.StringVar(&o.Note, "note", "", "a note for the top of RESULTS.md")
+	scenarios := flag.String("scenarios", "1,2,3,5", "scenarios to run")
+	clients := flag.String("clients", "extworker,java,js", "workers to compare")
+	smoke := flag.Bool("smoke", false, "tiny counts and one run, to check the harness works (overrides -runs, -n1, -n2, -lat, -n5)")
+	flag.Parse()
+
+	for _, s := range strings.Split(*scenarios, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-scenarios %q: %w", *scenarios, err)
+		}
+		o.Scenarios = append(o.Scenarios, n)
+	}
+	for _, c := range strings.Split(*clients, ",") {
+		o.Clients = append(o.Clients, harness.Client(strings.TrimSpace(c)))
+	}
+	if *smoke {
+		o.Runs, o.N1, o.N2, o.LatencySamples, o.LatencyWarmup, o.N5 = 1, 50, 50, 5, 3, 1000
+		o.Note = "smoke run: tiny instance counts and one run; the numbers mean nothing."
+	}
+	o.Progress = os.Stdout
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	began := time.Now()
+	if _, err := harness.Run(ctx, o); err != nil {
+		return err
+	}
+	fmt.Printf("benchrun: wrote %s/RESULTS.md and %s/scenarios.svg in %v\n", o.OutDir, o.OutDir, time.Since(began).Round(time.Second))
+	return nil
+}
+
+// pidFile reads the pid `make up` wrote, or returns 0.
+func pidFile(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,446 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/tasks"
+)
+
+// Client names a worker implementation.
+type Client string
+
+// The workers the benchmark runs.
+const (
+	Extworker Client = "extworker" // bench/cmd/goworker, on package tasks
+	Java      Client = "java"      // bench/java-worker, on org.camunda.bpm:camunda-external-task-client
+	JS        Client = "js"        // bench/js-worker, on camunda-external-task-client-js
+	Raw       Client = "raw"       // bench/cmd/rawloop: one fetch and one complete per task (scenario 5 only)
+)
+
+// Options configure a benchmark run. Zero values take the documented defaults.
+type Options struct {
+	// EngineURL is the engine's REST root. Default camunda7.DefaultBaseURL.
+	EngineURL string
+	// EngineDBURL is the engine's PostgreSQL, only read for its version. Empty: not reported.
+	EngineDBURL string
+	// EnginePID is the engine's process on this machine, whose CPU time (with that of
+	// every PostgreSQL process) is reported per task. 0: PostgreSQL's only.
+	EnginePID int
+	// Runs is how often every scenario runs, the clients taking turns within each run.
+	// Default 5.
+	Runs int
+	// Scenarios to run, from 1, 2, 3 and 5 (4 is pending the ledger). Default all four.
+	Scenarios []int
+	// Clients to compare, from Extworker, Java and JS (Raw runs in scenario 5 whenever
+	// Extworker does). Default all three.
+	Clients []Client
+	// N1 and N2 are the instances of scenarios 1 and 2. Default 2000 each.
+	N1, N2 int
+	// IOWait is scenario 2's wait per task. Default 50ms.
+	IOWait time.Duration
+	// LatencySamples is scenario 3's instances per run, started one at a time with
+	// random gaps of 50 to 250 ms after LatencyWarmup instances that warm the worker up.
+	// Defaults 40 and 10.
+	LatencySamples, LatencyWarmup int
+	// N5 is scenario 5's tasks per run, served by the stub engine. Default 20000.
+	N5 int
+	// JavaBestMaxTasks is the Java client's maxTasks in its best configuration. Default 200.
+	JavaBestMaxTasks int
+	// JavaJar is the runnable jar of bench/java-worker. Default <ModuleRoot>/bench/java-worker/target/java-worker.jar.
+	JavaJar string
+	// JSDir is bench/js-worker with its node_modules installed. Default <ModuleRoot>/bench/js-worker.
+	JSDir string
+	// ModuleRoot is the extworker checkout. Default: found with `go env GOMOD`.
+	ModuleRoot string
+	// BinDir receives the Go programs Run builds. Default a temporary directory.
+	BinDir string
+	// OutDir receives RESULTS.md and scenarios.svg. Required.
+	OutDir string
+	// LogDir receives every worker's stderr and unparsed stdout, and the profiles.
+	// Default a temporary directory (its path is printed).
+	LogDir string
+	// Profile adds an extra, unmeasured pass of extworker with its CPU profile on in
+	// scenarios 1 and 5, and puts pprof's top functions in RESULTS.md.
+	Profile bool
+	// Note is shown at the top of RESULTS.md (e.g. why instance counts were reduced).
+	Note string
+	// Progress receives one line per trial. Default io.Discard.
+	Progress io.Writer
+}
+
+// WithDefaults returns a copy with the defaults filled in.
+func (o Options) WithDefaults() Options {
+	if o.EngineURL == "" {
+		o.EngineURL = camunda7.DefaultBaseURL
+	}
+	if o.Runs == 0 {
+		o.Runs = 5
+	}
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = []int{1, 2, 3, 5}
+	}
+	if len(o.Clients) == 0 {
+		o.Clients = []Client{Extworker, Java, JS}
+	}
+	if o.N1 == 0 {
+		o.N1 = 2000
+	}
+	if o.N2 == 0 {
+		o.N2 = 2000
+	}
+	if o.IOWait == 0 {
+		o.IOWait = 50 * time.Millisecond
+	}
+	if o.LatencySamples == 0 {
+		o.LatencySamples = 40
+	}
+	if o.LatencyWarmup == 0 {
+		o.LatencyWarmup = 10
+	}
+	if o.N5 == 0 {
+		o.N5 = 20000
+	}
+	if o.JavaBestMaxTasks == 0 {
+		o.JavaBestMaxTasks = 200
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// Validate names every bad field.
+func (o Options) Validate() error {
+	var errs []error
+	if o.OutDir == "" {
+		errs = append(errs, errors.New("OutDir is required"))
+	}
+	if o.Runs < 1 {
+		errs = append(errs, fmt.Errorf("Runs %d: must be at least 1", o.Runs))
+	}
+	for _, s := range o.Scenarios {
+		if s != 1 && s != 2 && s != 3 && s != 5 {
+			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 5", s))
+		}
+	}
+	for _, c := range o.Clients {
+		if c != Extworker && c != Java && c != JS {
+			errs = append(errs, fmt.Errorf("Clients: %q is not one of extworker, java, js", c))
+		}
+	}
+	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", name, n))
+		}
+	}
+	if o.IOWait < 0 {
+		errs = append(errs, fmt.Errorf("IOWait %v: must not be negative", o.IOWait))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("bench options: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (o Options) has(c Client) bool { return slices.Contains(o.Clients, c) }
+
+func (o Options) runs(s int) bool { return slices.Contains(o.Scenarios, s) }
+
+// Variant is one worker in one configuration.
+type Variant struct {
+	Client Client
+	// ID is short and file-name safe ("java-best").
+	ID string
+	// Label names it in tables; Short in the chart.
+	Label, Short string
+	// Config says, in the client's own terms, what was set.
+	Config string
+	// flags are the worker program's configuration flags.
+	flags []string
+}
+
+// Concurrency is extworker's default MaxConcurrency, the JS client's
+// maxParallelExecutions in its best configuration, and the raw loop's parallelism.
+var Concurrency = tasks.Config{}.WithDefaults().MaxConcurrency
+
+const longPoll = 20 * time.Second
+
+func variants(o Options) (ext, javaDef, javaBest, jsDef, jsBest, raw Variant) {
+	lp := strconv.FormatInt(longPoll.Milliseconds(), 10)
+	c := strconv.Itoa(Concurrency)
+	ext = Variant{Client: Extworker, ID: "extworker", Label: "extworker", Short: "extworker",
+		Config: fmt.Sprintf("defaults: MaxConcurrency %d, long poll %v, lock 30s with extension, no variables fetched", Concurrency, tasks.Config{}.WithDefaults().AsyncResponseTimeout)}
+	javaDef = Variant{Client: Java, ID: "java-default", Label: "Java client, defaults", Short: "Java default",
+		Config: "defaults: maxTasks 10, no long polling (exponential backoff 500ms…60s when empty), lockDuration 20s, handlers run one after another on the fetch thread"}
+	javaBest = Variant{Client: Java, ID: "java-best", Label: fmt.Sprintf("Java client, maxTasks %d", o.JavaBestMaxTasks), Short: "Java best",
+		Config: fmt.Sprintf("maxTasks %d, asyncResponseTimeout %s ms (lockDuration 20s stays above maxTasks × the I/O wait)", o.JavaBestMaxTasks, lp),
+		flags:  []string{"-max-tasks", strconv.Itoa(o.JavaBestMaxTasks), "-long-poll-ms", lp}}
+	jsDef = Variant{Client: JS, ID: "js-default", Label: "JS client, defaults", Short: "JS default",
+		Config: "defaults: maxTasks 10, interval 300 ms between polls, no long polling, no maxParallelExecutions"}
+	jsBest = Variant{Client: JS, ID: "js-best", Label: fmt.Sprintf("JS client, maxParallelExecutions %s", c), Short: "JS best",
+		Config: fmt.Sprintf("maxParallelExecutions %s and maxTasks %s (maxTasks stays 10 otherwise), interval 10 ms (300 ms otherwise, waited after every poll), asyncResponseTimeout %s ms", c, c, lp),
+		flags:  []string{"-max-parallel", c, "-max-tasks", c, "-interval", "10", "-long-poll-ms", lp}}
+	raw = Variant{Client: Raw, ID: "raw", Label: "raw HTTP loop", Short: "raw loop",
+		Config: fmt.Sprintf("%s goroutines, each: fetchAndLock maxTasks 1, then complete; net/http and encoding/json only", c),
+		flags:  []string{"-concurrency", c}}
+	return
+}
+
+// Trial is one worker's measurements in one run of one scenario.
+type Trial struct {
+	Run int
+	N   int
+	// Startup is from launching the worker process to its first handler starting.
+	Startup time.Duration
+	// Wall is from the first handler starting to the last task completed on the engine
+	// (the stub engine's first answer with tasks to its last complete in scenario 5).
+	Wall time.Duration
+	// TPS is N / Wall.
+	TPS float64
+	// CPUTotal is the worker process's user+system CPU over its whole life (rusage);
+	// CPUWork leaves out what it spent before its first handler started.
+	CPUTotal, CPUWork time.Duration
+	// PeakRSS is the worker process's maximum resident set size, in bytes.
+	PeakRSS int64
+	// Latencies are scenario 3's pickup latencies, in start order; P50 and P99 of them.
+	Latencies []time.Duration
+	P50, P99  time.Duration
+	// Fetches counts fetchAndLock calls (scenario 5: seen by the stub).
+	Fetches int64
+	// EngineCPU is the engine's and PostgreSQL's CPU time from the worker's launch to
+	// the last task completed (scenarios 1 and 2).
+	EngineCPU time.Duration
+}
+
+// Series is one variant's trials in one scenario.
+type Series struct {
+	Scenario int
+	Variant  Variant
+	Trials   []Trial
+}
+
+// Profile is pprof's view of one extra, unmeasured trial.
+type Profile struct {
+	Title, Top string
+}
+
+// Results is everything a run measured.
+type Results struct {
+	Opts              Options
+	Started, Finished time.Time
+	// Versions and Machine describe what ran.
+	Versions [][2]string
+	Machine  string
+	Series   []*Series
+	Profiles []Profile
+}
+
+// Find returns the series for a scenario and variant id, or nil.
+func (r *Results) Find(scenario int, id string) *Series {
+	for _, s := range r.Series {
+		if s.Scenario == scenario && s.Variant.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+func (r *Results) add(scenario int, v Variant, t Trial) {
+	s := r.Find(scenario, v.ID)
+	if s == nil {
+		s = &Series{Scenario: scenario, Variant: v}
+		r.Series = append(r.Series, s)
+	}
+	s.Trials = append(s.Trials, t)
+}
+
+// Run builds the Go programs, runs the scenarios Options.Runs times with the clients
+// taking turns, and writes the report into Options.OutDir.
+func Run(ctx context.Context, opts Options) (*Results, error) {
+	o := opts.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	var err error
+	if o.ModuleRoot == "" {
+		if o.ModuleRoot, err = moduleRoot(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if o.JavaJar == "" {
+		o.JavaJar = filepath.Join(o.ModuleRoot, "bench", "java-worker", "target", "java-worker.jar")
+	}
+	if o.JSDir == "" {
+		o.JSDir = filepath.Join(o.ModuleRoot, "bench", "js-worker")
+	}
+	if o.has(Java) {
+		if _, err := os.Stat(o.JavaJar); err != nil {
+			return nil, fmt.Errorf("java worker: %w (build it: cd bench/java-worker && mvn -B -q package)", err)
+		}
+	}
+	if o.has(JS) {
+		if _, err := os.Stat(filepath.Join(o.JSDir, "node_modules", "camunda-external-task-client-js")); err != nil {
+			return nil, fmt.Errorf("js worker: %w (install it: cd bench/js-worker && npm ci)", err)
+		}
+	}
+	for _, d := range []*string{&o.BinDir, &o.LogDir} {
+		if *d == "" {
+			if *d, err = os.MkdirTemp("", "extworker-bench-"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Progress, "bench: worker logs and profiles in %s\n", o.LogDir)
+	if err := BuildPrograms(ctx, o.ModuleRoot, o.BinDir); err != nil {
+		return nil, err
+	}
+
+	eng, err := newEngine(o.EngineURL)
+	if err != nil {
+		return nil, err
+	}
+	defer eng.cleanup(context.WithoutCancel(ctx), o.Progress)
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	engineVersion, err := eng.c.Version(vctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("engine at %s: %w (run `make up`)", o.EngineURL, err)
+	}
+
+	h := &harness{o: o, eng: eng, res: &Results{Opts: o, Started: time.Now()}}
+	h.res.Versions, h.res.Machine = versions(ctx, o, engineVersion)
+	if err := h.runAll(ctx); err != nil {
+		return h.res, err
+	}
+	h.res.Finished = time.Now()
+	if err := WriteReport(h.res, o.OutDir); err != nil {
+		return h.res, err
+	}
+	return h.res, nil
+}
+
+type harness struct {
+	o   Options
+	eng *engine
+	res *Results
+	seq int
+}
+
+func (h *harness) runAll(ctx context.Context) error {
+	ext, javaDef, javaBest, jsDef, jsBest, raw := variants(h.o)
+	pick := func(vs ...Variant) []Variant {
+		var out []Variant
+		for _, v := range vs {
+			if h.o.has(v.Client) || (v.Client == Raw && h.o.has(Extworker)) {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	s1 := pick(ext, javaBest, jsBest)
+	s2 := pick(ext, javaDef, javaBest, jsDef, jsBest)
+	s3 := pick(ext, javaBest, jsBest)
+	s5 := pick(ext, raw)
+	start := time.Now()
+	for run := 1; run <= h.o.Runs; run++ {
+		if h.o.runs(1) {
+			for _, v := range s1 {
+				if err := h.trial(ctx, 1, v, run, func() (Trial, error) { return h.throughput(ctx, 1, v, run, h.o.N1, "noop", nil) }); err != nil {
+					return err
+				}
+			}
+		}
+		if h.o.runs(2) {
+			for _, v := range s2 {
+				if err := h.trial(ctx, 2, v, run, func() (Trial, error) { return h.throughput(ctx, 2, v, run, h.o.N2, "io", nil) }); err != nil {
+					return err
+				}
+			}
+		}
+		if h.o.runs(3) {
+			for _, v := range s3 {
+				if err := h.trial(ctx, 3, v, run, func() (Trial, error) { return h.latency(ctx, v, run) }); err != nil {
+					return err
+				}
+			}
+		}
+		if h.o.runs(5) {
+			for _, v := range s5 {
+				if v.Client == Extworker || v.Client == Raw {
+					if err := h.trial(ctx, 5, v, run, func() (Trial, error) { return h.ceiling(ctx, v, run, nil) }); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		fmt.Fprintf(h.o.Progress, "bench: run %d of %d done after %v\n", run, h.o.Runs, time.Since(start).Round(time.Second))
+	}
+	if h.o.Profile && h.o.has(Extworker) {
+		return h.profiles(ctx, ext)
+	}
+	return nil
+}
+
+func (h *harness) trial(ctx context.Context, scenario int, v Variant, run int, f func() (Trial, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	began := time.Now()
+	t, err := f()
+	if err != nil {
+		return fmt.Errorf("scenario %d, %s, run %d: %w", scenario, v.Label, run, err)
+	}
+	t.Run = run
+	h.res.add(scenario, v, t)
+	detail := fmt.Sprintf("%.0f tasks/s, wall %.2fs, cpu %.2fs, rss %.0f MiB", t.TPS, t.Wall.Seconds(), t.CPUTotal.Seconds(), mib(t.PeakRSS))
+	if scenario == 3 {
+		detail = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", ms(t.P50), ms(t.P99))
+	}
+	fmt.Fprintf(h.o.Progress, "bench: run %d scenario %d %-40s %s (trial %v)\n", run, scenario, v.Label, detail, time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
+// profiles runs extworker once more in scenarios 1 and 5 with its CPU profile on.
+func (h *harness) profiles(ctx context.Context, ext Variant) error {
+	if h.o.runs(1) {
+		path := filepath.Join(h.o.LogDir, "s1-extworker.cpu.pprof")
+		t, err := h.throughput(ctx, 1, ext, 0, h.o.N1, "noop", []string{"-cpuprofile", path})
+		if err != nil {
+			return fmt.Errorf("profile scenario 1: %w", err)
+		}
+		top, err := pprofTop(ctx, filepath.Join(h.o.BinDir, "goworker"), path)
+		if err != nil {
+			return err
+		}
+		h.res.Profiles = append(h.res.Profiles, Profile{Title: fmt.Sprintf("Scenario 1 (real engine, %d no-op tasks, %.0f tasks/s, %.2f s CPU while profiled)", t.N, t.TPS, t.CPUTotal.Seconds()), Top: top})
+	}
+	if h.o.runs(5) {
+		path := filepath.Join(h.o.LogDir, "s5-extworker.cpu.pprof")
+		t, err := h.ceiling(ctx, ext, 0, []string{"-cpuprofile", path})
+		if err != nil {
+			return fmt.Errorf("profile scenario 5: %w", err)
+		}
+		top, err := pprofTop(ctx, filepath.Join(h.o.BinDir, "goworker"), path)
+		if err != nil {
+			return err
+		}
+		h.res.Profiles = append(h.res.Profiles, Profile{Title: fmt.Sprintf("Scenario 5 (stub engine, %d tasks, %.0f tasks/s, %.2f s CPU while profiled)", t.N, t.TPS, t.CPUTotal.Seconds()), Top: top})
+	}
+	return nil
+}
+
+func mib(b int64) float64         { return float64(b) / (1 << 20) }
+func ms(d time.Duration) float64  { return float64(d) / float64(time.Millisecond) }
+func sec(d time.Duration) float64 { return d.Seconds() }

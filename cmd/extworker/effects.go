@@ -1,0 +1,853 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/idempotency"
+)
+
+// This file is `extworker effects`: the operator's view of the effect ledger. It lists
+// intents, shows one with its history and what the engine says about its task, settles
+// an intent in doubt once the operator has checked with the provider (and gives the
+// task its retries back so the workflow completes from the ledger), and prunes old
+// settled intents.
+
+const effectsUsage = `usage: extworker effects <command> [flags]
+
+commands:
+  list     [--state S[,S...]] [--scope S] [--older-than DURATION] [--limit N] [--json]
+           intents, most recently changed first
+  show     KEY [--scope S] [--json]
+           one intent: its row, its events, and the engine's view of its task
+  resolve  KEY --as confirmed|rejected [--provider-ref REF] [--error-code CODE]
+           --reason TEXT --operator NAME [--scope S] [--json]
+           settle an unknown or held intent after checking with the provider, then give
+           its task a retry so the workflow completes from the ledger
+  prune    --older-than DURATION [--json]
+           delete settled intents (confirmed, rejected, reconciled, compensated) whose
+           last change is older than DURATION; unknown, held and in-flight ones are kept
+
+DURATION is a Go duration (90m, 36h) or a number of days (30d).
+states: ` + validStatesText
+
+// allStates are the ledger's states, in lifecycle order.
+var allStates = []idempotency.State{
+	idempotency.StatePrepared, idempotency.StateDispatched, idempotency.StateConfirmed, idempotency.StateRejected,
+	idempotency.StateUnknown, idempotency.StateReconciled, idempotency.StateCompensated, idempotency.StateOperatorHold,
+}
+
+const validStatesText = "prepared, dispatched, confirmed, rejected, unknown, reconciled, compensated, operator_hold"
+
+// runEffects is the operator's view of the effect ledger; effectsUsage lists its commands.
+func runEffects(ctx context.Context, cfg config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("effects: no command given\n" + effectsUsage)
+	}
+	e := &effectsCmd{cfg: cfg, logger: logger, stdout: stdout, stderr: stderr}
+	var err error
+	switch args[0] {
+	case "list":
+		err = e.list(ctx, args[1:])
+	case "show":
+		err = e.show(ctx, args[1:])
+	case "resolve":
+		err = e.resolve(ctx, args[1:])
+	case "prune":
+		err = e.prune(ctx, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, effectsUsage)
+		return nil
+	default:
+		return fmt.Errorf("effects: unknown command %q\n%s", args[0], effectsUsage)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag set printed its usage
+	}
+	return err
+}
+
+// effectsCmd carries what every effects subcommand needs.
+type effectsCmd struct {
+	cfg            config
+	logger         *slog.Logger
+	stdout, stderr io.Writer
+}
+
+// newFlags returns a flag set for one subcommand, with --json.
+func (e *effectsCmd) newFlags(name, synopsis string) (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("effects "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: extworker effects %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	return fs, asJSON
+}
+
+// parseInterleaved parses flags placed before, between or after positional arguments
+// (`show KEY --scope S` as well as `show --scope S KEY`), which flag.Parse alone stops at.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w", fs.Name(), err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil // everything after "--" is positional
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// oneKey returns the single KEY argument of show and resolve.
+func oneKey(cmd string, pos []string) (string, error) {
+	switch {
+	case len(pos) == 0:
+		return "", fmt.Errorf("effects %s: the intent KEY is missing (extworker effects %s KEY ...)", cmd, cmd)
+	case len(pos) > 1:
+		return "", fmt.Errorf("effects %s: one KEY expected, got %d arguments: %q", cmd, len(pos), pos)
+	case pos[0] == "":
+		return "", fmt.Errorf("effects %s: the intent KEY is empty", cmd)
+	}
+	return pos[0], nil
+}
+
+// durationFlag is a non-negative duration that also accepts whole days ("30d").
+type durationFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *durationFlag) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := parseAge(s)
+	if err != nil {
+		return err
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+func parseAge(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && !strings.ContainsAny(days, "hmsuµn") {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q: want a duration such as 90m, 36h or 30d", s)
+		}
+		d = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("%q: want a duration such as 90m, 36h or 30d", s)
+		}
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q: must not be negative", s)
+	}
+	return d, nil
+}
+
+// statesFlag collects --state values, comma-separated or repeated.
+type statesFlag []idempotency.State
+
+func (f *statesFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	s := make([]string, len(*f))
+	for i, st := range *f {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *statesFlag) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		st, err := parseState(name)
+		if err != nil {
+			return err
+		}
+		*f = append(*f, st)
+	}
+	return nil
+}
+
+func parseState(name string) (idempotency.State, error) {
+	for _, s := range allStates {
+		if string(s) == name {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("unknown state %q: valid states are %s", name, validStatesText)
+}
+
+// open opens the ledger, which must be migrated; close releases its pool.
+func (e *effectsCmd) open(ctx context.Context) (*idempotency.Ledger, func(), error) {
+	l, pool, err := openLedger(ctx, e.cfg, e.logger, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { closePool(pool) }, nil
+}
+
+func closePool(p *pgxpool.Pool) {
+	if p != nil {
+		p.Close()
+	}
+}
+
+// ---- list
+
+func (e *effectsCmd) list(ctx context.Context, args []string) error {
+	fs, asJSON := e.newFlags("list", "[--state S[,S...]] [--scope S] [--older-than DURATION] [--limit N] [--json]")
+	var states statesFlag
+	fs.Var(&states, "state", "only intents in these states, comma-separated ("+validStatesText+")")
+	scope := fs.String("scope", "", "only intents of this scope, e.g. payment.collect")
+	var older durationFlag
+	fs.Var(&older, "older-than", "only intents whose last change is at least this old (e.g. 10m, 24h, 7d)")
+	limit := fs.Int("limit", 100, "at most this many intents")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("effects list: unexpected arguments %q (filter with --state, --scope, --older-than)", pos)
+	}
+	if *limit <= 0 {
+		return fmt.Errorf("effects list: --limit %d: must be at least 1", *limit)
+	}
+	l, closeLedger, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	rows, err := l.List(ctx, idempotency.Filter{States: states, Scope: *scope, OlderThan: older.d, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := listJSON{Namespace: l.Namespace(), Intents: make([]intentJSON, 0, len(rows))}
+		for _, r := range rows {
+			out.Intents = append(out.Intents, toIntentJSON(r))
+		}
+		return printJSON(e.stdout, out)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(e.stdout, "no intents match (namespace %s)\n", l.Namespace())
+		return nil
+	}
+	now := time.Now()
+	tw := newTabWriter(e.stdout)
+	fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tATTEMPT\tDISPATCHES\tPROVIDER REF\tTASK\tUPDATED")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", tableCell(r.Scope), tableCell(r.Key), r.State, r.Attempt, r.Dispatches,
+			tableCell(strOf(r.ProviderRef)), tableCell(strOf(r.TaskID)), ageOf(now, r.UpdatedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) == *limit {
+		fmt.Fprintf(e.stdout, "(first %d shown; raise --limit or narrow the filter for more)\n", *limit)
+	}
+	return nil
+}
+
+// ---- show
+
+// engineView is what the engine says about an intent's task.
+type engineView struct {
+	URL       string         `json:"url"`
+	TaskID    string         `json:"task_id,omitempty"`
+	Task      *taskJSON      `json:"task,omitempty"`
+	TaskGone  bool           `json:"task_gone,omitempty"`
+	Incidents []incidentJSON `json:"incidents,omitempty"`
+	Error     string         `json:"error,omitempty"`
+}
+
+type taskJSON struct {
+	ID                 string     `json:"id"`
+	TopicName          string     `json:"topic"`
+	WorkerID           string     `json:"worker_id,omitempty"`
+	Retries            *int       `json:"retries"`
+	LockExpirationTime *time.Time `json:"lock_expiration_time,omitempty"`
+	ErrorMessage       string     `json:"error_message,omitempty"`
+	ProcessInstanceID  string     `json:"process_instance_id"`
+	ActivityID         string     `json:"activity_id"`
+	Suspended          bool       `json:"suspended,omitempty"`
+}
+
+type incidentJSON struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	Message   string    `json:"message,omitempty"`
+	At        time.Time `json:"at"`
+	Activity  string    `json:"activity_id,omitempty"`
+	Configure string    `json:"configuration,omitempty"`
+}
+
+type showJSON struct {
+	Namespace string      `json:"namespace"`
+	Intent    intentJSON  `json:"intent"`
+	Events    []eventJSON `json:"events"`
+	Engine    engineView  `json:"engine"`
+}
+
+func (e *effectsCmd) show(ctx context.Context, args []string) error {
+	fs, asJSON := e.newFlags("show", "KEY [--scope S] [--json]")
+	scope := fs.String("scope", "", "the intent's scope (needed when KEY exists in several scopes)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey("show", pos)
+	if err != nil {
+		return err
+	}
+	l, closeLedger, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	row, err := findIntent(ctx, l, "show", *scope, key)
+	if err != nil {
+		return err
+	}
+	events, err := l.Events(ctx, row.Scope, row.Key)
+	if err != nil {
+		return err
+	}
+	view := e.engineView(ctx, row)
+	if *asJSON {
+		out := showJSON{Namespace: l.Namespace(), Intent: toIntentJSON(row), Events: make([]eventJSON, 0, len(events)), Engine: view}
+		for _, ev := range events {
+			out.Events = append(out.Events, toEventJSON(ev))
+		}
+		return printJSON(e.stdout, out)
+	}
+	w := e.stdout
+	now := time.Now()
+	printIntent(w, l.Namespace(), row, now)
+	fmt.Fprintln(w)
+	printEvents(w, events)
+	fmt.Fprintln(w)
+	printEngineView(w, row, view, now)
+	return nil
+}
+
+// findIntent returns the intent KEY in scope, or, with no scope, in the only scope that
+// has it.
+func findIntent(ctx context.Context, l *idempotency.Ledger, cmd, scope, key string) (idempotency.Row, error) {
+	if scope != "" {
+		return l.Get(ctx, scope, key)
+	}
+	rows, err := l.List(ctx, idempotency.Filter{Key: key, Limit: 1000})
+	if err != nil {
+		return idempotency.Row{}, err
+	}
+	switch len(rows) {
+	case 0:
+		return idempotency.Row{}, fmt.Errorf("%w: no intent with key %q in any scope of namespace %s", idempotency.ErrNotFound, key, l.Namespace())
+	case 1:
+		return rows[0], nil
+	}
+	scopes := make([]string, len(rows))
+	for i, r := range rows {
+		scopes[i] = r.Scope
+	}
+	return idempotency.Row{}, fmt.Errorf("effects %s: key %q exists in %d scopes (%s): choose one with --scope", cmd, key, len(rows), strings.Join(scopes, ", "))
+}
+
+// engineView asks the engine about the intent's task and its process instance's open
+// incidents. Engine trouble is recorded in the view, never returned: the ledger is
+// worth showing on its own.
+func (e *effectsCmd) engineView(ctx context.Context, row idempotency.Row) engineView {
+	v := engineView{URL: redactedURL(e.cfg.EngineURL), TaskID: strOf(row.TaskID)}
+	piID := strOf(row.ProcessInstanceID)
+	if v.TaskID == "" && piID == "" {
+		return v
+	}
+	c, err := newClient(e.cfg, e.logger)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	if v.TaskID != "" {
+		t, err := c.ExternalTask(ctx, v.TaskID)
+		switch {
+		case errors.Is(err, camunda7.ErrTaskGone):
+			v.TaskGone = true
+		case err != nil:
+			v.Error = e.engineError(err)
+			return v // the incidents query would fail the same way
+		default:
+			v.Task = toTaskJSON(t)
+			if piID == "" {
+				piID = t.ProcessInstanceID
+			}
+		}
+	}
+	if piID != "" {
+		incs, err := c.Incidents(ctx, url.Values{"processInstanceId": {piID}})
+		if err != nil {
+			v.Error = e.engineError(err)
+			return v
+		}
+		for _, in := range incs {
+			v.Incidents = append(v.Incidents, incidentJSON{ID: in.ID, Type: in.IncidentType, Message: in.IncidentMessage,
+				At: in.IncidentTimestamp.Time, Activity: in.ActivityID, Configure: in.Configuration})
+		}
+	}
+	return v
+}
+
+// engineError describes an engine call's failure, saying "unreachable" when no answer
+// came back at all.
+func (e *effectsCmd) engineError(err error) string {
+	msg := err.Error()
+	if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown) || errors.Is(err, camunda7.ErrMalformedResponse) {
+		return "unreachable: " + msg
+	}
+	return msg
+}
+
+func printIntent(w io.Writer, namespace string, r idempotency.Row, now time.Time) {
+	tw := newTabWriter(w)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	line("intent", fmt.Sprintf("%s / %s", r.Scope, r.Key))
+	line("namespace", namespace)
+	line("state", string(r.State))
+	line("attempt", strconv.Itoa(r.Attempt))
+	line("dispatches", strconv.Itoa(r.Dispatches))
+	line("reconciliations", strconv.Itoa(r.Reconciliations))
+	line("provider key", r.ProviderKey)
+	line("provider ref", tableCell(strOf(r.ProviderRef)))
+	if r.ErrorCode != nil || r.ErrorMessage != nil {
+		line("error code", tableCell(strOf(r.ErrorCode)))
+		line("error message", tableCell(strOf(r.ErrorMessage)))
+	}
+	if len(r.Result) > 0 && string(r.Result) != "null" {
+		line("result", string(r.Result))
+	}
+	line("request digest", r.Digest)
+	if r.LeaseOwner != nil || r.LeaseUntil != nil {
+		lease := tableCell(strOf(r.LeaseOwner))
+		if r.LeaseUntil != nil {
+			lease += " until " + fmtTime(*r.LeaseUntil)
+		}
+		line("lease", lease)
+	}
+	line("task", tableCell(strOf(r.TaskID)))
+	line("process instance", tableCell(strOf(r.ProcessInstanceID)))
+	line("business key", tableCell(strOf(r.BusinessKey)))
+	if r.FirstDispatchedAt != nil {
+		line("first dispatched", fmtTime(*r.FirstDispatchedAt)+" ("+ageOf(now, *r.FirstDispatchedAt)+")")
+	}
+	line("created", fmtTime(r.CreatedAt)+" ("+ageOf(now, r.CreatedAt)+")")
+	line("updated", fmtTime(r.UpdatedAt)+" ("+ageOf(now, r.UpdatedAt)+")")
+	_ = tw.Flush()
+}
+
+func printEvents(w io.Writer, events []idempotency.Event) {
+	fmt.Fprintf(w, "events (%d):\n", len(events))
+	if len(events) == 0 {
+		return
+	}
+	tw := newTabWriter(w)
+	fmt.Fprintln(tw, "  TIME\tTRANSITION\tATTEMPT\tACTOR\tTASK\tREASON")
+	for _, ev := range events {
+		from := "(new)"
+		if ev.FromState != nil {
+			from = *ev.FromState
+		}
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%d\t%s\t%s\t%s\n", fmtTime(ev.At), from, ev.ToState, ev.Attempt, tableCell(ev.Actor),
+			tableCell(strOf(ev.TaskID)), oneLine(ev.Reason))
+	}
+	_ = tw.Flush()
+}
+
+func printEngineView(w io.Writer, r idempotency.Row, v engineView, now time.Time) {
+	switch {
+	case v.TaskID == "" && strOf(r.ProcessInstanceID) == "":
+		fmt.Fprintln(w, "engine: no task recorded for this intent")
+		return
+	case v.TaskGone:
+		fmt.Fprintf(w, "engine: task %s gone (completed or cancelled)\n", v.TaskID)
+	case v.Task != nil:
+		t := v.Task
+		fmt.Fprintf(w, "engine: task %s (%s)\n", t.ID, v.URL)
+		tw := newTabWriter(w)
+		line := func(k, val string) { fmt.Fprintf(tw, "  %s\t%s\n", k, val) }
+		line("topic", t.TopicName)
+		line("activity", t.ActivityID)
+		line("process instance", t.ProcessInstanceID)
+		line("worker", tableCell(t.WorkerID))
+		retries := "not set (no failure reported)"
+		if t.Retries != nil {
+			retries = strconv.Itoa(*t.Retries)
+			if *t.Retries == 0 {
+				retries += " (incident)"
+			}
+		}
+		line("retries", retries)
+		lock := "not locked"
+		if t.LockExpirationTime != nil {
+			if t.LockExpirationTime.After(now) {
+				lock = "expires " + fmtTime(*t.LockExpirationTime)
+			} else {
+				lock = "expired " + fmtTime(*t.LockExpirationTime)
+			}
+		}
+		line("lock", lock)
+		if t.Suspended {
+			line("suspended", "yes")
+		}
+		line("error message", tableCell(oneLine(t.ErrorMessage)))
+		_ = tw.Flush()
+	}
+	if v.Error != "" {
+		fmt.Fprintf(w, "engine: %s\n", v.Error)
+		return
+	}
+	if len(v.Incidents) == 0 {
+		fmt.Fprintln(w, "open incidents: none")
+		return
+	}
+	fmt.Fprintf(w, "open incidents (%d):\n", len(v.Incidents))
+	tw := newTabWriter(w)
+	fmt.Fprintln(tw, "  ID\tTYPE\tACTIVITY\tSINCE\tMESSAGE")
+	for _, in := range v.Incidents {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", in.ID, in.Type, tableCell(in.Activity), fmtTime(in.At), tableCell(oneLine(in.Message)))
+	}
+	_ = tw.Flush()
+}
+
+// ---- resolve
+
+type resolveJSON struct {
+	Namespace string       `json:"namespace"`
+	Intent    intentJSON   `json:"intent"`
+	Engine    engineAction `json:"engine"`
+}
+
+// engineAction is what resolve did in the engine.
+type engineAction struct {
+	// Action is retries_set, task_gone, no_task, not_needed or failed.
+	Action  string `json:"action"`
+	TaskID  string `json:"task_id,omitempty"`
+	Message string `json:"message"`
+}
+
+func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
+	fs, asJSON := e.newFlags("resolve", "KEY --as confirmed|rejected [--provider-ref REF] [--error-code CODE] --reason TEXT --operator NAME [--scope S] [--json]")
+	as := fs.String("as", "", "the verdict after checking with the provider: confirmed or rejected (required)")
+	ref := fs.String("provider-ref", "", "the provider's reference of the effect (required with --as confirmed)")
+	code := fs.String("error-code", "", "the decline's code, thrown as the BPMN error (with --as rejected; default REJECTED)")
+	reason := fs.String("reason", "", "why, for the audit trail, e.g. what the provider's dashboard shows (required)")
+	operator := fs.String("operator", "", "who decides, for the audit trail (required)")
+	scope := fs.String("scope", "", "the intent's scope (needed when KEY exists in several scopes)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey("resolve", pos)
+	if err != nil {
+		return err
+	}
+	// Everything the ledger would refuse is refused here, before anything is opened.
+	var problems []string
+	var state idempotency.State
+	switch *as {
+	case "":
+		problems = append(problems, "--as confirmed|rejected is required")
+	case string(idempotency.StateConfirmed), string(idempotency.StateRejected):
+		state = idempotency.State(*as)
+	default:
+		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed or rejected", *as))
+	}
+	if strings.TrimSpace(*reason) == "" {
+		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
+	}
+	if strings.TrimSpace(*operator) == "" {
+		problems = append(problems, "--operator is required (who decides, for the audit trail)")
+	}
+	if state == idempotency.StateConfirmed && strings.TrimSpace(*ref) == "" {
+		problems = append(problems, "--provider-ref is required with --as confirmed (the provider's reference of the effect)")
+	}
+	if state == idempotency.StateConfirmed && *code != "" {
+		problems = append(problems, "--error-code only goes with --as rejected")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("effects resolve: %s", strings.Join(problems, "; "))
+	}
+
+	l, closeLedger, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	row, err := findIntent(ctx, l, "resolve", *scope, key)
+	if err != nil {
+		return err
+	}
+	row, err = l.Resolve(ctx, row.Scope, row.Key, idempotency.Resolution{As: state, ProviderRef: strings.TrimSpace(*ref),
+		ErrorCode: *code, Reason: *reason, Operator: strings.TrimSpace(*operator)})
+	if err != nil {
+		return err
+	}
+	act := e.resumeTask(ctx, row)
+	if *asJSON {
+		if err := printJSON(e.stdout, resolveJSON{Namespace: l.Namespace(), Intent: toIntentJSON(row), Engine: act}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(e.stdout, "ledger: %s/%s is now %s", row.Scope, row.Key, row.State)
+		if row.State == idempotency.StateConfirmed {
+			fmt.Fprintf(e.stdout, " (provider ref %s)", strOf(row.ProviderRef))
+		} else {
+			fmt.Fprintf(e.stdout, " (error code %s)", strOf(row.ErrorCode))
+		}
+		fmt.Fprintf(e.stdout, ", resolved by operator:%s\n", strings.TrimSpace(*operator))
+		fmt.Fprintf(e.stdout, "engine: %s\n", act.Message)
+	}
+	if act.Action == "failed" {
+		return fmt.Errorf("effects resolve: the ledger is resolved, but the engine step failed: %s", act.Message)
+	}
+	return nil
+}
+
+// resumeTask gives the resolved intent's task a retry if it ran out of them (the handler
+// then completes, or declines, from the ledger without calling the provider). A task
+// that still has retries, or has never failed, resumes on its own and is left alone:
+// setting its retries would cut its remaining budget or race the worker holding it.
+func (e *effectsCmd) resumeTask(ctx context.Context, row idempotency.Row) engineAction {
+	taskID := strOf(row.TaskID)
+	if taskID == "" {
+		return engineAction{Action: "no_task", Message: "no task recorded for this intent; nothing to do in the engine"}
+	}
+	act := engineAction{TaskID: taskID}
+	gone := func() engineAction {
+		act.Action, act.Message = "task_gone", fmt.Sprintf("task %s gone; nothing to do in the engine", taskID)
+		return act
+	}
+	failed := func(what string, err error) engineAction {
+		act.Action = "failed"
+		act.Message = fmt.Sprintf("%s task %s at %s: %s; give the task a retry in Cockpit (or PUT /external-task/%s/retries {\"retries\":1})",
+			what, taskID, redactedURL(e.cfg.EngineURL), e.engineError(err), taskID)
+		return act
+	}
+	c, err := newClient(e.cfg, e.logger)
+	if err != nil {
+		return failed("could not reach", err)
+	}
+	t, err := c.ExternalTask(ctx, taskID)
+	switch {
+	case errors.Is(err, camunda7.ErrTaskGone):
+		return gone()
+	case err != nil:
+		return failed("could not read", err)
+	case t.Retries != nil && *t.Retries > 0:
+		act.Action, act.Message = "not_needed", fmt.Sprintf("task %s still has %d retries; it resumes on its own, nothing to do in the engine", taskID, *t.Retries)
+		return act
+	case t.Retries == nil:
+		act.Action, act.Message = "not_needed", fmt.Sprintf("task %s has not failed (no retries set); it resumes on its own, nothing to do in the engine", taskID)
+		return act
+	}
+	if err := c.SetExternalTaskRetries(ctx, taskID, 1); err != nil {
+		if errors.Is(err, camunda7.ErrTaskGone) {
+			return gone()
+		}
+		return failed("could not set retries on", err)
+	}
+	act.Action, act.Message = "retries_set", fmt.Sprintf("retries set to 1 on task %s", taskID)
+	return act
+}
+
+// ---- prune
+
+type pruneJSON struct {
+	Namespace string `json:"namespace"`
+	OlderThan string `json:"older_than"`
+	Deleted   int64  `json:"deleted"`
+}
+
+func (e *effectsCmd) prune(ctx context.Context, args []string) error {
+	fs, asJSON := e.newFlags("prune", "--older-than DURATION [--json]")
+	var older durationFlag
+	fs.Var(&older, "older-than", "delete settled intents whose last change is older than this, e.g. 720h or 30d (required)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("effects prune: unexpected arguments %q", pos)
+	}
+	if !older.set {
+		return errors.New("effects prune: --older-than DURATION is required (e.g. --older-than 30d); settled intents last changed before then are deleted")
+	}
+	l, closeLedger, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	n, err := l.Prune(ctx, older.d)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(e.stdout, pruneJSON{Namespace: l.Namespace(), OlderThan: older.d.String(), Deleted: n})
+	}
+	fmt.Fprintf(e.stdout, "deleted %d settled intents last changed more than %v ago (namespace %s); unknown, held and in-flight intents are kept\n",
+		n, older.d, l.Namespace())
+	return nil
+}
+
+// ---- JSON forms
+
+type intentJSON struct {
+	ID                int64           `json:"id"`
+	Namespace         string          `json:"namespace"`
+	Scope             string          `json:"scope"`
+	Key               string          `json:"key"`
+	State             string          `json:"state"`
+	Attempt           int             `json:"attempt"`
+	Dispatches        int             `json:"dispatches"`
+	Reconciliations   int             `json:"reconciliations"`
+	ProviderKey       string          `json:"provider_key"`
+	ProviderRef       *string         `json:"provider_ref"`
+	Result            json.RawMessage `json:"result,omitempty"`
+	ErrorCode         *string         `json:"error_code"`
+	ErrorMessage      *string         `json:"error_message"`
+	RequestDigest     string          `json:"request_digest"`
+	LeaseOwner        *string         `json:"lease_owner"`
+	LeaseUntil        *time.Time      `json:"lease_until"`
+	TaskID            *string         `json:"task_id"`
+	ProcessInstanceID *string         `json:"process_instance_id"`
+	BusinessKey       *string         `json:"business_key"`
+	FirstDispatchedAt *time.Time      `json:"first_dispatched_at"`
+	CreatedAt         time.Time       `json:"created_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+}
+
+func toIntentJSON(r idempotency.Row) intentJSON {
+	j := intentJSON{ID: r.ID, Namespace: r.Namespace, Scope: r.Scope, Key: r.Key, State: string(r.State), Attempt: r.Attempt,
+		Dispatches: r.Dispatches, Reconciliations: r.Reconciliations, ProviderKey: r.ProviderKey, ProviderRef: r.ProviderRef,
+		ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage, RequestDigest: r.Digest, LeaseOwner: r.LeaseOwner,
+		LeaseUntil: r.LeaseUntil, TaskID: r.TaskID, ProcessInstanceID: r.ProcessInstanceID, BusinessKey: r.BusinessKey,
+		FirstDispatchedAt: r.FirstDispatchedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if len(r.Result) > 0 && json.Valid(r.Result) {
+		j.Result = json.RawMessage(r.Result)
+	}
+	return j
+}
+
+type listJSON struct {
+	Namespace string       `json:"namespace"`
+	Intents   []intentJSON `json:"intents"`
+}
+
+type eventJSON struct {
+	ID        int64     `json:"id"`
+	At        time.Time `json:"at"`
+	FromState *string   `json:"from_state"`
+	ToState   string    `json:"to_state"`
+	Attempt   int       `json:"attempt"`
+	Actor     string    `json:"actor"`
+	TaskID    *string   `json:"task_id"`
+	Reason    string    `json:"reason"`
+}
+
+func toEventJSON(e idempotency.Event) eventJSON {
+	return eventJSON{ID: e.ID, At: e.At, FromState: e.FromState, ToState: string(e.ToState), Attempt: e.Attempt,
+		Actor: e.Actor, TaskID: e.TaskID, Reason: e.Reason}
+}
+
+func toTaskJSON(t *camunda7.ExternalTask) *taskJSON {
+	j := &taskJSON{ID: t.ID, TopicName: t.TopicName, WorkerID: t.WorkerID, Retries: t.Retries, ErrorMessage: t.ErrorMessage,
+		ProcessInstanceID: t.ProcessInstanceID, ActivityID: t.ActivityID, Suspended: t.Suspended}
+	if !t.LockExpirationTime.IsZero() {
+		lt := t.LockExpirationTime.Time
+		j.LockExpirationTime = &lt
+	}
+	return j
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// ---- text helpers
+
+func newTabWriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// tableCell makes a value safe for one table cell: "-" when empty, no tabs or newlines.
+func tableCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return oneLine(s)
+}
+
+func oneLine(s string) string {
+	return strings.NewReplacer("\t", " ", "\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+}
+
+func strOf(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func fmtTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05 MST") }
+
+// ageOf says how long ago t was, e.g. "3m12s ago", "5h4m ago", "3d2h ago".
+func ageOf(now, t time.Time) string {
+	d := now.Sub(t)
+	if d < time.Second {
+		return "just now"
+	}
+	switch {
+	case d < time.Hour:
+		d = d.Truncate(time.Second)
+		return d.String() + " ago"
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh ago", int(d.Hours())/24, int(d.Hours())%24)
+}
