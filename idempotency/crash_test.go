@@ -3,12 +3,14 @@ package idempotency_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -42,10 +45,11 @@ func TestMain(m *testing.M) {
 // httpProvider is a payment provider over HTTP that honours Idempotency-Key: POST
 // /charges charges once per key, GET /charges?key= looks a key up.
 type httpProvider struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	n   int               // POSTs received
-	by  map[string]string // key -> charge id
+	srv     *httptest.Server
+	mu      sync.Mutex
+	n       int               // POSTs received
+	latency time.Duration     // how long a charge takes
+	by      map[string]string // key -> charge id
 }
 
 func newHTTPProvider(t *testing.T) *httpProvider {
@@ -56,6 +60,7 @@ func newHTTPProvider(t *testing.T) *httpProvider {
 		switch r.Method {
 		case http.MethodPost:
 			p.n++
+			time.Sleep(p.latency) // the provider's own processing time, widening the race
 			key := r.Header.Get("Idempotency-Key")
 			ref, ok := p.by[key]
 			if !ok {
@@ -139,6 +144,21 @@ func crashHelper(mode string) {
 			select {} // the signal is on its way
 		}
 	})
+	if mode == "race" {
+		// Not a crash: race the other processes on the intent, backing off as told.
+		for {
+			out, err := l.Do(ctx, intent("INV-RACE", 4200), eff)
+			if err == nil {
+				fmt.Println(out.ProviderRef)
+				os.Exit(0)
+			}
+			if !errors.Is(err, idempotency.ErrInProgress) {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(5)
+			}
+			time.Sleep(50 * time.Millisecond) // the helper's own backoff, not a test wait
+		}
+	}
 	_, err = l.Do(ctx, intent("INV-CRASH", 4200), eff)
 	fmt.Fprintln(os.Stderr, "crash helper survived:", err)
 	os.Exit(4)
@@ -203,4 +223,65 @@ func TestCrashBeforeSendDispatchesAgainWithSameKey(t *testing.T) {
 	}
 	assert.Contains(t, reasons, "unknown: attempt 1 ended after dispatch without recording an outcome")
 	assert.Contains(t, reasons, "prepared: reconciled: the provider has no record; dispatch again with the same key")
+}
+
+// Two worker processes and several goroutines race on one intent: exactly one dispatch,
+// and every racer observes the same charge.
+func TestProcessesRaceOnOneIntent(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t, idempotency.Config{Lease: 10 * time.Second, InProgressBackoff: 50 * time.Millisecond})
+	p := newHTTPProvider(t)
+	p.latency = 300 * time.Millisecond
+	refs := make(chan string, 6)
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "EXTWORKER_CRASH_HELPER=race", "EXTWORKER_CRASH_DB="+testenv.DBURL(),
+				"EXTWORKER_CRASH_NS="+l.Namespace(), "EXTWORKER_CRASH_PROVIDER="+p.srv.URL)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("racing process: %v", err)
+				return
+			}
+			refs <- strings.TrimSpace(string(out))
+		}()
+	}
+	eff := httpEffect(p.srv.URL, func(string) {})
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				out, err := l.Do(context.Background(), intent("INV-RACE", 4200), eff)
+				if err == nil {
+					refs <- out.ProviderRef
+					return
+				}
+				if !errors.Is(err, idempotency.ErrInProgress) {
+					t.Errorf("racing goroutine: %v", err)
+					return
+				}
+				backoff := time.NewTimer(failure.Classify(err).RetryDelay) // as the ledger said
+				<-backoff.C
+			}
+			t.Error("no outcome within 30s")
+		}()
+	}
+	wg.Wait()
+	close(refs)
+	var all []string
+	for r := range refs {
+		all = append(all, r)
+	}
+	require.Len(t, all, 6)
+	for _, r := range all {
+		assert.Equal(t, all[0], r)
+	}
+	posts, effects := p.counts()
+	assert.Equal(t, 1, posts, "exactly one dispatch")
+	assert.Equal(t, 1, effects)
 }

@@ -86,7 +86,7 @@ func (p *provider) stats() (calls, effects int) {
 
 var migrateOnce sync.Once
 
-func newLedger(t *testing.T, cfg idempotency.Config) (*idempotency.Ledger, *pgxpool.Pool) {
+func newLedger(t testing.TB, cfg idempotency.Config) (*idempotency.Ledger, *pgxpool.Pool) {
 	t.Helper()
 	pool := testenv.DB(t)
 	migrateOnce.Do(func() {

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -87,9 +88,12 @@ func (l *Ledger) Events(ctx context.Context, scope, key string) ([]Event, error)
 type Resolution struct {
 	As          State // StateConfirmed or StateRejected
 	ProviderRef string
-	ErrorCode   string // for StateRejected
-	Reason      string
-	Operator    string
+	// Values are the result values the task completes with when confirmed (what Dispatch
+	// would have returned), e.g. {"paymentRef": "ch_123"}.
+	Values    map[string]any
+	ErrorCode string // for StateRejected
+	Reason    string
+	Operator  string
 }
 
 // Resolve settles an intent held for an operator (or still unknown) as confirmed or
@@ -113,12 +117,21 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution)
 		return r, fmt.Errorf("resolve: intent %s/%s is %s; only unknown or held intents are resolved by an operator", scope, key, r.State)
 	}
 	a := &attempt{l: l, in: Intent{Scope: scope, Key: key, Task: TaskRef{Actor: "operator:" + res.Operator}}, row: r}
-	code := res.ErrorCode
-	if res.As == StateRejected && code == "" {
-		code = "REJECTED"
+	if res.As == StateConfirmed {
+		values, merr := json.Marshal(res.Values)
+		if merr != nil {
+			return r, fmt.Errorf("resolve: values: %w", merr)
+		}
+		err = a.move(ctx, r.State, res.As, "operator resolution: "+res.Reason,
+			", provider_ref = $5, result = $6, error_code = NULL, error_message = NULL", res.ProviderRef, values)
+	} else {
+		code := res.ErrorCode
+		if code == "" {
+			code = "REJECTED"
+		}
+		err = a.move(ctx, r.State, res.As, "operator resolution: "+res.Reason,
+			", provider_ref = $5, error_code = $6, error_message = $7", nz(res.ProviderRef), code, res.Reason)
 	}
-	err = a.move(ctx, r.State, res.As, "operator resolution: "+res.Reason,
-		", provider_ref = $5, error_code = $6, error_message = $7", nz(res.ProviderRef), nz(code), nz(res.Reason))
 	if err != nil {
 		return r, fmt.Errorf("resolve %s/%s: %w", scope, key, err)
 	}

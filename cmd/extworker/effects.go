@@ -579,6 +579,8 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	reason := fs.String("reason", "", "why, for the audit trail, e.g. what the provider's dashboard shows (required)")
 	operator := fs.String("operator", "", "who decides, for the audit trail (required)")
 	scope := fs.String("scope", "", "the intent's scope (needed when KEY exists in several scopes)")
+	values := keyValues{}
+	fs.Var(values, "value", "a result value the task completes with, NAME=VALUE (repeatable; with --as confirmed), e.g. paymentRef=ch_123")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -624,7 +626,7 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 		return err
 	}
 	row, err = l.Resolve(ctx, row.Scope, row.Key, idempotency.Resolution{As: state, ProviderRef: strings.TrimSpace(*ref),
-		ErrorCode: *code, Reason: *reason, Operator: strings.TrimSpace(*operator)})
+		Values: values.orNil(), ErrorCode: *code, Reason: *reason, Operator: strings.TrimSpace(*operator)})
 	if err != nil {
 		return err
 	}
@@ -850,4 +852,25 @@ func ageOf(now, t time.Time) string {
 		return fmt.Sprintf("%dh%dm ago", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd%dh ago", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// keyValues is a repeatable NAME=VALUE flag.
+type keyValues map[string]any
+
+func (kv keyValues) String() string { return fmt.Sprint(map[string]any(kv)) }
+
+func (kv keyValues) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q: want NAME=VALUE", s)
+	}
+	kv[name] = value
+	return nil
+}
+
+func (kv keyValues) orNil() map[string]any {
+	if len(kv) == 0 {
+		return nil
+	}
+	return kv
 }

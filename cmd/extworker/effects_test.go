@@ -280,7 +280,7 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	holdIntent(t, l, "payment.collect", "invoice:R", idempotency.TaskRef{Actor: "w"})
 
-	out := mustEffects(t, "resolve", "invoice:R", "--as", "confirmed", "--provider-ref", "ch_manual",
+	out := mustEffects(t, "resolve", "invoice:R", "--as", "confirmed", "--provider-ref", "ch_manual", "--value", "paymentRef=ch_manual",
 		"--reason", "charge found in the provider dashboard", "--operator", "alice")
 	assert.Contains(t, out, "ledger: payment.collect/invoice:R is now confirmed (provider ref ch_manual), resolved by operator:alice")
 	assert.Contains(t, out, "engine: no task recorded for this intent; nothing to do in the engine")
@@ -304,6 +304,8 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, o.Replayed)
 	assert.Equal(t, "ch_manual", o.ProviderRef)
+	assert.Equal(t, map[string]any{"paymentRef": "ch_manual"}, o.Values, "the result values the operator gave")
+	assert.Nil(t, r.ErrorMessage, "a confirmed intent carries no error")
 
 	// A settled intent is not resolved again.
 	_, err = effects(t, "resolve", "invoice:R", "--as", "rejected", "--reason", "oops", "--operator", "bob")
