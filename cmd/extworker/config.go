@@ -39,6 +39,9 @@ type config struct {
 	DatabaseURL     string        `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker"`
 	LedgerNamespace string        `envconfig:"LEDGER_NAMESPACE" default:"default"`
 	LedgerLease     time.Duration `envconfig:"LEDGER_LEASE" default:"2m"`
+	// LedgerRetention is how long settled intents are kept; `run` prunes older ones hourly.
+	// Unknown and held intents are never pruned. 0 keeps everything.
+	LedgerRetention time.Duration `envconfig:"LEDGER_RETENTION" default:"720h"`
 	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
 	ProviderURL string `envconfig:"PROVIDER_URL"`
 
@@ -77,6 +80,9 @@ func (c config) validate() error {
 	}
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
+	}
+	if c.LedgerRetention < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must not be negative", c.LedgerRetention))
 	}
 	if c.LedgerLease < time.Second {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v: must be at least 1s", c.LedgerLease))

@@ -202,7 +202,33 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.LedgerRetention > 0 {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() { defer close(done); prunePeriodically(ctx, env.ledger, cfg.LedgerRetention, time.Hour, logger) }()
+	}
 	return w.Run(ctx)
+}
+
+// prunePeriodically deletes settled intents older than retention, every interval, until
+// ctx ends.
+func prunePeriodically(ctx context.Context, l *idempotency.Ledger, retention, every time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n, err := l.Prune(ctx, retention)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("pruning the ledger failed; will try again", slog.Any("error", err))
+		case n > 0:
+			logger.Info("pruned settled intents", slog.Int64("deleted", n), slog.Duration("retention", retention))
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // runDemo deploys the demo, starts n invoices, works them off and prints what happened.
