@@ -3,6 +3,11 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,28 +58,70 @@ func TestFromEmptyTwiceInARow(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM extworker_intents`).Scan(&n))
 }
 
-// Several workers starting at once: the advisory lock lets exactly one apply each version.
+// TestMain doubles as a migrating process: with EXTWORKER_MIGRATE_URL set, the test
+// binary applies the migrations to that database, prints how many it applied, and exits.
+func TestMain(m *testing.M) {
+	if url := os.Getenv("EXTWORKER_MIGRATE_URL"); url != "" {
+		pool, err := pgxpool.New(context.Background(), url)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		applied, err := migrations.Up(context.Background(), stdlib.OpenDBFromPool(pool))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(4)
+		}
+		fmt.Println(len(applied))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Several workers starting at once, two of them separate processes: the advisory lock
+// lets exactly one apply each version.
 func TestConcurrentMigrations(t *testing.T) {
 	t.Parallel()
 	url := emptySchema(t)
 	ctx := testenv.Context(t, time.Minute)
-	const n = 4
+	const procs, inproc = 2, 2
 	var wg sync.WaitGroup
-	applied := make([][]int64, n)
-	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		db := open(t, url) // its own pool: like another process
+	counts := make(chan int, procs+inproc)
+	for i := 0; i < procs; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			applied[i], errs[i] = migrations.Up(ctx, db)
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "EXTWORKER_MIGRATE_URL="+url)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("migrating process: %v", err)
+				return
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+			if err != nil {
+				t.Errorf("migrating process printed %q", out)
+			}
+			counts <- n
+		}()
+	}
+	for i := 0; i < inproc; i++ {
+		db := open(t, url) // its own pool
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			applied, err := migrations.Up(ctx, db)
+			if err != nil {
+				t.Errorf("migrating goroutine: %v", err)
+			}
+			counts <- len(applied)
 		}()
 	}
 	wg.Wait()
+	close(counts)
 	total := 0
-	for i := 0; i < n; i++ {
-		require.NoError(t, errs[i])
-		total += len(applied[i])
+	for n := range counts {
+		total += n
 	}
 	assert.Equal(t, 1, total, "each version applied once in all")
 	require.NoError(t, migrations.Check(ctx, open(t, url)))

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,4 +81,29 @@ func TestVersionCommand(t *testing.T) {
 	err := run([]string{"version"}, &bytes.Buffer{}, &bytes.Buffer{})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2", "credentials never appear in errors")
+}
+
+// `run` refuses an unmigrated ledger database and says what to run; `migrate` fixes it.
+func TestRunRefusesUnmigratedDatabase(t *testing.T) {
+	testenv.Engine(t)
+	admin := testenv.DB(t)
+	ctx := testenv.Context(t, time.Minute)
+	schema := "empty_" + testenv.Unique("s")[2:]
+	_, err := admin.Exec(ctx, `CREATE SCHEMA `+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL()+"?search_path="+schema)
+
+	err = run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "run `extworker migrate`")
+	assert.NotContains(t, err.Error(), "extworker:extworker@", "no credentials in the message")
+
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
+	assert.Contains(t, out.String(), "applied migrations [1]")
+	out.Reset()
+	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
+	assert.Contains(t, out.String(), "up to date")
 }
