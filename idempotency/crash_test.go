@@ -190,7 +190,7 @@ func doUntilLeaseEnds(t *testing.T, l *idempotency.Ledger, eff idempotency.Effec
 
 func TestCrashAfterProviderAnswerReconciles(t *testing.T) {
 	t.Parallel()
-	l, pool := newLedger(t, idempotency.Config{Lease: 2 * time.Second})
+	l, _ := newLedger(t, idempotency.Config{Lease: 2 * time.Second})
 	ns := l.Namespace()
 	p := newHTTPProvider(t)
 	runCrashHelper(t, "after-answer", ns, p.srv.URL)
@@ -202,7 +202,6 @@ func TestCrashAfterProviderAnswerReconciles(t *testing.T) {
 	posts, effects := p.counts()
 	assert.Equal(t, 1, posts)
 	assert.Equal(t, 1, effects)
-	_ = pool
 }
 
 func TestCrashBeforeSendDispatchesAgainWithSameKey(t *testing.T) {
