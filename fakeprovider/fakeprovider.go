@@ -30,6 +30,8 @@ const (
 	LoseAnswer Fault = iota + 1
 	// DropBeforeAccept drops the connection before doing anything.
 	DropBeforeAccept
+	// SlowAnswer performs the charge, then answers after Server.SlowDelay.
+	SlowAnswer
 )
 
 // Charge is one effect the provider performed.
@@ -49,6 +51,8 @@ type stored struct {
 type Server struct {
 	// DeclineAboveCents declines charges above this amount with 402 card_declined.
 	DeclineAboveCents int64
+	// SlowDelay is how long a SlowAnswer fault holds the answer back. Set before use.
+	SlowDelay time.Duration
 
 	srv      *http.Server
 	ln       net.Listener
@@ -158,9 +162,18 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		s.byKey[key] = st
 	}
 	s.mu.Unlock()
-	if fault == LoseAnswer {
+	switch fault {
+	case LoseAnswer:
 		hangUp(w)
 		return
+	case SlowAnswer:
+		t := time.NewTimer(s.SlowDelay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // the caller gave up (or died): the charge stands
+			t.Stop()
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(st.status)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/failure"
 )
 
@@ -42,8 +43,13 @@ type Config struct {
 	ProviderWindow time.Duration
 	// WriteTimeout bounds each ledger transaction. Default 10s.
 	WriteTimeout time.Duration
-	// Logger receives transitions at debug level, holds and mismatches at warn. Default discard.
+	// Logger receives transitions at debug level, holds and mismatches at warn, each with
+	// idempotency_scope, idempotency_key and ledger_state. Default discard.
+	// Hooks.ContextLogger can substitute the running task's logger.
 	Logger *slog.Logger
+	// Hooks connect the ledger to metrics and to the task's logger; see Hooks and
+	// Ledger.WithHooks. Default: none.
+	Hooks Hooks
 }
 
 // WithDefaults returns a copy with defaults filled in.
@@ -75,6 +81,9 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Hooks.Observer == nil {
+		c.Hooks.Observer = NopObserver{}
+	}
 	return c
 }
 
@@ -98,9 +107,10 @@ func (c Config) Validate() error {
 
 // Ledger records intents in PostgreSQL and runs effects through them.
 type Ledger struct {
-	pool *pgxpool.Pool
-	cfg  Config
-	log  *slog.Logger
+	pool  *pgxpool.Pool
+	cfg   Config
+	log   *slog.Logger
+	hooks Hooks
 }
 
 // New returns a ledger on pool, whose database must be migrated (package migrations).
@@ -109,7 +119,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{pool: pool, cfg: cfg, log: cfg.Logger}, nil
+	return &Ledger{pool: pool, cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks}, nil
 }
 
 // Digest returns the canonical digest of a request: SHA-256 of its JSON with object keys
@@ -190,6 +200,8 @@ type attempt struct {
 	// leaseEnd is when this attempt's lease ends on the local monotonic clock: dispatches
 	// and reconciliations are cut off before it.
 	leaseEnd time.Time
+	// pending are the transitions of the transaction in progress, reported once it commits.
+	pending []transition
 }
 
 // Do runs one effect through the ledger, at most once per intent, and returns either the
@@ -215,7 +227,20 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error)
 		return Outcome{}, failure.Permanent(err)
 	}
 	a := &attempt{l: l, in: in, eff: eff, digest: digest}
-	return a.run(ctx)
+	out, err := a.run(ctx)
+	obs := l.hooks.Observer
+	switch {
+	case err == nil && out.Replayed:
+		obs.DuplicateSuppressed(in.Scope, "replayed")
+	case errors.Is(err, ErrInProgress):
+		obs.DuplicateSuppressed(in.Scope, "in_progress")
+	case errors.Is(err, ErrDigestMismatch):
+		obs.DigestMismatch(in.Scope)
+	}
+	if f := l.hooks.Annotate; f != nil && a.row.State != "" {
+		f(ctx, slog.String("idempotency_scope", in.Scope), slog.String("idempotency_key", in.Key), slog.String("ledger_state", string(a.row.State)))
+	}
+	return out, err
 }
 
 func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
@@ -233,6 +258,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	case StateConfirmed, StateReconciled:
 		return a.outcome(true)
 	case StateRejected:
+		a.l.hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
 		return Outcome{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
 	case StateUnknown:
 		proceed, out, err := a.reconcile(ctx)
@@ -240,6 +266,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 			return out, err
 		}
 	}
+	failpoint.Inject(failpoint.AfterPrepared)
 	if a.eff.Dispatch == nil {
 		return a.confirm(ctx, StatePrepared, StateConfirmed, Result{}, "local effect committed with the ledger")
 	}
@@ -259,6 +286,7 @@ func (a *attempt) claim(ctx context.Context) error {
 			ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id`,
 			l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey)).Scan(&id)
 		if err == nil {
+			a.pending = append(a.pending, transition{"", StatePrepared})
 			if err := a.event(ctx, tx, id, "", StatePrepared, 0, "intent recorded"); err != nil {
 				return err
 			}
@@ -281,7 +309,7 @@ func (a *attempt) claim(ctx context.Context) error {
 		case row.Digest != a.digest:
 			result = failure.Permanent(fmt.Errorf("%w: scope %s key %s was recorded with request digest %.12s…, this attempt's is %.12s…; nothing was sent",
 				ErrDigestMismatch, in.Scope, in.Key, row.Digest, a.digest))
-			l.log.Warn("intent digest mismatch", slog.String("scope", in.Scope), slog.String("intent_key", in.Key), slog.String("ledger_state", string(row.State)))
+			a.logger(ctx).Warn("intent digest mismatch: same key, different request; nothing sent", slog.String("ledger_state", string(row.State)))
 			return a.event(ctx, tx, row.ID, row.State, row.State, row.Attempt, "refused: same key, different request digest "+a.digest[:12])
 		case row.State.Terminal() || row.State == StateOperatorHold:
 			return nil
@@ -315,6 +343,7 @@ func (a *attempt) claim(ctx context.Context) error {
 		lease := now.Add(l.cfg.Lease)
 		a.row.LeaseUntil = &lease
 		if reason != "" {
+			a.pending = append(a.pending, transition{StateDispatched, StateUnknown})
 			return a.event(ctx, tx, row.ID, StateDispatched, StateUnknown, a.row.Attempt, reason)
 		}
 		return nil
@@ -343,6 +372,8 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 	if rerr != nil {
 		rec = StillUnknown(rerr.Error())
 	}
+	a.l.hooks.Observer.Reconciled(a.in.Scope, map[reconKind]string{reconFound: "found", reconNotFound: "not_found",
+		reconRejected: "rejected", reconStillUnknown: "still_unknown"}[rec.kind])
 	switch rec.kind {
 	case reconFound:
 		out, err := a.confirm(ctx, StateUnknown, StateReconciled, rec.result, "reconciled: the provider has the effect")
@@ -364,6 +395,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 	defer wcancel()
 	if _, err := l.pool.Exec(wctx, `UPDATE extworker_intents SET reconciliations = reconciliations + 1, lease_owner = NULL, lease_until = NULL,
 			updated_at = now() WHERE id = $1 AND attempt = $2`, r.ID, r.Attempt); err != nil {
+		l.hooks.Observer.DatabaseError("ledger_write", err)
 		return false, Outcome{}, failure.Retryable(err)
 	}
 	backoff := l.cfg.ReconcileBackoff << min(n-1, 10)
@@ -382,12 +414,14 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: mark dispatched: %w", err))
 	}
 	a.row.State = StateDispatched
+	failpoint.Inject(failpoint.AfterDispatchMark)
 	dctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
 	res, derr := a.eff.Dispatch(dctx, a.row.ProviderKey)
 	cancel()
 	var rej *Rejection
 	switch {
 	case derr == nil:
+		failpoint.Inject(failpoint.AfterProviderAnswer)
 		return a.confirm(ctx, StateDispatched, StateConfirmed, res, "confirmed by the provider")
 	case errors.As(derr, &rej):
 		return Outcome{}, a.reject(ctx, StateDispatched, rej, "declined by the provider")
@@ -399,7 +433,7 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 	}
 	if err := a.move(ctx, StateDispatched, StateUnknown, "ambiguous dispatch: "+derr.Error(), ""); err != nil {
 		// The row stays dispatched: the next attempt, once the lease ends, treats it as unknown.
-		l.log.Warn("recording an unknown dispatch failed", slog.String("scope", a.in.Scope), slog.Any("error", err))
+		a.logger(ctx).Warn("recording an unknown dispatch failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", err))
 	}
 	return Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: %w", ErrUnknownOutcome, derr), l.cfg.ReconcileBackoff)
 }
@@ -418,20 +452,22 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 		}
 		if a.eff.Local != nil {
 			if err := a.eff.Local(wctx, tx, res); err != nil {
-				return fmt.Errorf("local effect: %w", err)
+				return fmt.Errorf("%w: %w", errLocal, err)
 			}
 		}
 		return nil
 	})
+	a.committed(err)
 	if err != nil {
 		if from == StateDispatched {
 			// The provider did it; the ledger could not say so. Make the next attempt check.
 			if merr := a.move(ctx, StateDispatched, StateUnknown, "confirm failed after the provider answered: "+err.Error(), ""); merr != nil {
-				a.l.log.Warn("recording unknown after a failed confirm failed", slog.Any("error", merr))
+				a.logger(ctx).Warn("recording unknown after a failed confirm failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", merr))
 			}
 		}
 		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: confirm %s/%s: %w", a.in.Scope, a.in.Key, err))
 	}
+	failpoint.Inject(failpoint.AfterConfirm)
 	a.row.State, a.row.Result = to, values
 	ref := res.ProviderRef
 	a.row.ProviderRef = &ref
@@ -467,7 +503,7 @@ func (a *attempt) holdTx(ctx context.Context, tx pgx.Tx, why string, cause error
 		return failure.Retryable(err)
 	}
 	a.row.State = StateOperatorHold
-	a.l.log.Warn("intent held for an operator", slog.String("scope", a.in.Scope), slog.String("intent_key", a.in.Key), slog.String("reason", why))
+	a.logger(ctx).Warn("intent held for an operator", slog.String("ledger_state", string(StateOperatorHold)), slog.String("reason", why))
 	return a.holdError(why, cause)
 }
 
@@ -492,7 +528,7 @@ func (a *attempt) releaseLease(ctx context.Context) {
 	defer cancel()
 	if _, err := a.l.pool.Exec(wctx, `UPDATE extworker_intents SET lease_owner = NULL, lease_until = NULL
 		WHERE id = $1 AND attempt = $2 AND lease_until IS NOT NULL`, a.row.ID, a.row.Attempt); err != nil {
-		a.l.log.Warn("releasing an intent's lease failed; it runs out by itself", slog.String("scope", a.in.Scope), slog.Any("error", err))
+		a.logger(ctx).Warn("releasing an intent's lease failed; it runs out by itself", slog.String("ledger_state", string(a.row.State)), slog.Any("error", err))
 	}
 }
 
@@ -521,8 +557,9 @@ func (a *attempt) moveTx(ctx context.Context, tx pgx.Tx, from, to State, reason,
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("%w (%s -> %s at attempt %d)", ErrFenced, from, to, a.row.Attempt)
 	}
-	a.l.log.Debug("intent transition", slog.String("scope", a.in.Scope), slog.String("intent_key", a.in.Key),
-		slog.String("from", string(from)), slog.String("to", string(to)), slog.Int("attempt", a.row.Attempt))
+	a.pending = append(a.pending, transition{from, to})
+	a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
+		slog.String("from", string(from)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
 	return a.event(ctx, tx, a.row.ID, from, to, a.row.Attempt, reason)
 }
 
@@ -537,7 +574,10 @@ func (a *attempt) event(ctx context.Context, tx pgx.Tx, id int64, from, to State
 func (a *attempt) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	wctx, cancel := a.writeCtx(ctx)
 	defer cancel()
-	return pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error { return fn(tx) })
+	a.pending = nil
+	err := pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error { return fn(tx) })
+	a.committed(err)
+	return err
 }
 
 func (a *attempt) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/extworker/extworker/failpoint"
 )
 
 // Extender keeps one task's lock alive while its handler runs, and cancels the
@@ -176,9 +178,13 @@ func (e *Extender) run() {
 			callEnd = earliest(callEnd, maxAt)
 		}
 		ctx, cancel := context.WithDeadline(e.reqCtx, callEnd)
+		failpoint.Inject(failpoint.InExtension)
 		err := e.l.ExtendLock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration)
 		cancel()
 
+		if !e.stopped() && e.cfg.OnExtend != nil {
+			e.cfg.OnExtend(err)
+		}
 		switch {
 		case e.stopped():
 			return
@@ -229,6 +235,9 @@ func (e *Extender) end(cause error, attrs ...slog.Attr) {
 		attrs = append(attrs, slog.Duration("max_run_time", e.cfg.MaxRunTime))
 	}
 	e.cfg.Logger.LogAttrs(e.reqCtx, slog.LevelWarn, msg, attrs...)
+	if e.cfg.OnEnd != nil {
+		e.cfg.OnEnd(cause)
+	}
 	e.cancel(cause)
 }
 

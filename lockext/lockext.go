@@ -52,6 +52,13 @@ type Config struct {
 	// task id, worker id and reason) and a Debug record per transient error. Default
 	// discards.
 	Logger *slog.Logger
+	// OnExtend, if set, is called after every extendLock call with its error (nil on
+	// success), from the extender's goroutine: for metrics, so keep it quick. Not called
+	// for a call cut short by Stop.
+	OnExtend func(err error)
+	// OnEnd, if set, is called once when the extending ends for a reason other than Stop:
+	// with the *LockLostError or ErrMaxRunTime that Context is cancelled with.
+	OnEnd func(cause error)
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default. Interval

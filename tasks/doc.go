@@ -55,6 +55,17 @@
 // unlocked, lock-lost) and, for failures, classification, retries_left, retry_timeout
 // and error.
 //
+// A handler's context carries the task's logger: Logger(ctx) returns it, and
+// AddLogAttrs(ctx, ...) adds fields to every later record about the task, including the
+// final one. The effect ledger uses both (idempotency.Hooks) so that its records carry
+// the task's fields and the task's records name idempotency_scope, idempotency_key and
+// ledger_state.
+//
+// # Metrics
+//
+// Config.Observer receives fetches, outcomes, slot changes, lock extensions, lost locks
+// and engine errors; package metrics implements it on Prometheus.
+//
 // # errorMessage and errorDetails
 //
 // A failure's errorMessage is one line, at most 600 characters (the engine keeps 666):

@@ -13,6 +13,7 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/failure"
 )
 
@@ -29,6 +30,8 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 	var (
 		send    func(context.Context) error
 		outcome string
+		op      string // the engine call, for Observer.EngineError
+		class   string // the failure's classification, for Observer.Handled
 		attrs   []slog.Attr
 	)
 	if o.Kind == failure.KindBPMNError {
@@ -40,7 +43,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 			send = func(ctx context.Context) error {
 				return w.c.BPMNError(ctx, id, camunda7.BPMNErrorRequest{WorkerID: w.cfg.WorkerID, ErrorCode: o.Code, ErrorMessage: o.Message, Variables: bv})
 			}
-			outcome = "bpmn-error"
+			outcome, op = "bpmn-error", "bpmn_error"
 			attrs = append(attrs, slog.String("error_code", o.Code))
 		}
 	}
@@ -49,7 +52,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		send = func(ctx context.Context) error {
 			return w.c.Complete(ctx, id, camunda7.CompleteRequest{WorkerID: w.cfg.WorkerID, Variables: vars, LocalVariables: task.localVariables()})
 		}
-		outcome = "completed"
+		outcome, op = "completed", "complete"
 	case failure.KindRetryable, failure.KindPermanent, failure.KindUnknownOutcome:
 		left, delay := 0, time.Duration(0)
 		if o.Kind == failure.KindRetryable {
@@ -65,7 +68,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 			}
 			return w.c.Failure(ctx, id, camunda7.FailureRequest{WorkerID: w.cfg.WorkerID, ErrorMessage: msg, ErrorDetails: details, Retries: left, RetryTimeout: delay})
 		}
-		outcome = o.Kind.String()
+		outcome, op, class = o.Kind.String(), "failure", o.Kind.String()
 		if left == 0 {
 			outcome = "incident"
 		}
@@ -73,6 +76,9 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 			slog.Duration("retry_timeout", delay), slog.String("error", errorText(o)))
 	}
 
+	if o.Kind == failure.KindNone {
+		failpoint.Inject(failpoint.BeforeComplete)
+	}
 	err := w.deliver(ctx, id, send, log)
 	var ee *camunda7.Error
 	if err != nil && o.Kind == failure.KindNone && errors.As(err, &ee) && ee.StatusCode >= 500 && !errors.Is(err, camunda7.ErrOptimisticLock) {
@@ -86,10 +92,16 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 	if err != nil {
 		w.stats.ReportErrors.Add(1)
 		level := slog.LevelError
+		observed := "report-failed"
 		if errors.Is(err, camunda7.ErrLockLost) || errors.Is(err, camunda7.ErrTaskGone) {
 			w.stats.LockLost.Add(1)
 			level = slog.LevelWarn
+			observed = "lock-lost"
+			w.obs.LockLost(task.Topic(), lockLostReason(err))
+		} else {
+			w.obs.EngineError(op, err)
 		}
+		w.obs.Handled(task.Topic(), observed, class, took)
 		log.LogAttrs(ctx, level, "reporting the result failed", append(attrs, slog.String("outcome", outcome), slog.Any("report_error", err))...)
 		return
 	}
@@ -103,6 +115,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 	default:
 		w.stats.Failures.Add(1)
 	}
+	w.obs.Handled(task.Topic(), outcome, class, took)
 	level := slog.LevelInfo
 	if outcome == "incident" {
 		level = slog.LevelWarn

@@ -54,6 +54,9 @@ type Config struct {
 	// Logger receives the worker's records; every record about a task carries the same
 	// fields (see package doc). Default discard.
 	Logger *slog.Logger
+	// Observer receives counts and timings for metrics (package metrics implements it).
+	// Default NopObserver.
+	Observer Observer
 }
 
 // DefaultWorkerID returns "<host>-<pid>-<random>".
@@ -96,6 +99,9 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
 	return c
 }
 
@@ -132,6 +138,7 @@ type Worker struct {
 	reg *Registry
 	cfg Config
 	log *slog.Logger
+	obs Observer
 
 	running atomic.Bool
 
@@ -169,7 +176,7 @@ func New(c *camunda7.Client, reg *Registry, cfg Config) (*Worker, error) {
 	if c == nil || reg == nil || len(reg.topics) == 0 {
 		return nil, errors.New("tasks: a client and a registry with at least one topic are required")
 	}
-	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)),
+	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
 		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1)}, nil
 }
 
@@ -261,6 +268,8 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 			if ctx.Err() != nil {
 				return sentAt.Add(req.AsyncResponseTimeout + 500*time.Millisecond)
 			}
+			w.obs.Polled(0, time.Since(sentAt), err)
+			w.obs.EngineError("fetch_and_lock", err)
 			if !errors.Is(err, camunda7.ErrNotSent) {
 				// The engine may still hold this poll and lock tasks for it that will never
 				// arrive. Once the poll has surely ended there, release such locks.
@@ -288,6 +297,10 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 			failures = 0
 		}
 		w.stats.Fetched.Add(int64(len(got)))
+		w.obs.Polled(len(got), time.Since(sentAt), nil)
+		for _, t := range got {
+			w.obs.Fetched(t.TopicName)
+		}
 		if ctx.Err() != nil {
 			// Shutdown began while the answer was on its way: these tasks will not be
 			// started, so hand them back at once instead of holding them until their
@@ -357,7 +370,9 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 	if n := int64(w.inflight); n > w.stats.MaxInFlight.Load() {
 		w.stats.MaxInFlight.Store(n)
 	}
+	inTopic, free := w.perTopic[t.name], w.cfg.MaxConcurrency-w.inflight
 	w.mu.Unlock()
+	w.obs.Slots(t.name, inTopic, free)
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
@@ -375,6 +390,7 @@ func (w *Worker) sweepOrphans(ctx context.Context) bool {
 	defer cancel()
 	locked, err := w.c.ExternalTasks(ctx, camunda7.ExternalTaskQuery{WorkerID: w.cfg.WorkerID, Locked: true})
 	if err != nil {
+		w.obs.EngineError("query", err)
 		w.log.Debug("looking for orphaned locks failed; will try again", slog.Any("error", err))
 		return false
 	}
@@ -416,7 +432,9 @@ func (w *Worker) release(topic, id string) {
 	delete(w.active, id)
 	w.inflight--
 	w.perTopic[topic]--
+	inTopic, free := w.perTopic[topic], w.cfg.MaxConcurrency-w.inflight
 	w.mu.Unlock()
+	w.obs.Slots(topic, inTopic, free)
 	select {
 	case w.freed <- struct{}{}:
 	default:
@@ -436,18 +454,28 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		slog.Int("attempt", task.Attempt()),
 	)
 	ext, err := lockext.Start(workCtx, w.c, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt},
-		lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime, Logger: log})
+		lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime, Logger: log,
+			OnExtend: func(err error) {
+				w.obs.LockExtended(raw.TopicName, err)
+				if err != nil && !errors.Is(err, camunda7.ErrTaskGone) && !errors.Is(err, camunda7.ErrLockLost) {
+					w.obs.EngineError("extend_lock", err)
+				}
+			},
+			OnEnd: func(cause error) { w.obs.LockLost(raw.TopicName, lockLostReason(cause)) },
+		})
 	if err != nil {
-		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err))
+		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err), slog.String("outcome", "unlocked"))
 		w.unlock(workCtx, raw.ID, log)
+		w.obs.Handled(raw.TopicName, "unlocked", "", 0)
 		return
 	}
 	defer ext.Stop() // after the report: the lock stays alive while the result is reported
 
 	start := time.Now()
-	hctx := ext.Context()
+	hctx, tl := withTaskLog(ext.Context(), log)
 	vars, herr := runHandler(hctx, t.handler, task)
 	took := time.Since(start)
+	log = tl.get() // with what the handler added (AddLogAttrs)
 
 	cause := context.Cause(hctx)
 	var lost *lockext.LockLostError
@@ -457,12 +485,14 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		w.stats.LockLost.Add(1)
 		log.Warn("lock lost while the handler ran; result discarded", slog.String("outcome", "lock-lost"),
 			slog.Any("cause", cause), slog.Duration("took", took))
+		w.obs.Handled(raw.TopicName, "lock-lost", "", took)
 		return
 	case hctx.Err() != nil && errors.Is(cause, ErrShutdown) && herr != nil:
 		// Cancelled by shutdown: hand the task back at once, without spending a retry.
 		log.Info("handler cancelled by shutdown; unlocking the task", slog.String("outcome", "unlocked"), slog.Duration("took", took))
 		ext.Stop() // an extension racing the unlock makes the engine refuse one of them
 		w.unlock(workCtx, raw.ID, log)
+		w.obs.Handled(raw.TopicName, "unlocked", "", took)
 		return
 	case hctx.Err() != nil && herr != nil && cause != nil && !errors.Is(herr, cause):
 		herr = fmt.Errorf("%w (context ended: %w)", herr, cause)
@@ -494,6 +524,7 @@ func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
 		return err
 	})
 	if err != nil && !errors.Is(err, camunda7.ErrTaskGone) {
+		w.obs.EngineError("unlock", err)
 		log.Warn("unlock failed; the task returns when its lock expires", slog.Any("error", err))
 		return
 	}

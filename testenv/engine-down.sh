@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# engine-down.sh: stop the engine started by engine-up.sh. Idempotent.
+# engine-down.sh: stop the engines started by engine-up.sh: the one on ENGINE_PORT when it
+# is set, else all of them. Idempotent.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-pidfile="$here/.run/engine.pid"
 quiet=0; [ "${1:-}" = --quiet ] && quiet=1
-if [ -f "$pidfile" ] && pid=$(cat "$pidfile") && kill -0 "$pid" 2>/dev/null; then
-  kill "$pid"
-  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  kill -9 "$pid" 2>/dev/null || true
-  [ $quiet = 1 ] || echo "engine-down: stopped engine (pid $pid)"
+if [ -n "${ENGINE_PORT:-}" ]; then
+  name=engine; [ "$ENGINE_PORT" = 8080 ] || name="engine-$ENGINE_PORT"
+  pidfiles=("$here/.run/$name.pid")
 else
-  [ $quiet = 1 ] || echo "engine-down: no engine running"
+  shopt -s nullglob
+  pidfiles=("$here"/.run/engine.pid "$here"/.run/engine-*.pid)
 fi
-rm -f "$pidfile"
+stopped=0
+for pidfile in "${pidfiles[@]}"; do
+  if [ -f "$pidfile" ] && pid=$(cat "$pidfile") && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+    stopped=1
+    [ $quiet = 1 ] || echo "engine-down: stopped engine (pid $pid, $(basename "$pidfile" .pid))"
+  fi
+  rm -f "$pidfile"
+done
+[ $quiet = 1 ] || [ $stopped = 1 ] || echo "engine-down: no engine running"

@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
-# engine-up.sh: build (when needed) and start the engine under test, then wait until
+# engine-up.sh: build (when needed) and start an engine under test, then wait until
 # GET /engine-rest/version answers. Idempotent: an engine that already answers is left alone.
+# Several engines run side by side, one per port (make up starts two: 8080 without
+# authentication, 8081 with HTTP basic authentication on /engine-rest).
 #
 #   ENGINE=camunda7|operaton|cibseven   which engine to build and run (default camunda7)
 #   ENGINE_PORT                          HTTP port (default 8080)
+#   ENGINE_DB                            its PostgreSQL database (default camunda)
+#   ENGINE_REST_AUTH=true                HTTP basic authentication on /engine-rest, with the user
+#   ENGINE_ADMIN_USER, ENGINE_ADMIN_PASSWORD   (default admin / extworker-admin)
 #   ENGINE_START_TIMEOUT                 seconds to wait for readiness (default 300)
+#
+# Port 8080 keeps its pid and log in testenv/.run/engine.pid and engine.log, other ports in
+# engine-<port>.pid and engine-<port>.log. Each engine runs from its own copy of the jar
+# (testenv/.run/engine-<port>.jar), so rebuilding never touches a running engine's jar.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 ENGINE="${ENGINE:-camunda7}"
 ENGINE_PORT="${ENGINE_PORT:-8080}"
+ENGINE_DB="${ENGINE_DB:-camunda}"
+ENGINE_REST_AUTH="${ENGINE_REST_AUTH:-false}"
 ENGINE_START_TIMEOUT="${ENGINE_START_TIMEOUT:-300}"
 url="http://127.0.0.1:${ENGINE_PORT}/engine-rest/version"
 run="$here/.run"
 mkdir -p "$run"
+name=engine; [ "$ENGINE_PORT" = 8080 ] || name="engine-$ENGINE_PORT"
+pidfile="$run/$name.pid"; log="$run/$name.log"
 
 case "$ENGINE" in camunda7|operaton|cibseven) ;; *)
   echo "engine-up: ENGINE must be camunda7, operaton or cibseven, not '$ENGINE'" >&2; exit 2 ;;
 esac
+auth=()
+if [ "$ENGINE_REST_AUTH" = true ]; then
+  export ENGINE_ADMIN_USER="${ENGINE_ADMIN_USER:-admin}" ENGINE_ADMIN_PASSWORD="${ENGINE_ADMIN_PASSWORD:-extworker-admin}"
+  auth=(-u "$ENGINE_ADMIN_USER:$ENGINE_ADMIN_PASSWORD")
+fi
+answers() { curl -fsS -m 2 "${auth[@]}" "$url" 2>/dev/null; }
 
-if curl -fsS -m 2 "$url" >/dev/null 2>&1; then
-  echo "engine-up: engine already answering at $url: $(curl -fsS -m 2 "$url")"
+if v=$(answers); then
+  echo "engine-up: engine already answering at $url: $v"
   exit 0
 fi
 
@@ -31,40 +50,45 @@ command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "engine-up: installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  (flock 9; apt-get update -qq && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null) 9>"$run/apt.lock"
 fi
 
-jar="$here/engine/target/engine-under-test.jar"
-stamp="$here/engine/target/.built-for"
-stale=0
-[ -f "$jar" ] || stale=1
-[ -f "$stamp" ] && [ "$(cat "$stamp")" = "$ENGINE" ] || stale=1
-if [ $stale = 0 ] && [ -n "$(find "$here/engine/pom.xml" "$here/engine/src" -newer "$jar" -print -quit)" ]; then stale=1; fi
-if [ $stale = 1 ]; then
-  echo "engine-up: building the $ENGINE engine (Maven downloads are cached in ~/.m2)"
-  t0=$(date +%s)
-  (cd "$here/engine" && mvn -B -q -P "$ENGINE" package -DskipTests)
-  echo "$ENGINE" > "$stamp"
-  echo "engine-up: built in $(( $(date +%s) - t0 ))s"
-fi
+# One build at a time (make up starts two engines in parallel), into target/<engine>.
+build="$here/engine/target/$ENGINE"
+jar="$build/engine-under-test.jar"
+(
+  flock 9
+  stale=0
+  [ -f "$jar" ] || stale=1
+  if [ $stale = 0 ] && [ -n "$(find "$here/engine/pom.xml" "$here/engine/src" -newer "$jar" -print -quit)" ]; then stale=1; fi
+  if [ $stale = 1 ]; then
+    echo "engine-up: building the $ENGINE engine (Maven downloads are cached in ~/.m2)"
+    t0=$(date +%s)
+    (cd "$here/engine" && mvn -B -q -P "$ENGINE" package -DskipTests "-Dengine.build.directory=$build")
+    echo "engine-up: built in $(( $(date +%s) - t0 ))s"
+  fi
+) 9>"$run/build.lock"
 
-"$here/engine-down.sh" --quiet || true
-echo "engine-up: starting $ENGINE on port $ENGINE_PORT (log: $run/engine.log)"
+ENGINE_PORT="$ENGINE_PORT" "$here/engine-down.sh" --quiet || true
+cp "$jar" "$run/$name.jar.tmp" && mv -f "$run/$name.jar.tmp" "$run/$name.jar"
+echo "engine-up: starting $ENGINE on port $ENGINE_PORT, database $ENGINE_DB, REST authentication $ENGINE_REST_AUTH (log: $log)"
 t0=$(date +%s)
-ENGINE_PORT="$ENGINE_PORT" setsid nohup java -Xms256m -Xmx768m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-  -jar "$jar" >"$run/engine.log" 2>&1 < /dev/null &
-echo $! > "$run/engine.pid"
+ENGINE_PORT="$ENGINE_PORT" ENGINE_REST_AUTH="$ENGINE_REST_AUTH" \
+ENGINE_DB_URL="${ENGINE_DB_URL:-jdbc:postgresql://127.0.0.1:5432/$ENGINE_DB}" \
+  setsid nohup java -Xms256m -Xmx768m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+  -jar "$run/$name.jar" >"$log" 2>&1 < /dev/null &
+echo $! > "$pidfile"
 
 deadline=$(( t0 + ENGINE_START_TIMEOUT ))
-until curl -fsS -m 2 "$url" >/dev/null 2>&1; do
-  if ! kill -0 "$(cat "$run/engine.pid")" 2>/dev/null; then
-    echo "engine-up: the engine exited during start-up; last log lines:" >&2
-    tail -40 "$run/engine.log" >&2; exit 1
+until answers >/dev/null; do
+  if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "engine-up: the engine on port $ENGINE_PORT exited during start-up; last log lines:" >&2
+    tail -40 "$log" >&2; exit 1
   fi
   if [ "$(date +%s)" -ge "$deadline" ]; then
     echo "engine-up: no answer from $url after ${ENGINE_START_TIMEOUT}s; last log lines:" >&2
-    tail -40 "$run/engine.log" >&2; exit 1
+    tail -40 "$log" >&2; exit 1
   fi
   sleep 1
 done
-echo "engine-up: $ENGINE $(curl -fsS -m 2 "$url") ready in $(( $(date +%s) - t0 ))s at http://127.0.0.1:$ENGINE_PORT/engine-rest"
+echo "engine-up: $ENGINE $(answers) ready in $(( $(date +%s) - t0 ))s at http://127.0.0.1:$ENGINE_PORT/engine-rest (REST authentication $ENGINE_REST_AUTH)"

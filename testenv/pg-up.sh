@@ -27,8 +27,9 @@ for _ in $(seq 1 60); do
 done
 pg_isready -h 127.0.0.1 -p "$PG_PORT" >/dev/null || { echo "pg-up: PostgreSQL did not become ready" >&2; exit 1; }
 
-# role:password:database. The engine's schema lives in "camunda"; the worker's ledger in "extworker".
-for spec in camunda:camunda:camunda extworker:extworker:extworker; do
+# role:password:database. The engine's schema lives in "camunda" (the second engine's, with
+# REST authentication on, in "camunda_auth"); the worker's ledger in "extworker".
+for spec in camunda:camunda:camunda camunda:camunda:camunda_auth extworker:extworker:extworker; do
   IFS=: read -r role pass db <<<"$spec"
   as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<SQL
 DO \$\$ BEGIN
@@ -41,4 +42,4 @@ SQL
     as_postgres createdb -p "$PG_PORT" -O "$role" "$db"
   fi
 done
-echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, extworker)"
+echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, extworker)"

@@ -16,8 +16,8 @@ type bar struct {
 }
 
 type panel struct {
-	title, unit string
-	bars        []bar
+	title, sub, unit string
+	bars             []bar
 }
 
 var clientColor = map[Client]string{Extworker: "#00758f", Java: "#e76f00", JS: "#b59a00", Raw: "#666666"}
@@ -27,7 +27,7 @@ var clientColor = map[Client]string{Extworker: "#00758f", Java: "#e76f00", JS: "
 func Chart(r *Results) string {
 	var panels []panel
 	if ss := r.scenario(1); len(ss) > 0 {
-		p := panel{title: fmt.Sprintf("1 · no-op, %d instances: tasks/s (higher is better)", r.Opts.N1), unit: "tasks/s"}
+		p := panel{title: fmt.Sprintf("1 · no-op handler, %d instances", r.Opts.N1), sub: "tasks per second, higher is better", unit: "tasks/s"}
 		for _, s := range ss {
 			m := s.of(tps)
 			p.bars = append(p.bars, bar{label: s.Variant.Short, med: m.med, lo: m.lo, hi: m.hi, color: clientColor[s.Variant.Client]})
@@ -35,7 +35,7 @@ func Chart(r *Results) string {
 		panels = append(panels, p)
 	}
 	if ss := r.scenario(2); len(ss) > 0 {
-		p := panel{title: fmt.Sprintf("2 · %v I/O per task, %d instances: wall s (lower is better)", r.Opts.IOWait, r.Opts.N2), unit: "s"}
+		p := panel{title: fmt.Sprintf("2 · %v of I/O per task, %d instances", r.Opts.IOWait, r.Opts.N2), sub: "wall time in seconds, lower is better", unit: "s"}
 		for _, s := range ss {
 			m := s.of(wallS)
 			p.bars = append(p.bars, bar{label: s.Variant.Short, med: m.med, lo: m.lo, hi: m.hi, color: clientColor[s.Variant.Client], light: s.Variant.ID != "extworker" && strings.HasSuffix(s.Variant.ID, "default")})
@@ -43,7 +43,7 @@ func Chart(r *Results) string {
 		panels = append(panels, p)
 	}
 	if ss := r.scenario(3); len(ss) > 0 {
-		p := panel{title: "3 · pickup latency, long polling: ms (lower is better)", unit: "ms"}
+		p := panel{title: "3 · pickup latency, long polling on", sub: "start call returned → handler started, ms, lower is better", unit: "ms"}
 		for _, s := range ss {
 			a, b := s.of(p50ms), s.of(p99ms)
 			p.bars = append(p.bars,
@@ -60,8 +60,12 @@ func Chart(r *Results) string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="12" y="22" font-size="16" font-weight="bold">extworker vs the official Camunda 7 clients</text>`+"\n")
-	fmt.Fprintf(&b, `<text x="12" y="40" fill="#555">median of %d runs, whiskers min–max; same engine (%s), same machine; pale bars: client defaults / p99</text>`+"\n",
-		r.Opts.Runs, html.EscapeString(engineVersion(r)))
+	runs := fmt.Sprintf("median of %d runs, whiskers min–max", r.Opts.Runs)
+	if r.Opts.Runs == 1 {
+		runs = "one run"
+	}
+	fmt.Fprintf(&b, `<text x="12" y="40" fill="#555">%s; same engine (%s), same machine, workers taking turns; pale bars: client defaults, p99</text>`+"\n",
+		runs, html.EscapeString(engineVersion(r)))
 	if len(panels) == 0 {
 		fmt.Fprintf(&b, `<text x="12" y="80">no data</text>`+"\n")
 	}
@@ -83,10 +87,11 @@ func engineVersion(r *Results) string {
 }
 
 func drawPanel(b *strings.Builder, p panel, x0, y0 float64, w, h int) {
-	const left, right, bottom, titleH = 56.0, 14.0, 58.0, 26.0
+	const left, right, bottom, titleH = 56.0, 14.0, 58.0, 40.0
 	plotX, plotY := x0+left, y0+titleH
 	plotW, plotH := float64(w)-left-right, float64(h)-titleH-bottom
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", x0+10, y0+14, html.EscapeString(p.title))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#555">%s</text>`+"\n", x0+10, y0+30, html.EscapeString(p.sub))
 
 	top := 0.0
 	for _, br := range p.bars {

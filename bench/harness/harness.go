@@ -74,7 +74,7 @@ type Options struct {
 	// Note is shown at the top of RESULTS.md (e.g. why instance counts were reduced).
 	Note string
 	// Progress receives one line per trial. Default io.Discard.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 }
 
 // WithDefaults returns a copy with the defaults filled in.
@@ -190,7 +190,7 @@ func variants(o Options) (ext, javaDef, javaBest, jsDef, jsBest, raw Variant) {
 		Config: fmt.Sprintf("maxParallelExecutions %s and maxTasks %s (maxTasks stays 10 otherwise), interval 10 ms (300 ms otherwise, waited after every poll), asyncResponseTimeout %s ms", c, c, lp),
 		flags:  []string{"-max-parallel", c, "-max-tasks", c, "-interval", "10", "-long-poll-ms", lp}}
 	raw = Variant{Client: Raw, ID: "raw", Label: "raw HTTP loop", Short: "raw loop",
-		Config: fmt.Sprintf("%s goroutines, each: fetchAndLock maxTasks 1, then complete; net/http and encoding/json only", c),
+		Config: fmt.Sprintf("%s goroutines, each: fetchAndLock maxTasks 1 (no long polling), then complete; net/http and encoding/json only", c),
 		flags:  []string{"-concurrency", c}}
 	return
 }
@@ -214,7 +214,8 @@ type Trial struct {
 	// Latencies are scenario 3's pickup latencies, in start order; P50 and P99 of them.
 	Latencies []time.Duration
 	P50, P99  time.Duration
-	// Fetches counts fetchAndLock calls (scenario 5: seen by the stub).
+	// Fetches counts fetchAndLock calls: seen by the stub in scenario 5, reported by
+	// extworker itself in scenarios 1 and 2; 0 where unknown.
 	Fetches int64
 	// EngineCPU is the engine's and PostgreSQL's CPU time from the worker's launch to
 	// the last task completed (scenarios 1 and 2).

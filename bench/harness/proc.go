@@ -38,6 +38,7 @@ type proc struct {
 	state   *os.ProcessState
 	waitErr error
 	stopped bool
+	hwm     int64 // VmHWM read just before stopping
 }
 
 // launch starts path with args; stderr and unparsed stdout go to logPath.
@@ -90,12 +91,13 @@ func launch(name, path string, args []string, dir, logPath string) (*proc, error
 					}
 					continue
 				}
-			case len(f) > 0 && (f[0] == "LISTEN" || f[0] == "DONE"):
+			case len(f) > 0 && (f[0] == "LISTEN" || f[0] == "DONE" || f[0] == "REQUESTS"):
 				select {
 				case p.lines <- line:
 				default:
 				}
 			}
+			// Everything else, and the protocol lines above, go to the log.
 			fmt.Fprintln(logf, line)
 		}
 		p.waitErr = cmd.Wait()
@@ -156,20 +158,42 @@ func (p *proc) awaitLine(ctx context.Context, word string, timeout time.Duration
 	}
 }
 
+// requests returns the fetch count of the worker's "REQUESTS <fetches> ..." line,
+// printed at exit (extworker and the JS worker), or 0. Call after stop.
+func (p *proc) requests() int64 {
+	for {
+		select {
+		case line := <-p.lines:
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "REQUESTS" {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		default:
+			return 0
+		}
+	}
+}
+
 // usage is what the kernel counted for a process that has exited.
 type usage struct {
 	CPU     time.Duration
 	PeakRSS int64
 }
 
-// stop sends SIGTERM, waits up to grace, then kills; it returns the process's rusage.
-// Calling it again returns the same.
+// stop reads the process's peak RSS, sends SIGTERM, waits up to grace, then kills; it
+// returns the CPU time from its rusage. Calling it again returns the same.
+//
+// The peak RSS comes from VmHWM in /proc/<pid>/status, which starts afresh at exec:
+// rusage's ru_maxrss also counts the pages the child shared with the driver between
+// fork and exec, and so would report the driver's size for a small worker.
 func (p *proc) stop(grace time.Duration) (usage, error) {
 	if !p.stopped {
 		p.stopped = true
 		select {
 		case <-p.exited:
 		default:
+			p.hwm, _ = procHWM(p.cmd.Process.Pid)
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			select {
@@ -188,10 +212,28 @@ func (p *proc) stop(grace time.Duration) (usage, error) {
 	if !ok {
 		return usage{}, fmt.Errorf("%s: no rusage", p.name)
 	}
-	return usage{
-		CPU:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		PeakRSS: ru.Maxrss * 1024, // kilobytes on Linux
-	}, nil
+	if p.hwm == 0 {
+		return usage{}, fmt.Errorf("%s: exited before its peak RSS could be read", p.name)
+	}
+	return usage{CPU: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), PeakRSS: p.hwm}, nil
+}
+
+// procHWM reads a live process's peak resident set size (VmHWM) in bytes.
+func procHWM(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmHWM: %w", pid, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
 
 // procCPU reads a live process's user+system CPU from /proc/<pid>/stat.
@@ -219,19 +261,22 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// engineCPU sums the CPU time of the engine's process (pid, if not 0) and of every
-// PostgreSQL process on the machine. Other users of the same engine and database add
-// to it, so it is only meaningful while the benchmark has them to itself.
-func engineCPU(pid int) time.Duration {
-	var total time.Duration
+// cpuSample is the CPU time of the engine's process and of every PostgreSQL process,
+// by pid.
+type cpuSample map[int]time.Duration
+
+// sampleEngineCPU reads the CPU time of the engine's process (pid, if not 0) and of
+// every PostgreSQL process on the machine.
+func sampleEngineCPU(pid int) cpuSample {
+	s := cpuSample{}
 	if pid > 0 {
 		if d, err := procCPU(pid); err == nil {
-			total += d
+			s[pid] = d
 		}
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return total
+		return s
 	}
 	for _, e := range entries {
 		n, err := strconv.Atoi(e.Name())
@@ -243,8 +288,21 @@ func engineCPU(pid int) time.Duration {
 			continue
 		}
 		if d, err := procCPU(n); err == nil {
-			total += d
+			s[n] = d
 		}
+	}
+	return s
+}
+
+// since is the CPU the sampled processes spent between before and s: the growth of
+// each process seen both times, plus all of each process that started in between. A
+// process that ended in between (a test suite's connection, say) is left out, so the
+// sum never goes negative. Other users of the same engine and database still add to
+// it: it is only exact while the benchmark has them to itself.
+func (s cpuSample) since(before cpuSample) time.Duration {
+	var total time.Duration
+	for pid, d := range s {
+		total += max(0, d-before[pid])
 	}
 	return total
 }

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +15,17 @@ import (
 // (profile findings, say), which WriteReport keeps when it rewrites the file.
 const NotesMarker = "<!-- Everything below this line is written by hand and kept when benchrun rewrites this file. -->"
 
-// WriteReport writes RESULTS.md and scenarios.svg into dir.
+// WriteReport writes RESULTS.md, scenarios.svg and results.json (every trial, for
+// ReadResults) into dir.
 func WriteReport(r *Results, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(raw, '\n'), 0o644); err != nil {
 		return err
 	}
 	mdPath := filepath.Join(dir, "RESULTS.md")
@@ -30,6 +40,20 @@ func WriteReport(r *Results, dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "scenarios.svg"), []byte(Chart(r)), 0o644)
+}
+
+// ReadResults reads the results.json that WriteReport wrote, to render the report again.
+func ReadResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.Opts.Progress = io.Discard
+	return &r, nil
 }
 
 // summary is a median with its range.
@@ -82,6 +106,14 @@ func (s *Series) of(f func(Trial) float64) summary {
 		xs = append(xs, f(t))
 	}
 	return summarize(xs)
+}
+
+// known is of, or "not counted" when the measure is zero in every trial.
+func (s *Series) known(f func(Trial) float64) string {
+	if sum := s.of(f); sum.n > 0 && sum.hi > 0 {
+		return sum.String()
+	}
+	return "not counted"
 }
 
 var (
@@ -144,17 +176,17 @@ func Markdown(r *Results) string {
 
 	if ss := r.scenario(1); len(ss) > 0 {
 		w("## Scenario 1: no-op handler, %d instances\n\n", o.N1)
-		w("| worker | tasks/s | CPU s, whole process | CPU s after first task | CPU ms per task | peak RSS MiB | start to first task s | engine + PostgreSQL CPU ms per task |\n|---|---|---|---|---|---|---|---|\n")
+		w("| worker | tasks/s | CPU s, whole process | CPU s after first task | CPU ms per task | peak RSS MiB | start to first task s | engine + PostgreSQL CPU ms per task | fetches per task |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range ss {
-			w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(tps), s.of(cpuTotal), s.of(cpuWork), s.of(cpuPerMs), s.of(rssMiB), s.of(startupS), s.of(enginePT))
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(tps), s.of(cpuTotal), s.of(cpuWork), s.of(cpuPerMs), s.of(rssMiB), s.of(startupS), s.of(enginePT), s.known(fetchesPT))
 		}
 		w("\n")
 	}
 	if ss := r.scenario(2); len(ss) > 0 {
 		w("## Scenario 2: I/O-bound handler (%v per task), %d instances\n\n", o.IOWait, o.N2)
-		w("| worker | wall time s | tasks/s | CPU s, whole process | peak RSS MiB | engine + PostgreSQL CPU ms per task |\n|---|---|---|---|---|---|\n")
+		w("| worker | wall time s | tasks/s | CPU s, whole process | peak RSS MiB | engine + PostgreSQL CPU ms per task | fetches per task |\n|---|---|---|---|---|---|---|\n")
 		for _, s := range ss {
-			w("| %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(wallS), s.of(tps), s.of(cpuTotal), s.of(rssMiB), s.of(enginePT))
+			w("| %s | %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(wallS), s.of(tps), s.of(cpuTotal), s.of(rssMiB), s.of(enginePT), s.known(fetchesPT))
 		}
 		w("\nThe lower bound for %d tasks of %v each with %d running at once is %.2f s.\n\n", o.N2, o.IOWait, Concurrency,
 			float64(o.N2)/float64(Concurrency)*o.IOWait.Seconds())

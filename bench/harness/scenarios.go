@@ -58,7 +58,7 @@ func (h *harness) throughput(ctx context.Context, scenario int, v Variant, run, 
 		return Trial{}, fmt.Errorf("start %d instances: %w", n, err)
 	}
 	path, args, dir := h.command(v, h.o.EngineURL, m.Topic, mode, false, extra)
-	engineBefore := engineCPU(h.o.EnginePID)
+	engineBefore := sampleEngineCPU(h.o.EnginePID)
 	p, err := launch(v.Label, path, args, dir, h.logPath(scenario, v, run))
 	if err != nil {
 		return Trial{}, err
@@ -75,12 +75,12 @@ func (h *harness) throughput(ctx context.Context, scenario int, v Variant, run, 
 	if err != nil {
 		return Trial{}, err
 	}
-	engineUsed := engineCPU(h.o.EnginePID) - engineBefore
+	engineUsed := sampleEngineCPU(h.o.EnginePID).since(engineBefore)
 	u, err := p.stop(stopGrace)
 	if err != nil {
 		return Trial{}, err
 	}
-	t := Trial{N: n, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS, EngineCPU: engineUsed}
+	t := Trial{N: n, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS, EngineCPU: engineUsed, Fetches: p.requests()}
 	t.CPUWork = max(0, u.CPU-p.cpuAtFirst)
 	if t.Wall > 0 {
 		t.TPS = float64(n) / t.Wall.Seconds()
@@ -196,7 +196,7 @@ func (h *harness) ceiling(ctx context.Context, v Variant, run int, extra []strin
 	}
 	u, err := p.stop(stopGrace)
 	if err != nil {
-		return Trial{}, err
+		return Trial{}, fmt.Errorf("%w (log: %s)", err, p.logPath)
 	}
 	if p.state != nil && !p.state.Success() && p.state.ExitCode() != -1 {
 		return Trial{}, fmt.Errorf("%s failed: %v (log: %s)", p.name, p.waitErr, p.logPath)

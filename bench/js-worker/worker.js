@@ -5,6 +5,7 @@
 //
 //   FIRST <unix ns>                  when the first handler starts
 //   PICKUP <business key> <unix ns>  when a handler starts (with -latency)
+//   REQUESTS <fetches> <completes>   at exit: fetchAndLock calls that succeeded, completes
 //
 // Options left out keep the client's defaults; the driver passes the configuration.
 import { Client } from "camunda-external-task-client-js";
@@ -39,6 +40,10 @@ for (const k of ["maxTasks", "maxParallelExecutions", "interval", "asyncResponse
   if (o[k] !== undefined) opts[k] = o[k];
 }
 const client = new Client(opts);
+let fetches = 0;
+let completes = 0;
+client.on("poll:success", () => fetches++);
+client.on("complete:success", () => completes++);
 client.on("poll:error", (e) => console.error(`poll error: ${e}`));
 client.on("complete:error", (_task, e) => console.error(`complete error: ${e}`));
 
@@ -54,6 +59,10 @@ client.subscribe(o.topic, async ({ task, taskService }) => {
   await taskService.complete(task);
 });
 
-const stop = () => { client.stop(); process.exit(0); };
+const stop = () => {
+  client.stop();
+  process.stdout.write(`REQUESTS ${fetches} ${completes}\n`);
+  process.exit(0);
+};
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);

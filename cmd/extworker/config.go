@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,11 +26,23 @@ import (
 )
 
 // config is the daemon's configuration, read from EXTWORKER_* variables.
+//
+// Fields tagged secret:"true" are masked by `extworker config` and may also be read from a
+// file named by EXTWORKER_<NAME>_FILE (secrets.go); secret:"url" fields are URLs whose
+// password is masked, and they too may come from a file.
 type config struct {
-	EngineURL      string        `envconfig:"ENGINE_URL" default:"http://127.0.0.1:8080/engine-rest"`
-	EngineUser     string        `envconfig:"ENGINE_USER"`
-	EnginePassword string        `envconfig:"ENGINE_PASSWORD"`
-	EngineToken    string        `envconfig:"ENGINE_TOKEN"`
+	EngineURL      string `envconfig:"ENGINE_URL" default:"http://127.0.0.1:8080/engine-rest" secret:"url"`
+	EngineUser     string `envconfig:"ENGINE_USER"`
+	EnginePassword string `envconfig:"ENGINE_PASSWORD" secret:"true"`
+	EngineToken    string `envconfig:"ENGINE_TOKEN" secret:"true"`
+	// OAuth2 client credentials: a token from EngineOAuthTokenURL, cached until shortly
+	// before it expires, is sent as the bearer token.
+	EngineOAuthTokenURL     string   `envconfig:"ENGINE_OAUTH_TOKEN_URL"`
+	EngineOAuthClientID     string   `envconfig:"ENGINE_OAUTH_CLIENT_ID"`
+	EngineOAuthClientSecret string   `envconfig:"ENGINE_OAUTH_CLIENT_SECRET" secret:"true"`
+	EngineOAuthScopes       []string `envconfig:"ENGINE_OAUTH_SCOPES"` // comma-separated
+	// HTTPS to the engine (and to the token endpoint): a CA bundle replacing the system
+	// roots, a client certificate.
 	EngineCAFile   string        `envconfig:"ENGINE_CA_FILE"`
 	EngineCertFile string        `envconfig:"ENGINE_CERT_FILE"`
 	EngineKeyFile  string        `envconfig:"ENGINE_KEY_FILE"`
@@ -36,14 +50,14 @@ type config struct {
 
 	// DatabaseURL is the ledger's PostgreSQL (pgx URL; TLS with sslmode=verify-full and
 	// sslrootcert=..., client certificates with sslcert/sslkey).
-	DatabaseURL     string        `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker"`
+	DatabaseURL     string        `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker" secret:"url"`
 	LedgerNamespace string        `envconfig:"LEDGER_NAMESPACE" default:"default"`
 	LedgerLease     time.Duration `envconfig:"LEDGER_LEASE" default:"2m"`
 	// LedgerRetention is how long settled intents are kept; `run` prunes older ones hourly.
 	// Unknown and held intents are never pruned. 0 keeps everything.
 	LedgerRetention time.Duration `envconfig:"LEDGER_RETENTION" default:"720h"`
 	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
-	ProviderURL string `envconfig:"PROVIDER_URL"`
+	ProviderURL string `envconfig:"PROVIDER_URL" secret:"url"`
 
 	WorkerID       string        `envconfig:"WORKER_ID"`
 	MaxConcurrency int           `envconfig:"MAX_CONCURRENCY" default:"16"`
@@ -53,18 +67,50 @@ type config struct {
 
 	LogFormat string `envconfig:"LOG_FORMAT" default:"auto"` // auto (text on a terminal, else JSON), text, json
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info"`  // debug, info, warn, error
+
+	// fromFile maps a secret's variable (EXTWORKER_ENGINE_PASSWORD) to the file it was read
+	// from, for `extworker config`.
+	fromFile map[string]string
 }
 
+// loadConfig reads the environment: EXTWORKER_* variables, then the secrets named by
+// EXTWORKER_*_FILE, then validates. A malformed value (a duration that does not parse)
+// stops at once; every other problem is listed together. The returned config is filled in
+// as far as it could be even when an error is returned, for `extworker config`.
 func loadConfig() (config, error) {
 	var c config
 	if err := envconfig.Process("extworker", &c); err != nil {
-		return c, fmt.Errorf("configuration: %w", err)
+		return c, configError{fmt.Errorf("configuration: %w", err)}
 	}
-	return c, c.validate()
+	errs := c.readSecretFiles(os.LookupEnv)
+	errs = append(errs, c.problems()...)
+	if len(errs) > 0 {
+		return c, configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
+	}
+	return c, nil
 }
+
+// configError is a configuration the worker cannot start with, or credentials the engine
+// rejected: retrying cannot help, so main exits with exitConfig.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// exitConfig is EX_CONFIG from sysexits.h: a supervisor can refuse to restart on it
+// (systemd: RestartPreventExitStatus=78).
+const exitConfig = 78
 
 // validate lists every problem at once.
 func (c config) validate() error {
+	if errs := c.problems(); len(errs) > 0 {
+		return configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
+	}
+	return nil
+}
+
+// problems returns every problem with c, each naming its variable and never a secret.
+func (c config) problems() []error {
 	var errs []error
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -75,8 +121,20 @@ func (c config) validate() error {
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel))
 	}
+	if err := checkHTTPURL(c.EngineURL); err != nil {
+		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s: %w", redactedURL(c.EngineURL), err))
+	}
+	errs = append(errs, c.authProblems()...)
 	if (c.EngineCertFile == "") != (c.EngineKeyFile == "") {
 		errs = append(errs, errors.New("EXTWORKER_ENGINE_CERT_FILE and EXTWORKER_ENGINE_KEY_FILE must be set together"))
+	} else if _, err := c.engineTLS(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		errs = append(errs, err)
+	}
+	if c.EngineTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_TIMEOUT %v: must be positive", c.EngineTimeout))
 	}
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
@@ -93,8 +151,89 @@ func (c config) validate() error {
 	if c.LongPoll < 0 || c.LongPoll > camunda7.MaxAsyncResponseTimeout {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LONG_POLL %v: must be between 0 and 30m", c.LongPoll))
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("configuration: %w", errors.Join(errs...))
+	return errs
+}
+
+// authMethod names the engine authentication configured: "", "basic", "bearer" or "oauth2".
+func (c config) authMethods() []string {
+	var m []string
+	if c.EngineUser != "" || c.EnginePassword != "" {
+		m = append(m, "basic")
+	}
+	if c.EngineToken != "" {
+		m = append(m, "bearer")
+	}
+	if c.EngineOAuthTokenURL != "" || c.EngineOAuthClientID != "" || c.EngineOAuthClientSecret != "" || len(c.EngineOAuthScopes) > 0 {
+		m = append(m, "oauth2")
+	}
+	return m
+}
+
+// authVars names the variables of an authentication method, for messages.
+var authVars = map[string]string{
+	"basic":  "EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD",
+	"bearer": "EXTWORKER_ENGINE_TOKEN",
+	"oauth2": "EXTWORKER_ENGINE_OAUTH_TOKEN_URL, EXTWORKER_ENGINE_OAUTH_CLIENT_ID and EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET (scopes: EXTWORKER_ENGINE_OAUTH_SCOPES)",
+}
+
+// authProblems checks that at most one authentication method is configured, completely.
+func (c config) authProblems() []error {
+	var errs []error
+	methods := c.authMethods()
+	if len(methods) > 1 {
+		var vars []string
+		for _, m := range methods {
+			vars = append(vars, m+" ("+authVars[m]+")")
+		}
+		errs = append(errs, fmt.Errorf("engine authentication: choose one of %s", strings.Join(vars, ", ")))
+	}
+	if c.EngineUser != "" && c.EnginePassword == "" {
+		errs = append(errs, errors.New("EXTWORKER_ENGINE_PASSWORD (or EXTWORKER_ENGINE_PASSWORD_FILE) is required with EXTWORKER_ENGINE_USER"))
+	}
+	if c.EnginePassword != "" && c.EngineUser == "" {
+		errs = append(errs, errors.New("EXTWORKER_ENGINE_USER is required with EXTWORKER_ENGINE_PASSWORD"))
+	}
+	if slices.Contains(methods, "oauth2") {
+		if c.EngineOAuthTokenURL == "" {
+			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_TOKEN_URL is required for OAuth2 client credentials"))
+		} else if err := checkHTTPURL(c.EngineOAuthTokenURL); err != nil {
+			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s: %w", redactedURL(c.EngineOAuthTokenURL), err))
+		}
+		if c.EngineOAuthClientID == "" {
+			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_CLIENT_ID is required for OAuth2 client credentials"))
+		}
+		if c.EngineOAuthClientSecret == "" {
+			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET (or EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE) is required for OAuth2 client credentials"))
+		}
+	}
+	return errs
+}
+
+// checkHTTPURL accepts an absolute http or https URL.
+func checkHTTPURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("scheme must be http or https")
+	case u.Host == "":
+		return errors.New("no host")
+	}
+	return nil
+}
+
+// sslModes are the PostgreSQL TLS modes pgx understands, weakest first.
+var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
+
+// checkDatabaseURL checks EXTWORKER_DATABASE_URL's sslmode, then lets pgx parse it (which
+// also reads sslrootcert, sslcert and sslkey). Messages show the URL without its password.
+func checkDatabaseURL(dsn string) error {
+	if mode, ok := dsnParam(dsn, "sslmode"); ok && !slices.Contains(sslModes, mode) {
+		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: sslmode %q: want one of %s", redactedURL(dsn), mode, strings.Join(sslModes, ", "))
+	}
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: %s", redactedURL(dsn), scrub(err.Error(), dsnSecrets(dsn)...))
 	}
 	return nil
 }
@@ -120,28 +259,42 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 func newClient(c config, logger *slog.Logger) (*camunda7.Client, error) {
 	cc := camunda7.Config{BaseURL: c.EngineURL, Username: c.EngineUser, Password: c.EnginePassword,
 		BearerToken: c.EngineToken, Timeout: c.EngineTimeout, Logger: logger}
-	if c.EngineCAFile != "" || c.EngineCertFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.EngineCAFile != "" {
-			pem, err := os.ReadFile(c.EngineCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("EXTWORKER_ENGINE_CA_FILE: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("EXTWORKER_ENGINE_CA_FILE %s: no PEM certificates", c.EngineCAFile)
-			}
-		}
-		if c.EngineCertFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.EngineCertFile, c.EngineKeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("EXTWORKER_ENGINE_CERT_FILE/KEY_FILE: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		cc.TLS = tc
+	tc, err := c.engineTLS()
+	if err != nil {
+		return nil, err
+	}
+	cc.TLS = tc
+	if c.EngineOAuthTokenURL != "" {
+		cc.TokenSource = newOAuthTokenSource(c, tc)
 	}
 	return camunda7.New(cc)
+}
+
+// engineTLS is the TLS configuration for the engine and its token endpoint: nil (the
+// system roots) unless a CA bundle or a client certificate is configured.
+func (c config) engineTLS() (*tls.Config, error) {
+	if c.EngineCAFile == "" && c.EngineCertFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.EngineCAFile != "" {
+		pem, err := os.ReadFile(c.EngineCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("EXTWORKER_ENGINE_CA_FILE: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("EXTWORKER_ENGINE_CA_FILE %s: no PEM certificates", c.EngineCAFile)
+		}
+	}
+	if c.EngineCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.EngineCertFile, c.EngineKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("EXTWORKER_ENGINE_CERT_FILE/KEY_FILE: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // openLedger connects to the ledger database and checks it is migrated (unless migrating
@@ -198,20 +351,43 @@ func (c config) workerConfig(logger *slog.Logger) tasks.Config {
 		ShutdownGrace: c.ShutdownGrace, Logger: logger}
 }
 
-// redactedURL hides credentials (user info, and a password query parameter) in a URL
-// for messages.
+// redactedURL hides credentials (user info, and password or sslpassword parameters) in a
+// URL or a key=value connection string, for messages.
 func redactedURL(u string) string {
 	if i := strings.Index(u, "@"); i > 0 {
 		if j := strings.Index(u, "://"); j > 0 && j < i {
 			u = u[:j+3] + "***" + u[i:]
 		}
 	}
-	if i := strings.Index(u, "password="); i > 0 {
-		end := strings.IndexByte(u[i:], '&')
-		if end < 0 {
-			end = len(u) - i
+	return maskParams(u)
+}
+
+// maskParams replaces the values of password-like parameters (password=, sslpassword=)
+// in a URL's query or a key=value connection string with ***.
+func maskParams(u string) string {
+	for _, key := range []string{"sslpassword=", "password="} {
+		from := 0
+		for {
+			i := strings.Index(u[from:], key)
+			if i < 0 {
+				break
+			}
+			i += from
+			start := i + len(key)
+			end := strings.IndexAny(u[start:], "& ")
+			if strings.HasPrefix(u[start:], "'") { // key='quoted value'
+				if end = strings.IndexByte(u[start+1:], '\''); end >= 0 {
+					end += 2
+				}
+			}
+			if end < 0 {
+				end = len(u) - start
+			}
+			if u[start:start+end] != "***" {
+				u = u[:start] + "***" + u[start+end:]
+			}
+			from = start + 3
 		}
-		u = u[:i] + "password=***" + u[i+end:]
 	}
 	return u
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -183,8 +184,13 @@ func deployDemo(ctx context.Context, c *camunda7.Client) error {
 	return err
 }
 
-// runWorker runs the demo topics until ctx ends.
+// runWorker runs the demo topics until ctx ends, serving metrics, health and readiness
+// on EXTWORKER_HTTP_ADDR (ops.go).
 func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
+	ops, err := loadOpsConfig()
+	if err != nil {
+		return err
+	}
 	c, err := newClient(cfg, logger)
 	if err != nil {
 		return err
@@ -194,11 +200,32 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 	defer closeEnv()
+	promReg := newOpsRegistry()
+	m, err := metrics.New(promReg, metrics.Options{MaxConcurrency: cfg.MaxConcurrency})
+	if err != nil {
+		return err
+	}
+	// The ledger reports to the metrics, logs through the running task's logger (so its
+	// records carry the task's fields) and names the intent on the task's records.
+	env.ledger = env.ledger.WithHooks(idempotency.Hooks{Observer: m, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
+	promReg.MustRegister(metrics.NewBacklogCollector(env.ledger, ops.ReadyTimeout, m, logger))
+	opsPool, err := openOpsPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer opsPool.Close()
+	_, stopOps, err := startOps(ctx, ops, promReg, c, opsPool, m, logger)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	reg, err := demoHandlers(cfg.LockDuration, env)
 	if err != nil {
 		return err
 	}
-	w, err := tasks.New(c, reg, cfg.workerConfig(logger))
+	wcfg := cfg.workerConfig(logger)
+	wcfg.Observer = m
+	w, err := tasks.New(c, reg, wcfg)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@
 //	extworker migrate apply the effect ledger's migrations
 //	extworker effects list|show|resolve|prune   inspect and settle side effects
 //	extworker version print the engine's version (a connectivity check)
+//	extworker config  print the effective configuration, secrets masked (--json)
 //
 // Configuration comes from the environment (EXTWORKER_*, see config.go and README.md).
 // main only reads the environment, sets up logging and signals, and wires the packages.
@@ -24,6 +25,10 @@ import (
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "extworker:", err)
+		var ce configError
+		if errors.As(err, &ce) {
+			os.Exit(exitConfig) // retrying cannot help: a supervisor may stop restarting
+		}
 		os.Exit(1)
 	}
 }
@@ -36,24 +41,35 @@ commands:
   migrate   apply the effect ledger's database migrations
   effects   list | show KEY | resolve KEY --as confirmed|rejected ... | prune: the effect ledger
   version   print the engine's version
+  config    print the effective configuration, secrets masked [--json]
 
 configuration: EXTWORKER_* environment variables (see README.md)`
 
-func run(args []string, stdout, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
+	if args[0] == "config" {
+		return configCommand(args[1:], stdout, stderr)
+	}
 	cfg, err := loadConfig()
 	if err != nil {
-		return err
+		return cfg.scrubError(err)
 	}
+	// No secret reaches an error message, whatever library wrote it.
+	defer func() { err = cfg.scrubError(err) }()
 	logger := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	switch args[0] {
 	case "run":
+		// Rejected credentials end the start here, with what to check, not in a worker
+		// whose every fetch fails.
+		if err := checkEngine(ctx, cfg, logger); err != nil {
+			return err
+		}
 		return runWorker(ctx, cfg, logger)
 	case "demo":
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)

@@ -39,15 +39,35 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildBinary builds the extworker binary once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "extworker-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "extworker")
+		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	})
+	require.NoError(t, buildErr, "go build: %s", buildOut)
+	return binPath
+}
+
 // SIGTERM to the real binary while it works: it stops fetching, lets running handlers
 // finish, exits 0, and leaves no task locked for its worker id.
 func TestSIGTERMDrainsAndLeavesNothingLocked(t *testing.T) {
 	c := testenv.Engine(t)
 	ctx := testenv.Context(t, 3*time.Minute)
-	bin := filepath.Join(t.TempDir(), "extworker")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildBinary(t)
 
 	require.NoError(t, deployDemo(ctx, c))
 	var ids []string
@@ -66,7 +86,8 @@ func TestSIGTERMDrainsAndLeavesNothingLocked(t *testing.T) {
 	worker := testenv.Unique("sigterm")
 	cmd := exec.Command(bin, "run")
 	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_WORKER_ID="+worker,
-		"EXTWORKER_MAX_CONCURRENCY=4", "EXTWORKER_LONG_POLL=2s", "EXTWORKER_LOG_FORMAT=json", "EXTWORKER_SHUTDOWN_GRACE=20s")
+		"EXTWORKER_MAX_CONCURRENCY=4", "EXTWORKER_LONG_POLL=2s", "EXTWORKER_LOG_FORMAT=json", "EXTWORKER_SHUTDOWN_GRACE=20s",
+		"EXTWORKER_HTTP_ADDR=127.0.0.1:0")
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())

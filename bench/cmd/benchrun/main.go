@@ -3,6 +3,7 @@
 //
 //	go run ./bench/cmd/benchrun -out bench/results            # the full run
 //	go run ./bench/cmd/benchrun -smoke -out bench/.smoke      # tiny counts, one run
+//	go run ./bench/cmd/benchrun -from bench/results/results.json -out bench/results  # render again
 package main
 
 import (
@@ -47,9 +48,17 @@ func run() error {
 	flag.StringVar(&o.Note, "note", "", "a note for the top of RESULTS.md")
 	scenarios := flag.String("scenarios", "1,2,3,5", "scenarios to run")
 	clients := flag.String("clients", "extworker,java,js", "workers to compare")
+	from := flag.String("from", "", "render RESULTS.md and scenarios.svg again from this results.json, running nothing")
 	smoke := flag.Bool("smoke", false, "tiny counts and one run, to check the harness works (overrides -runs, -n1, -n2, -lat, -n5)")
 	flag.Parse()
 
+	if *from != "" {
+		res, err := harness.ReadResults(*from)
+		if err != nil {
+			return err
+		}
+		return harness.WriteReport(res, o.OutDir)
+	}
 	for _, s := range strings.Split(*scenarios, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {

@@ -4,6 +4,7 @@
 //
 //	FIRST <unix ns>                  when the first handler starts
 //	PICKUP <business key> <unix ns>  when a handler starts (with -latency)
+//	REQUESTS <fetches> <completes> <other>  at exit: HTTP requests sent to the engine, by kind
 //
 // and stops (draining, as in production) on SIGTERM or SIGINT. The benchmark driver
 // (bench/cmd/benchrun) starts it as a separate process and measures it from outside.
@@ -14,12 +15,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,11 +73,15 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 
-	c, err := camunda7.New(camunda7.Config{BaseURL: *engine, Logger: logger})
+	counter := &countingTransport{next: transport()}
+	c, err := camunda7.New(camunda7.Config{BaseURL: *engine, Logger: logger, HTTPClient: &http.Client{Transport: counter}})
 	if err != nil {
 		return err
 	}
 	out := &lineWriter{f: os.Stdout}
+	defer func() {
+		out.line(fmt.Sprintf("REQUESTS %d %d %d", counter.fetches.Load(), counter.completes.Load(), counter.other.Load()))
+	}()
 	var first sync.Once
 	reg := tasks.NewRegistry()
 	err = reg.Register(*topic, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
@@ -116,6 +124,31 @@ func run() error {
 		}
 	}
 	return err
+}
+
+// transport is the one camunda7.New builds by default.
+func transport() http.RoundTripper {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	return tr
+}
+
+// countingTransport counts the requests the worker sends, by kind.
+type countingTransport struct {
+	next                      http.RoundTripper
+	fetches, completes, other atomic.Int64
+}
+
+func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch p := r.URL.Path; {
+	case strings.HasSuffix(p, "/fetchAndLock"):
+		t.fetches.Add(1)
+	case strings.HasSuffix(p, "/complete"):
+		t.completes.Add(1)
+	default:
+		t.other.Add(1)
+	}
+	return t.next.RoundTrip(r)
 }
 
 // lineWriter writes whole lines to an unbuffered file, one write per line, so the

@@ -2,19 +2,23 @@
 // compares extworker with: -concurrency goroutines that each, per task, send one
 // fetchAndLock for one task and one complete, with net/http and encoding/json only, and
 // nothing else: no lock extension, no retries, no logging. It exits when a fetch comes
-// back empty, and prints "FIRST <unix ns>" when it holds its first task.
+// back empty, then waits for SIGTERM or SIGINT (so the driver can read its peak RSS
+// from /proc), and prints "FIRST <unix ns>" when it holds its first task.
 package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -72,7 +76,13 @@ func run() error {
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs
+	if err := <-errs; err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-ctx.Done()
+	return nil
 }
 
 func fetch(hc *http.Client, engine string, body []byte) ([]string, error) {

@@ -1,0 +1,157 @@
+package harness
+
+import (
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPercentile(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{0, 1}, {10, 1}, {50, 5}, {51, 6}, {90, 9}, {99, 10}, {100, 10}} {
+		require.Equal(t, c.want, percentile(ds, c.p), "p%v", c.p)
+	}
+	require.Zero(t, percentile(nil, 50))
+	require.Equal(t, []time.Duration{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}, ds, "percentile must not reorder its input")
+}
+
+func TestSummarize(t *testing.T) {
+	require.Equal(t, summary{med: 3, lo: 1, hi: 9, n: 5}, summarize([]float64{9, 1, 3, 2, 4}))
+	require.Equal(t, summary{med: 2.5, lo: 1, hi: 4, n: 4}, summarize([]float64{4, 1, 2, 3}))
+	require.Equal(t, "–", summarize(nil).String())
+	require.Equal(t, "7.00", summarize([]float64{7}).String())
+	require.Equal(t, "123 (1.50–4567)", summary{med: 123.4, lo: 1.5, hi: 4567, n: 3}.String())
+}
+
+func TestNiceScale(t *testing.T) {
+	for _, top := range []float64{0, 0.004, 0.9, 1, 7, 12.5, 99, 100, 101, 4567, 1e6} {
+		step, ymax := niceScale(top)
+		require.Positive(t, step, "top %v", top)
+		require.GreaterOrEqual(t, ymax, top, "top %v", top)
+		require.LessOrEqual(t, ymax/step, 12.0, "top %v: too many ticks", top)
+	}
+}
+
+// fakeResults has every scenario and variant, so the report and chart render all paths.
+func fakeResults() *Results {
+	o := Options{OutDir: "x"}.WithDefaults()
+	ext, javaDef, javaBest, jsDef, jsBest, raw := variants(o)
+	r := &Results{Opts: o, Started: time.Unix(1700000000, 0), Finished: time.Unix(1700000600, 0),
+		Versions: [][2]string{{"Camunda 7 engine", "7.24.0 (http://127.0.0.1:8080/engine-rest)"}, {"Java client", "7.24.0"}}, Machine: "test machine"}
+	for run := 1; run <= 3; run++ {
+		f := float64(run)
+		r.add(1, ext, Trial{Run: run, N: 300, Wall: time.Duration(3+f) * time.Second, TPS: 100 - f, CPUTotal: 200 * time.Millisecond, CPUWork: 190 * time.Millisecond, PeakRSS: 16 << 20, EngineCPU: 5 * time.Second})
+		r.add(1, javaBest, Trial{Run: run, N: 300, Wall: 6 * time.Second, TPS: 50 + f, CPUTotal: 3 * time.Second, CPUWork: time.Second, PeakRSS: 90 << 20, Startup: time.Second})
+		r.add(1, jsBest, Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 99, CPUTotal: time.Second, PeakRSS: 80 << 20})
+		for _, v := range []Variant{ext, javaDef, javaBest, jsDef, jsBest} {
+			r.add(2, v, Trial{Run: run, N: 200, Wall: time.Duration(2+len(v.ID)) * time.Second, TPS: 50})
+		}
+		for _, v := range []Variant{ext, javaBest, jsBest} {
+			lat := []time.Duration{8 * time.Millisecond, 9 * time.Millisecond, 30 * time.Millisecond}
+			r.add(3, v, Trial{Run: run, N: 3, Latencies: lat, P50: 9 * time.Millisecond, P99: 30 * time.Millisecond})
+		}
+		r.add(5, ext, Trial{Run: run, N: 20000, Wall: 4 * time.Second, TPS: 5000, CPUWork: 3800 * time.Millisecond, Fetches: 3400, PeakRSS: 16 << 20})
+		r.add(5, raw, Trial{Run: run, N: 20000, Wall: 3 * time.Second, TPS: 6000, CPUWork: 3200 * time.Millisecond, Fetches: 20000, PeakRSS: 15 << 20})
+	}
+	r.Profiles = []Profile{{Title: "Scenario 5", Top: "flat flat% ..."}}
+	return r
+}
+
+func TestMarkdownHasEveryScenarioAndGoal(t *testing.T) {
+	md := Markdown(fakeResults())
+	for _, want := range []string{
+		"## Goals", "## Scenario 1", "## Scenario 2", "## Scenario 3", "## Scenario 4", "## Scenario 5", "## Profiles",
+		"pending the ledger issue", "Java client, maxTasks 200", "JS client, maxParallelExecutions 16", "raw HTTP loop",
+		"| extworker | 98.0 (97.0–99.0) |", // scenario 1 tasks/s: median and range
+		"Scenario 1 throughput at least the best-configured Java client's | 98.0 vs 52.0 tasks/s (1.88×) | **yes** |",
+		"CPU per task within 2 times the raw HTTP loop's (scenario 5) | 190 µs vs 160 µs (1.19×) | **yes** |",
+		"Pickup p50 under 50 ms | 9.00 ms | **yes** |",
+		"scenarios.svg",
+	} {
+		require.Contains(t, md, want)
+	}
+	require.NotContains(t, md, "not measured in this run")
+}
+
+func TestMarkdownWithOnlyExtworker(t *testing.T) {
+	r := fakeResults()
+	var keep []*Series
+	for _, s := range r.Series {
+		if s.Variant.Client == Extworker || s.Variant.Client == Raw {
+			keep = append(keep, s)
+		}
+	}
+	r.Series = keep
+	md := Markdown(r)
+	require.Contains(t, md, "not measured in this run")
+	require.Contains(t, md, "Pickup p50 under 50 ms | 9.00 ms | **yes** |")
+}
+
+// wellFormed parses s as XML to its end.
+func wellFormed(t *testing.T, s string) {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(s))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		require.NoError(t, err)
+	}
+}
+
+func TestChartIsWellFormedSVG(t *testing.T) {
+	svg := Chart(fakeResults())
+	wellFormed(t, svg)
+	require.True(t, strings.HasPrefix(svg, "<svg "))
+	for _, want := range []string{"tasks per second", "wall time", "pickup latency", ">Java<", ">best<", ">default<", "p99"} {
+		require.Contains(t, svg, want)
+	}
+	wellFormed(t, Chart(&Results{Opts: Options{}.WithDefaults()})) // no data at all
+}
+
+func TestWriteReportKeepsHandWrittenNotes(t *testing.T) {
+	dir := t.TempDir()
+	r := fakeResults()
+	require.NoError(t, WriteReport(r, dir))
+	path := filepath.Join(dir, "RESULTS.md")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), NotesMarker+"\n## Findings\n\n(none yet)\n")
+
+	notes := "\n## Findings\n\nThe time goes to the engine.\n"
+	gen, _, _ := strings.Cut(string(b), NotesMarker)
+	require.NoError(t, os.WriteFile(path, []byte(gen+NotesMarker+notes), 0o644))
+	r.Opts.Note = "second run"
+	require.NoError(t, WriteReport(r, dir))
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "**Note:** second run")
+	require.True(t, strings.HasSuffix(string(b), NotesMarker+notes), "notes kept verbatim at the end")
+	require.Equal(t, 1, strings.Count(string(b), NotesMarker))
+	_, err = os.Stat(filepath.Join(dir, "scenarios.svg"))
+	require.NoError(t, err)
+
+	back, err := ReadResults(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Equal(t, Markdown(r), Markdown(back), "the report renders the same from results.json")
+}
+
+func TestOptionsValidate(t *testing.T) {
+	err := Options{Runs: -1, Scenarios: []int{4}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
+	require.Error(t, err)
+	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 4", `Clients: "go"`, "N1 -1"} {
+		require.Contains(t, err.Error(), want)
+	}
+	require.NoError(t, Options{OutDir: "x"}.WithDefaults().Validate())
+}

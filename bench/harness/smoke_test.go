@@ -1,0 +1,70 @@
+package harness
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/internal/testenv"
+)
+
+// TestSmoke runs the whole harness once with tiny counts for extworker and, in scenario
+// 5, the stub engine and the raw loop: the programs build, start, report over stdout,
+// work every task off the real engine, stop, and the report and chart come out. The
+// Java and JS workers need Maven and npm and are left to `make bench-smoke`. Nothing
+// here asserts a speed: performance belongs to the benchmark, not to the tests.
+func TestSmoke(t *testing.T) {
+	c := testenv.Engine(t) // fails in CI, skips elsewhere, without an engine
+	c.CloseIdleConnections()
+	if testing.Short() {
+		t.Skip("builds and runs worker processes")
+	}
+	out := t.TempDir()
+	var progress bytes.Buffer
+	res, err := Run(testenv.Context(t, 3*time.Minute), Options{
+		EngineURL: testenv.EngineURL(), EngineDBURL: testenv.EngineDBURL(),
+		Runs: 1, Clients: []Client{Extworker},
+		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N5: 500,
+		BinDir: t.TempDir(), OutDir: out, LogDir: t.TempDir(), Profile: true,
+		Note: "smoke test", Progress: &progress,
+	})
+	t.Log(progress.String())
+	require.NoError(t, err)
+
+	for _, want := range []struct {
+		scenario int
+		id       string
+	}{{1, "extworker"}, {2, "extworker"}, {3, "extworker"}, {5, "extworker"}, {5, "raw"}} {
+		s := res.Find(want.scenario, want.id)
+		require.NotNil(t, s, "scenario %d %s", want.scenario, want.id)
+		require.Len(t, s.Trials, 1)
+		tr := s.Trials[0]
+		require.Positive(t, tr.N)
+		require.Positive(t, tr.PeakRSS, "scenario %d %s: rusage read", want.scenario, want.id)
+		if want.scenario == 3 {
+			require.Len(t, tr.Latencies, 3)
+		} else {
+			require.Positive(t, tr.Wall)
+			require.Positive(t, tr.TPS)
+		}
+	}
+	require.Len(t, res.Profiles, 2)
+	for _, p := range res.Profiles {
+		require.Contains(t, p.Top, "flat%")
+	}
+
+	md, err := os.ReadFile(filepath.Join(out, "RESULTS.md"))
+	require.NoError(t, err)
+	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 5", "| extworker |", "| raw HTTP loop |", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
+		require.Contains(t, string(md), want)
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "scenarios.svg"))
+	require.NoError(t, err)
+	wellFormed(t, string(svg))
+	require.True(t, strings.Contains(string(svg), "extworker"))
+}

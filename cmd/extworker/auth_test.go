@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/testenv"
+)
+
+// These tests run against the second engine `make up` starts: HTTP basic authentication
+// on /engine-rest (testenv/engine, ENGINE_REST_AUTH=true), port 8081.
+
+// Right credentials: the engine answers, and a task can be fetched and locked.
+func TestAuthEngineRightCredentials(t *testing.T) {
+	admin := testenv.AuthEngine(t)
+	ctx := testenv.Context(t, time.Minute)
+	m := testenv.Deploy(t, admin, testenv.ModelOptions{NoMessageWait: true})
+	_, err := admin.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{})
+	require.NoError(t, err)
+
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
+	t.Setenv("EXTWORKER_ENGINE_USER", testenv.AuthEngineUser)
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", testenv.AuthEnginePassword+"\n"))
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	require.NoError(t, checkEngine(ctx, cfg, discardLogger()))
+	c, err := newClient(cfg, discardLogger())
+	require.NoError(t, err)
+	locked, err := c.FetchAndLock(ctx, camunda7.FetchAndLockRequest{WorkerID: testenv.Unique("w"), MaxTasks: 1,
+		AsyncResponseTimeout: 5 * time.Second, Topics: []camunda7.FetchTopic{{TopicName: m.Topic, LockDuration: time.Minute}}})
+	require.NoError(t, err)
+	require.Len(t, locked, 1)
+	require.NoError(t, c.Complete(ctx, locked[0].ID, camunda7.CompleteRequest{WorkerID: locked[0].WorkerID}))
+
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
+	assert.Regexp(t, `^\d+\.\d+\.\d+`, out.String())
+}
+
+// A wrong password is an answer the client classifies: ErrUnauthorized, on every endpoint.
+func TestAuthEngineWrongPassword(t *testing.T) {
+	testenv.AuthEngine(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	c, err := camunda7.New(camunda7.Config{BaseURL: testenv.AuthEngineURL(), Username: testenv.AuthEngineUser, Password: "wrong-s3cret"})
+	require.NoError(t, err)
+	_, err = c.Version(ctx)
+	require.ErrorIs(t, err, camunda7.ErrUnauthorized)
+	var ce *camunda7.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 401, ce.StatusCode)
+	_, err = c.FetchAndLock(ctx, camunda7.FetchAndLockRequest{WorkerID: "w", MaxTasks: 1,
+		Topics: []camunda7.FetchTopic{{TopicName: "t", LockDuration: time.Minute}}})
+	require.ErrorIs(t, err, camunda7.ErrUnauthorized)
+	assert.NotContains(t, err.Error(), "wrong-s3cret")
+}
+
+// `extworker run` with wrong credentials stops at once with what to check (no worker
+// retrying fetches forever), exits with EX_CONFIG, and shows no secret.
+func TestRunRejectedCredentials(t *testing.T) {
+	testenv.AuthEngine(t)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"wrong password", map[string]string{"EXTWORKER_ENGINE_USER": testenv.AuthEngineUser, "EXTWORKER_ENGINE_PASSWORD": "wrong-s3cret"},
+			"rejected the credentials (401): check EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD"},
+		{"unknown user", map[string]string{"EXTWORKER_ENGINE_USER": "nobody", "EXTWORKER_ENGINE_PASSWORD": "wrong-s3cret"},
+			"rejected the credentials (401)"},
+		{"bearer token where basic is expected", map[string]string{"EXTWORKER_ENGINE_TOKEN": "wrong-s3cret"},
+			"rejected the credentials (401): check EXTWORKER_ENGINE_TOKEN"},
+		{"no credentials", nil,
+			"requires authentication (401): set EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD, EXTWORKER_ENGINE_TOKEN, or EXTWORKER_ENGINE_OAUTH_"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			start := time.Now()
+			err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+			require.Error(t, err)
+			assert.Less(t, time.Since(start), 10*time.Second, "no retry loop")
+			assert.Contains(t, err.Error(), "engine at "+testenv.AuthEngineURL()+" ")
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "wrong-s3cret")
+			assert.ErrorIs(t, err, camunda7.ErrUnauthorized)
+			var ce configError
+			assert.True(t, errors.As(err, &ce), "main exits with EX_CONFIG (%d)", exitConfig)
+		})
+	}
+}

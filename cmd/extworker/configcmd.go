@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/extworker/extworker/camunda7"
+)
+
+// masked replaces a secret's value in `extworker config`.
+const masked = "***"
+
+// configCommand prints the effective configuration: every EXTWORKER_ variable with its
+// value (defaults applied) and where it came from, secrets masked. With an invalid
+// configuration it prints what it could read, then returns every problem.
+func configCommand(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print a JSON object of variable: value")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := loadConfig()
+	var ce configError
+	if err != nil && !errors.As(err, &ce) {
+		return err
+	}
+	if perr := printConfig(&c, os.LookupEnv, *asJSON, stdout); perr != nil {
+		return perr
+	}
+	return c.scrubError(err)
+}
+
+// effective is one variable as `extworker config` shows it.
+type effective struct {
+	Name, Value, Source string
+}
+
+// effectiveConfig lists c's variables with their masked values and sources: "env",
+// "file PATH" or "default".
+func effectiveConfig(c *config, lookup func(string) (string, bool)) []effective {
+	var out []effective
+	for _, cv := range c.vars() {
+		e := effective{Name: cv.Name, Value: formatValue(cv.field), Source: "default"}
+		if v, ok := lookup(cv.Name); ok && v != "" {
+			e.Source = "env"
+		}
+		if path, ok := c.fromFile[cv.Name]; ok {
+			e.Source = "file " + path
+		}
+		switch {
+		case e.Value == "":
+		case cv.secret == "true":
+			e.Value = masked
+		case cv.secret == "url":
+			e.Value = maskURL(e.Value)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func formatValue(v reflect.Value) string {
+	switch x := v.Interface().(type) {
+	case []string:
+		return strings.Join(x, ",")
+	case time.Duration:
+		return x.String()
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// maskURL keeps a URL or connection string readable (user, host, database, parameters)
+// and masks its password and password-like parameters.
+func maskURL(s string) string {
+	if u, err := url.Parse(s); err == nil && strings.Contains(s, "://") && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			// url.UserPassword would escape the stars; splice the text instead.
+			if i, j := strings.Index(s, "://"), strings.LastIndex(s, "@"); i > 0 && j > i {
+				if k := strings.Index(s[i+3:j], ":"); k >= 0 {
+					s = s[:i+3+k+1] + masked + s[j:]
+				}
+			}
+		}
+	}
+	return maskParams(s)
+}
+
+func printConfig(c *config, lookup func(string) (string, bool), asJSON bool, w io.Writer) error {
+	vars := effectiveConfig(c, lookup)
+	if asJSON {
+		m := make(map[string]string, len(vars))
+		for _, v := range vars {
+			m[v.Name] = v.Value
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(m)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tVALUE\tFROM")
+	for _, v := range vars {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Value, v.Source)
+	}
+	return tw.Flush()
+}
+
+// checkEngine asks the engine for its version before the worker starts, so that rejected
+// credentials (or a token endpoint refusing the client) end the start at once with a
+// message saying which variables to check, instead of a worker failing every fetch.
+func checkEngine(ctx context.Context, c config, logger *slog.Logger) error {
+	client, err := newClient(c, logger)
+	if err != nil {
+		return configError{err}
+	}
+	defer client.CloseIdleConnections()
+	v, err := client.Version(ctx)
+	if err == nil {
+		logger.Info("engine reachable", slog.String("engine_url", redactedURL(c.EngineURL)), slog.String("version", v))
+		return nil
+	}
+	where := redactedURL(c.EngineURL)
+	methods := c.authMethods()
+	var ce *camunda7.Error
+	switch {
+	case errors.As(err, &ce) && errors.Is(err, camunda7.ErrUnauthorized) && len(methods) == 0:
+		return configError{fmt.Errorf("engine at %s requires authentication (%d): set %s, %s, or %s: %w",
+			where, ce.StatusCode, authVars["basic"], authVars["bearer"], authVars["oauth2"], err)}
+	case errors.As(err, &ce) && errors.Is(err, camunda7.ErrUnauthorized):
+		return configError{fmt.Errorf("engine at %s rejected the credentials (%d): check %s: %w",
+			where, ce.StatusCode, authVars[methods[0]], err)}
+	case tokenRejected(err):
+		return configError{fmt.Errorf("engine at %s: the token endpoint rejected the client: check %s: %w",
+			where, authVars["oauth2"], err)}
+	}
+	return fmt.Errorf("engine at %s: %w", where, err)
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// `extworker config` prints every variable, defaults applied, with its source; secrets
+// are masked, including passwords inside URLs.
+func TestConfigCommand(t *testing.T) {
+	t.Setenv("EXTWORKER_ENGINE_URL", "https://ops:url-s3cret@bpm.example.com/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", "pw-s3cret\n"))
+	t.Setenv("EXTWORKER_DATABASE_URL", "postgres://extworker:db-s3cret@db:5432/extworker?sslmode=require&application_name=worker")
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"config"}, &out, io.Discard))
+	text := out.String()
+	assert.NotContains(t, text, "s3cret")
+	assert.Regexp(t, `EXTWORKER_ENGINE_URL\s+https://ops:\*\*\*@bpm.example.com/engine-rest\s+env`, text)
+	assert.Regexp(t, `EXTWORKER_ENGINE_PASSWORD\s+\*\*\*\s+file /`, text)
+	assert.Regexp(t, `EXTWORKER_DATABASE_URL\s+postgres://extworker:\*\*\*@db:5432/extworker\?sslmode=require&application_name=worker\s+env`, text)
+	assert.Regexp(t, `EXTWORKER_ENGINE_TIMEOUT\s+30s\s+default`, text)
+	assert.Regexp(t, `EXTWORKER_ENGINE_TOKEN\s+default`, text, "an empty secret shows as empty")
+
+	out.Reset()
+	require.NoError(t, run([]string{"config", "--json"}, &out, io.Discard))
+	assert.NotContains(t, out.String(), "s3cret")
+	var m map[string]string
+	require.NoError(t, json.Unmarshal(out.Bytes(), &m))
+	assert.Equal(t, "***", m["EXTWORKER_ENGINE_PASSWORD"])
+	assert.Equal(t, "16", m["EXTWORKER_MAX_CONCURRENCY"])
+	assert.Contains(t, m, "EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET")
+}
+
+// With an invalid configuration `config` still prints what it read, then lists every
+// problem, secrets masked there too.
+func TestConfigCommandInvalid(t *testing.T) {
+	t.Setenv("EXTWORKER_ENGINE_TOKEN", "tok-s3cret")
+	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
+	t.Setenv("EXTWORKER_LOG_FORMAT", "yaml")
+	var out bytes.Buffer
+	err := run([]string{"config"}, &out, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "EXTWORKER_LOG_FORMAT")
+	assert.Contains(t, err.Error(), "engine authentication: choose one of")
+	assert.NotContains(t, err.Error()+out.String(), "tok-s3cret")
+	assert.Contains(t, out.String(), "EXTWORKER_LOG_FORMAT")
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/camunda7"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+// Secrets come from EXTWORKER_<NAME>_FILE, less one trailing newline, and replace defaults.
+func TestSecretFiles(t *testing.T) {
+	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", "pa ss\n\n"))
+	t.Setenv("EXTWORKER_DATABASE_URL_FILE", writeFile(t, "db", "postgres://u:dbsecret@db.example.com/x?sslmode=verify-full\r\n"))
+	c, err := loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, "pa ss\n", c.EnginePassword, "only one trailing newline is trimmed")
+	assert.Equal(t, "postgres://u:dbsecret@db.example.com/x?sslmode=verify-full", c.DatabaseURL)
+}
+
+// Both the variable and its _FILE, an unreadable file and an empty one are each a problem
+// naming the variable, listed together with the rest, and never showing a file's content.
+func TestSecretFileProblems(t *testing.T) {
+	t.Setenv("EXTWORKER_ENGINE_TOKEN", "tok-from-env")
+	t.Setenv("EXTWORKER_ENGINE_TOKEN_FILE", writeFile(t, "tok", "tok-from-file"))
+	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", filepath.Join(t.TempDir(), "missing"))
+	t.Setenv("EXTWORKER_DATABASE_URL_FILE", writeFile(t, "empty", "\n"))
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
+	_, err := loadConfig()
+	require.Error(t, err)
+	msg := err.Error()
+	assert.Contains(t, msg, "EXTWORKER_ENGINE_TOKEN and EXTWORKER_ENGINE_TOKEN_FILE are both set")
+	assert.Contains(t, msg, "EXTWORKER_ENGINE_PASSWORD_FILE: read ")
+	assert.Contains(t, msg, "no such file or directory")
+	assert.Contains(t, msg, "EXTWORKER_DATABASE_URL_FILE: ")
+	assert.Contains(t, msg, "is empty")
+	assert.Contains(t, msg, "EXTWORKER_MAX_CONCURRENCY")
+	assert.NotContains(t, msg, "tok-from")
+	var ce configError
+	assert.ErrorAs(t, err, &ce, "main exits with EX_CONFIG")
+}
+
+// Exactly one engine authentication method, completely configured.
+func TestAuthMethodProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"basic and bearer", map[string]string{"USER": "u", "PASSWORD": "p", "TOKEN": "t"},
+			[]string{"engine authentication: choose one of basic", "bearer (EXTWORKER_ENGINE_TOKEN)"}},
+		{"user without password", map[string]string{"USER": "u"}, []string{"EXTWORKER_ENGINE_PASSWORD (or EXTWORKER_ENGINE_PASSWORD_FILE) is required"}},
+		{"password without user", map[string]string{"PASSWORD": "p"}, []string{"EXTWORKER_ENGINE_USER is required"}},
+		{"oauth2 incomplete", map[string]string{"OAUTH_CLIENT_ID": "id", "OAUTH_TOKEN_URL": "ftp://idp"},
+			[]string{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL ftp://idp: scheme must be http or https", "EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET (or EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE) is required"}},
+		{"oauth2 and basic", map[string]string{"USER": "u", "PASSWORD": "p", "OAUTH_TOKEN_URL": "https://idp/token", "OAUTH_CLIENT_ID": "id", "OAUTH_CLIENT_SECRET": "s"},
+			[]string{"choose one of basic", "oauth2 (EXTWORKER_ENGINE_OAUTH_TOKEN_URL"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv("EXTWORKER_ENGINE_"+k, v)
+			}
+			_, err := loadConfig()
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// PostgreSQL TLS: sslmode must be one pgx knows; pgx reads sslrootcert at start.
+func TestDatabaseTLSModes(t *testing.T) {
+	for _, mode := range sslModes {
+		require.NoError(t, checkDatabaseURL("postgres://u:p@db/x?sslmode="+mode), mode)
+	}
+	err := checkDatabaseURL("postgres://u:hunter2@db/x?sslmode=verify_full")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `EXTWORKER_DATABASE_URL postgres://***@db/x?sslmode=verify_full: sslmode "verify_full": want one of disable, allow, prefer, require, verify-ca, verify-full`)
+	err = checkDatabaseURL("host=db user=u password=hunter2 sslmode=secure")
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hunter2")
+
+	err = checkDatabaseURL("postgres://u:hunter2@db/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")
+	require.Error(t, err, "a missing CA file is found at start")
+	assert.Contains(t, err.Error(), "ca.pem")
+	assert.NotContains(t, err.Error(), "hunter2")
+
+	t.Setenv("EXTWORKER_DATABASE_URL", "postgres://u:p@db/x?sslmode=bogus")
+	t.Setenv("EXTWORKER_LOG_LEVEL", "loud")
+	_, err = loadConfig()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `sslmode "bogus"`)
+	assert.Contains(t, err.Error(), "EXTWORKER_LOG_LEVEL", "listed with the other problems")
+}
+
+func TestMasking(t *testing.T) {
+	assert.Equal(t, "postgres://extworker:***@db:5432/x?sslmode=require", maskURL("postgres://extworker:s3cret@db:5432/x?sslmode=require"))
+	assert.Equal(t, "postgres://u:***@db/x", maskURL("postgres://u:p%40ss@word@db/x"))
+	assert.Equal(t, "https://bpm.example.com/engine-rest", maskURL("https://bpm.example.com/engine-rest"))
+	assert.Equal(t, "postgres://u@db/x?password=***&sslpassword=***", maskURL("postgres://u@db/x?password=a&sslpassword=b"))
+	assert.Equal(t, "host=db password=*** user=u", maskURL("host=db password='a b' user=u"))
+	assert.Equal(t, "host=db password=*** sslpassword=***", redactedURL("host=db password=x1 sslpassword=x2"))
+	assert.Equal(t, "cannot connect as *** to ***", scrub("cannot connect as hunter2 to hunter2", "hunter2", "ab"))
+}
+
+// OAuth2 client credentials: one token fetched, cached, and sent as the bearer token.
+func TestOAuthClientCredentials(t *testing.T) {
+	var fetched atomic.Int32
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.NoError(t, r.ParseForm())
+		id, secret, _ := r.BasicAuth()
+		if id != "worker" || secret != "client-s3cret" || r.Form.Get("grant_type") != "client_credentials" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"invalid_client"}`))
+			return
+		}
+		assert.Equal(t, "engine-rest tasks", r.Form.Get("scope"))
+		fetched.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "at-1", "token_type": "Bearer", "expires_in": 3600})
+	}))
+	defer idp.Close()
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer at-1" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"version":"7.24.0"}`))
+	}))
+	defer engine.Close()
+
+	t.Setenv("EXTWORKER_ENGINE_URL", engine.URL+"/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_TOKEN_URL", idp.URL+"/token")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE", writeFile(t, "cs", "client-s3cret\n"))
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_SCOPES", "engine-rest,tasks")
+	var out bytes.Buffer
+	for range 3 {
+		out.Reset()
+		require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
+		assert.Equal(t, "7.24.0\n", out.String())
+	}
+	c, err := loadConfig()
+	require.NoError(t, err)
+	client, err := newClient(c, nil)
+	require.NoError(t, err)
+	for range 3 {
+		_, err := client.Version(context.Background())
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int32(4), fetched.Load(), "one token per process, reused by its requests")
+
+	// A client the token endpoint rejects: a clear error at start, no secret in it.
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE", writeFile(t, "cs2", "wrong-s3cret"))
+	c, err = loadConfig()
+	require.NoError(t, err)
+	err = checkEngine(context.Background(), c, discardLogger())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the token endpoint rejected the client: check EXTWORKER_ENGINE_OAUTH_TOKEN_URL")
+	assert.Contains(t, err.Error(), "invalid_client")
+	assert.NotContains(t, err.Error(), "s3cret")
+	var ce configError
+	assert.ErrorAs(t, err, &ce)
+	assert.False(t, strings.Contains(err.Error(), "at-1"))
+	_ = camunda7.ErrUnauthorized
+}

@@ -1,0 +1,139 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/lockext"
+)
+
+// Observer receives what the worker does, for metrics. Every method is called
+// synchronously from the worker's goroutines, so implementations must be safe for
+// concurrent use and quick (increment a counter, set a gauge; never block). Label values
+// passed in are bounded: topics, the outcome words of the log records, failure
+// classifications and fixed operation names; never task ids or business keys.
+//
+// Embed NopObserver to implement only some methods. Config.Observer nil observes nothing.
+type Observer interface {
+	// Polled is called after every fetchAndLock: how many tasks it returned, how long it
+	// took (including the long poll's wait), and its error (nil on success; a poll aborted
+	// by shutdown is not reported).
+	Polled(tasks int, latency time.Duration, err error)
+	// Fetched is called once per task a poll returned, with the task's topic.
+	Fetched(topic string)
+	// Handled is called once per task this worker started, when its outcome is known:
+	// outcome is the word the "task handled" record carries (completed, bpmn-error,
+	// retryable, incident, unlocked, lock-lost, or report-failed when no report reached
+	// the engine); classification is the failure's (retryable, permanent,
+	// unknown-outcome) for retryable and incident, else ""; took is the handler's run
+	// time.
+	Handled(topic, outcome, classification string, took time.Duration)
+	// Slots is called whenever a task starts or ends: the topic's running handlers, and
+	// the worker's free slots (MaxConcurrency minus all running handlers).
+	Slots(topic string, inFlight, free int)
+	// LockExtended is called after every extendLock call for a running task: err nil on
+	// success.
+	LockExtended(topic string, err error)
+	// LockLost is called when a running task's lock is lost: reason "gone" (the task no
+	// longer exists), "taken" (locked by another worker, or by nobody), "expired" (the
+	// local lock deadline passed while extensions failed) or "max_run_time".
+	LockLost(topic, reason string)
+	// EngineError is called for every failed engine call the worker makes on its own
+	// behalf: operation fetch_and_lock, complete, failure, bpmn_error, unlock,
+	// extend_lock or query.
+	EngineError(operation string, err error)
+}
+
+// NopObserver does nothing; embed it to implement part of Observer.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+func (NopObserver) Polled(int, time.Duration, error)              {}
+func (NopObserver) Fetched(string)                                {}
+func (NopObserver) Handled(string, string, string, time.Duration) {}
+func (NopObserver) Slots(string, int, int)                        {}
+func (NopObserver) LockExtended(string, error)                    {}
+func (NopObserver) LockLost(string, string)                       {}
+func (NopObserver) EngineError(string, error)                     {}
+
+// lockLostReason names why a lock ended, for Observer.LockLost.
+func lockLostReason(cause error) string {
+	var lost *lockext.LockLostError
+	switch {
+	case errors.Is(cause, lockext.ErrMaxRunTime):
+		return "max_run_time"
+	case errors.As(cause, &lost) && lost.Expired:
+		return "expired"
+	case errors.Is(cause, camunda7.ErrTaskGone):
+		return "gone"
+	}
+	return "taken"
+}
+
+// taskLog is the per-task logger a handler's context carries: the worker's logger with
+// every task field, plus what the handler (or the effect ledger) added with AddLogAttrs.
+type taskLog struct {
+	mu    sync.Mutex
+	base  *slog.Logger
+	extra []slog.Attr  // in order of first addition; a later value replaces an earlier one
+	log   *slog.Logger // base with extra, rebuilt on change
+}
+
+type taskLogKey struct{}
+
+func withTaskLog(ctx context.Context, l *slog.Logger) (context.Context, *taskLog) {
+	tl := &taskLog{base: l, log: l}
+	return context.WithValue(ctx, taskLogKey{}, tl), tl
+}
+
+func (tl *taskLog) get() *slog.Logger {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.log
+}
+
+// Logger returns the logger of the task whose handler ctx belongs to: the worker's
+// logger with the task's fields (worker_id, topic, external_task_id,
+// process_instance_id, process_definition_key, activity_id, business_key, attempt) and
+// whatever AddLogAttrs added. Outside a handler it returns nil, so a caller can fall back
+// to its own logger. Its signature fits idempotency.Config.ContextLogger.
+func Logger(ctx context.Context) *slog.Logger {
+	if tl, ok := ctx.Value(taskLogKey{}).(*taskLog); ok {
+		return tl.get()
+	}
+	return nil
+}
+
+// AddLogAttrs adds fields to every later record about the task whose handler ctx belongs
+// to, including the worker's "task handled" record: the effect ledger adds
+// idempotency_scope, idempotency_key and ledger_state this way. A field added again
+// replaces its earlier value. Outside a handler it does nothing. Its signature fits
+// idempotency.Config.Annotate.
+func AddLogAttrs(ctx context.Context, attrs ...slog.Attr) {
+	tl, ok := ctx.Value(taskLogKey{}).(*taskLog)
+	if !ok || len(attrs) == 0 {
+		return
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+next:
+	for _, a := range attrs {
+		for i := range tl.extra {
+			if tl.extra[i].Key == a.Key {
+				tl.extra[i] = a
+				continue next
+			}
+		}
+		tl.extra = append(tl.extra, a)
+	}
+	args := make([]any, len(tl.extra))
+	for i, a := range tl.extra {
+		args[i] = a
+	}
+	tl.log = tl.base.With(args...)
+}
