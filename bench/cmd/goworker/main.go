@@ -4,7 +4,9 @@
 //
 //	FIRST <unix ns>                  when the first handler starts
 //	PICKUP <business key> <unix ns>  when a handler starts (with -latency)
-//	REQUESTS <fetches> <completes> <other>  at exit: HTTP requests sent to the engine, by kind
+//	REQUESTS <fetches> <completes> <other> <fetch ms> <complete ms>
+//	                                 at exit: requests sent to the engine by kind, and the
+//	                                 summed round-trip times of those answered with 2xx
 //
 // and stops (draining, as in production) on SIGTERM or SIGINT. The benchmark driver
 // (bench/cmd/benchrun) starts it as a separate process and measures it from outside.
@@ -80,7 +82,8 @@ func run() error {
 	}
 	out := &lineWriter{f: os.Stdout}
 	defer func() {
-		out.line(fmt.Sprintf("REQUESTS %d %d %d", counter.fetches.Load(), counter.completes.Load(), counter.other.Load()))
+		out.line(fmt.Sprintf("REQUESTS %d %d %d %d %d", counter.fetches.Load(), counter.completes.Load(), counter.other.Load(),
+			counter.fetchTime.Load()/int64(time.Millisecond), counter.completeTime.Load()/int64(time.Millisecond)))
 	}()
 	var first sync.Once
 	reg := tasks.NewRegistry()
@@ -133,22 +136,32 @@ func transport() http.RoundTripper {
 	return tr
 }
 
-// countingTransport counts the requests the worker sends, by kind.
+// countingTransport counts the requests the worker sends, by kind, and sums the time
+// to the answer's headers of fetches and completes that succeeded.
 type countingTransport struct {
 	next                      http.RoundTripper
 	fetches, completes, other atomic.Int64
+	fetchTime, completeTime   atomic.Int64 // nanoseconds
 }
 
 func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	var n, d *atomic.Int64
 	switch p := r.URL.Path; {
 	case strings.HasSuffix(p, "/fetchAndLock"):
-		t.fetches.Add(1)
+		n, d = &t.fetches, &t.fetchTime
 	case strings.HasSuffix(p, "/complete"):
-		t.completes.Add(1)
+		n, d = &t.completes, &t.completeTime
 	default:
 		t.other.Add(1)
+		return t.next.RoundTrip(r)
 	}
-	return t.next.RoundTrip(r)
+	n.Add(1)
+	start := time.Now()
+	resp, err := t.next.RoundTrip(r)
+	if err == nil && resp.StatusCode/100 == 2 {
+		d.Add(int64(time.Since(start)))
+	}
+	return resp, err
 }
 
 // lineWriter writes whole lines to an unbuffered file, one write per line, so the
