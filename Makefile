@@ -10,7 +10,7 @@ export ENGINE
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: up down pg-up engine-up test demo vet fmt
+.PHONY: up down pg-up engine-up test demo vet fmt soak soak-short
 
 up: pg-up engine-up tools-up
 
@@ -37,6 +37,18 @@ test: up
 
 demo: up
 	$(GO) run ./cmd/extworker demo
+
+# The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
+# the ledger's crash points, restarted, then an oracle over every invoice. SOAK_SEED=n
+# replays a run. soak-short runs in CI; soak (the long tier) by hand.
+SOAK_SEED ?= $(shell date +%s)
+bin/extworker: FORCE
+	$(GO) build -o bin/extworker ./cmd/extworker
+FORCE:
+soak-short: up bin/extworker
+	$(GO) run ./cmd/extworker-soak -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+soak: up bin/extworker
+	$(GO) run ./cmd/extworker-soak -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 
 vet:
 	$(GO) vet ./...

@@ -247,6 +247,23 @@ func (c *Client) HistoricProcessInstance(ctx context.Context, id string) (*Histo
 	return &out, nil
 }
 
+// HistoricProcessInstances queries GET /history/process-instance (e.g. processDefinitionKey,
+// processInstanceBusinessKeyLike, finished, firstResult, maxResults).
+func (c *Client) HistoricProcessInstances(ctx context.Context, q url.Values) ([]HistoricProcessInstance, error) {
+	var out []HistoricProcessInstance
+	err := c.do(ctx, call{op: "query historic process instances", method: http.MethodGet, path: "/history/process-instance", query: q, out: &out})
+	return out, err
+}
+
+// HistoricProcessInstanceCount counts GET /history/process-instance/count.
+func (c *Client) HistoricProcessInstanceCount(ctx context.Context, q url.Values) (int, error) {
+	var out struct {
+		Count int `json:"count"`
+	}
+	err := c.do(ctx, call{op: "count historic process instances", method: http.MethodGet, path: "/history/process-instance/count", query: q, out: &out})
+	return out.Count, err
+}
+
 // HistoricActivityInstance is one activity an instance passed through.
 type HistoricActivityInstance struct {
 	ID                string `json:"id"`

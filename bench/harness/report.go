@@ -224,8 +224,8 @@ func Markdown(r *Results) string {
 
 - **tasks/s** and **wall time**: all instances are started before the worker process is launched; the clock runs from the worker's first handler starting (the worker prints the time) to the driver's count of the topic's open external tasks (GET /external-task/count, every 20 ms) reaching zero. Process start-up is the separate "start to first task" column.
 - **CPU**: user plus system time of the worker process from the kernel (rusage after it exits, so including start-up and shutdown); "after first task" subtracts what /proc/<pid>/stat showed when the first handler started.
-- **peak RSS**: the worker process's maximum resident set size (rusage ru_maxrss).
-- **engine + PostgreSQL CPU**: CPU time of the engine's JVM and of all PostgreSQL processes from the worker's launch to the last completion, per task: what each client's way of fetching and completing costs the engine. Anything else using the engine at the same time (other test suites on a shared machine) adds to it.
+- **peak RSS**: the worker process's maximum resident set size, VmHWM from /proc/<pid>/status just before it is stopped (rusage's ru_maxrss would also count the driver's pages the child shared between fork and exec).
+- **engine + PostgreSQL CPU**: CPU time of the engine's JVM and of the PostgreSQL processes from the worker's launch to the last completion, per task (per-process growth; processes that ended in between are left out): what each client's way of fetching and completing costs the engine. The engine's background work over the window, and anything else using the engine at the same time (other test suites on a shared machine), add to it, so slower workers with longer windows pay a little more.
 - **pickup latency**: the driver notes the time when each start-process call returns; the worker prints the time its handler starts for that business key. One clock, one machine.
 - Each trial deploys its own process definition with its own topic, so no worker ever sees another's tasks or a long poll left behind by an earlier worker; all deployments are deleted (with their history) after the run.
 `)

@@ -75,8 +75,16 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		n := fs.Int("instances", 200, "process instances to start")
+		deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if *deployOnly {
+			c, err := newClient(cfg, logger)
+			if err != nil {
+				return err
+			}
+			return deployDemo(ctx, c)
 		}
 		return runDemo(ctx, cfg, logger, stdout, *n)
 	case "migrate":
