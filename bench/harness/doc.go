@@ -10,7 +10,8 @@
 //     defaults and with its best configuration;
 //  3. pickup latency, long polling on for every client: from the start-process call
 //     returning to the handler starting, p50 and p99;
-//  4. extworker with and without the effect ledger (pending the ledger issue);
+//  4. extworker with and without the effect ledger on the no-op handler, taking turns:
+//     tasks per second, CPU per task, and the throughput the ledger costs, paired by run;
 //  5. the worker's own ceiling against a stub engine in another process, beside a raw
 //     HTTP loop doing one fetch and one complete per task.
 //

@@ -38,13 +38,19 @@ type Options struct {
 	// Runs is how often every scenario runs, the clients taking turns within each run.
 	// Default 5.
 	Runs int
-	// Scenarios to run, from 1, 2, 3 and 5 (4 is pending the ledger). Default all four.
+	// Scenarios to run, from 1 to 5. Default all five.
 	Scenarios []int
 	// Clients to compare, from Extworker, Java and JS (Raw runs in scenario 5 whenever
 	// Extworker does). Default all three.
 	Clients []Client
 	// N1 and N2 are the instances of scenarios 1 and 2. Default 2000 each.
 	N1, N2 int
+	// N4 is scenario 4's instances per trial. Default N1.
+	N4 int
+	// LedgerDBURL is the effect ledger's PostgreSQL for scenario 4 (migrated by the
+	// driver and by the worker; every trial writes to a namespace of its own, deleted at
+	// the end). Default DefaultLedgerDBURL.
+	LedgerDBURL string
 	// IOWait is scenario 2's wait per task. Default 50ms.
 	IOWait time.Duration
 	// LatencySamples is scenario 3's instances per run, started one at a time with
@@ -69,7 +75,7 @@ type Options struct {
 	// Default a temporary directory (its path is printed).
 	LogDir string
 	// Profile adds an extra, unmeasured pass of extworker with its CPU profile on in
-	// scenarios 1 and 5, and puts pprof's top functions in RESULTS.md.
+	// scenarios 1, 4 (with the ledger) and 5, and puts pprof's top functions in RESULTS.md.
 	Profile bool
 	// Note is shown at the top of RESULTS.md (e.g. why instance counts were reduced).
 	Note string
@@ -86,7 +92,7 @@ func (o Options) WithDefaults() Options {
 		o.Runs = 5
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []int{1, 2, 3, 5}
+		o.Scenarios = []int{1, 2, 3, 4, 5}
 	}
 	if len(o.Clients) == 0 {
 		o.Clients = []Client{Extworker, Java, JS}
@@ -96,6 +102,12 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.N2 == 0 {
 		o.N2 = 2000
+	}
+	if o.N4 == 0 {
+		o.N4 = o.N1
+	}
+	if o.LedgerDBURL == "" {
+		o.LedgerDBURL = DefaultLedgerDBURL
 	}
 	if o.IOWait == 0 {
 		o.IOWait = 50 * time.Millisecond
@@ -128,8 +140,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Runs %d: must be at least 1", o.Runs))
 	}
 	for _, s := range o.Scenarios {
-		if s != 1 && s != 2 && s != 3 && s != 5 {
-			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 5", s))
+		if s < 1 || s > 5 {
+			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5", s))
 		}
 	}
 	for _, c := range o.Clients {
@@ -137,7 +149,7 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("Clients: %q is not one of extworker, java, js", c))
 		}
 	}
-	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
+	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
 		if n < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", name, n))
 		}
@@ -173,6 +185,19 @@ type Variant struct {
 var Concurrency = tasks.Config{}.WithDefaults().MaxConcurrency
 
 const longPoll = 20 * time.Second
+
+// DefaultLedgerDBURL is the ledger database of the test environment (testenv/, make up).
+const DefaultLedgerDBURL = "postgres://extworker:extworker@127.0.0.1:5432/extworker"
+
+// ledgerVariants are scenario 4's two workers: extworker as in scenario 1, and the same
+// with one effect-ledger intent per task.
+func ledgerVariants(ext Variant) (without, with Variant) {
+	without = ext
+	without.Label, without.Short = "extworker, no ledger", "no ledger"
+	with = Variant{Client: Extworker, ID: "extworker-ledger", Label: "extworker, ledger", Short: "ledger",
+		Config: "as extworker, and the no-op handler first runs one intent through idempotency.Ledger.Do (scope bench.noop, key the task's process instance id; record, mark dispatched, confirm: three transactions) with a Dispatch that returns at once; pgxpool defaults (MaxConns: 4 or the core count), a fresh ledger namespace per trial"}
+	return without, with
+}
 
 func variants(o Options) (ext, javaDef, javaBest, jsDef, jsBest, raw Variant) {
 	lp := strconv.FormatInt(longPoll.Milliseconds(), 10)
@@ -218,8 +243,11 @@ type Trial struct {
 	// extworker itself in scenarios 1 and 2; 0 where unknown.
 	Fetches int64
 	// EngineCPU is the engine's and PostgreSQL's CPU time from the worker's launch to
-	// the last task completed (scenarios 1 and 2).
+	// the last task completed (scenarios 1, 2 and 4).
 	EngineCPU time.Duration
+	// Intents is how many new intents the worker confirmed in the ledger (scenario 4,
+	// with the ledger; it must equal N).
+	Intents int64 `json:",omitempty"`
 }
 
 // Series is one variant's trials in one scenario.
@@ -322,6 +350,13 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 
 	h := &harness{o: o, eng: eng, res: &Results{Opts: o, Started: time.Now()}}
 	h.res.Versions, h.res.Machine = versions(ctx, o, engineVersion)
+	if o.runs(4) && o.has(Extworker) {
+		if h.ledger, err = openLedgerDB(ctx, o.LedgerDBURL); err != nil {
+			return nil, err
+		}
+		defer h.ledger.close(context.WithoutCancel(ctx), o.Progress)
+		h.res.Versions = append(h.res.Versions, [2]string{"PostgreSQL (ledger database, scenario 4)", pgVersion(ctx, o.LedgerDBURL)})
+	}
 	if err := h.runAll(ctx); err != nil {
 		return h.res, err
 	}
@@ -333,10 +368,11 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 }
 
 type harness struct {
-	o   Options
-	eng *engine
-	res *Results
-	seq int
+	o      Options
+	eng    *engine
+	ledger *ledgerDB // scenario 4's, or nil
+	res    *Results
+	seq    int
 }
 
 func (h *harness) runAll(ctx context.Context) error {
@@ -354,6 +390,7 @@ func (h *harness) runAll(ctx context.Context) error {
 	s2 := pick(ext, javaDef, javaBest, jsDef, jsBest)
 	s3 := pick(ext, javaBest, jsBest)
 	s5 := pick(ext, raw)
+	noLedger, withLedger := ledgerVariants(ext)
 	start := time.Now()
 	for run := 1; run <= h.o.Runs; run++ {
 		if h.o.runs(1) {
@@ -377,6 +414,14 @@ func (h *harness) runAll(ctx context.Context) error {
 				}
 			}
 		}
+		if h.o.runs(4) && h.o.has(Extworker) {
+			for _, v := range []Variant{noLedger, withLedger} { // taking turns: A B in every run
+				ledger := v.ID == withLedger.ID
+				if err := h.trial(ctx, 4, v, run, func() (Trial, error) { return h.ledgerThroughput(ctx, v, run, ledger, nil) }); err != nil {
+					return err
+				}
+			}
+		}
 		if h.o.runs(5) {
 			for _, v := range s5 {
 				if v.Client == Extworker || v.Client == Raw {
@@ -389,7 +434,7 @@ func (h *harness) runAll(ctx context.Context) error {
 		fmt.Fprintf(h.o.Progress, "bench: run %d of %d done after %v\n", run, h.o.Runs, time.Since(start).Round(time.Second))
 	}
 	if h.o.Profile && h.o.has(Extworker) {
-		return h.profiles(ctx, ext)
+		return h.profiles(ctx, ext, withLedger)
 	}
 	return nil
 }
@@ -413,8 +458,9 @@ func (h *harness) trial(ctx context.Context, scenario int, v Variant, run int, f
 	return nil
 }
 
-// profiles runs extworker once more in scenarios 1 and 5 with its CPU profile on.
-func (h *harness) profiles(ctx context.Context, ext Variant) error {
+// profiles runs extworker once more in scenarios 1, 4 (with the ledger) and 5 with its
+// CPU profile on.
+func (h *harness) profiles(ctx context.Context, ext, withLedger Variant) error {
 	if h.o.runs(1) {
 		path := filepath.Join(h.o.LogDir, "s1-extworker.cpu.pprof")
 		t, err := h.throughput(ctx, 1, ext, 0, h.o.N1, "noop", []string{"-cpuprofile", path})
@@ -426,6 +472,18 @@ func (h *harness) profiles(ctx context.Context, ext Variant) error {
 			return err
 		}
 		h.res.Profiles = append(h.res.Profiles, Profile{Title: fmt.Sprintf("Scenario 1 (real engine, %d no-op tasks, %.0f tasks/s, %.2f s CPU while profiled)", t.N, t.TPS, t.CPUTotal.Seconds()), Top: top})
+	}
+	if h.o.runs(4) {
+		path := filepath.Join(h.o.LogDir, "s4-extworker-ledger.cpu.pprof")
+		t, err := h.ledgerThroughput(ctx, withLedger, 0, true, []string{"-cpuprofile", path})
+		if err != nil {
+			return fmt.Errorf("profile scenario 4: %w", err)
+		}
+		top, err := pprofTop(ctx, filepath.Join(h.o.BinDir, "goworker"), path)
+		if err != nil {
+			return err
+		}
+		h.res.Profiles = append(h.res.Profiles, Profile{Title: fmt.Sprintf("Scenario 4 (real engine, %d no-op tasks with the ledger, %.0f tasks/s, %.2f s CPU while profiled)", t.N, t.TPS, t.CPUTotal.Seconds()), Top: top})
 	}
 	if h.o.runs(5) {
 		path := filepath.Join(h.o.LogDir, "s5-extworker.cpu.pprof")

@@ -33,6 +33,7 @@ type proc struct {
 	cpuAtFirst time.Duration
 	pickups    chan pickup
 	lines      chan string
+	finals     map[string][]string // protocol lines read by final, by first word
 
 	exited  chan struct{} // closed after Wait; then state and waitErr are set
 	state   *os.ProcessState
@@ -91,7 +92,7 @@ func launch(name, path string, args []string, dir, logPath string) (*proc, error
 					}
 					continue
 				}
-			case len(f) > 0 && (f[0] == "LISTEN" || f[0] == "DONE" || f[0] == "REQUESTS"):
+			case len(f) > 0 && (f[0] == "LISTEN" || f[0] == "DONE" || f[0] == "REQUESTS" || f[0] == "LEDGER"):
 				select {
 				case p.lines <- line:
 				default:
@@ -161,16 +162,27 @@ func (p *proc) awaitLine(ctx context.Context, word string, timeout time.Duration
 // requests returns the fetch count of the worker's "REQUESTS <fetches> ..." line,
 // printed at exit (extworker and the JS worker), or 0. Call after stop.
 func (p *proc) requests() int64 {
+	if f := p.final("REQUESTS"); len(f) >= 2 {
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		return n
+	}
+	return 0
+}
+
+// final returns the fields of the last protocol line starting with word that the
+// process printed, or nil. Call after stop.
+func (p *proc) final(word string) []string {
+	if p.finals == nil {
+		p.finals = map[string][]string{}
+	}
 	for {
 		select {
 		case line := <-p.lines:
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "REQUESTS" {
-				n, _ := strconv.ParseInt(f[1], 10, 64)
-				return n
+			if f := strings.Fields(line); len(f) > 0 {
+				p.finals[f[0]] = f
 			}
 		default:
-			return 0
+			return p.finals[word]
 		}
 	}
 }

@@ -96,6 +96,17 @@ func (s summary) String() string {
 	return fmt.Sprintf("%s (%s–%s)", num(s.med), num(s.lo), num(s.hi))
 }
 
+// percent is String with one decimal throughout, for percentages.
+func (s summary) percent() string {
+	switch s.n {
+	case 0:
+		return "–"
+	case 1:
+		return fmt.Sprintf("%.1f", s.med)
+	}
+	return fmt.Sprintf("%.1f (%.1f–%.1f)", s.med, s.lo, s.hi)
+}
+
 // of summarizes one measure over a series' trials.
 func (s *Series) of(f func(Trial) float64) summary {
 	if s == nil {
@@ -159,8 +170,8 @@ func Markdown(r *Results) string {
 		w("| %s | %s |\n", v[0], strings.ReplaceAll(v[1], "|", "\\|"))
 	}
 	w("| machine | %s |\n", r.Machine)
-	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 5: %d tasks from the stub engine |\n\n",
-		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N5)
+	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine |\n\n",
+		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5)
 	w("Configurations (each worker program is under `bench/`; options not named keep the client's defaults):\n\n| worker | configuration |\n|---|---|\n")
 	seen := map[string]bool{}
 	for _, s := range r.Series {
@@ -205,11 +216,23 @@ func Markdown(r *Results) string {
 		}
 		w("\n")
 	}
-	w("## Scenario 4: extworker with and without the effect ledger\n\n| worker | tasks/s | CPU ms per task | peak RSS MiB |\n|---|---|---|---|\n")
-	if ext := r.Find(1, "extworker"); ext != nil {
-		w("| extworker, no ledger (scenario 1) | %s | %s | %s |\n", ext.of(tps), ext.of(cpuPerMs), ext.of(rssMiB))
+	if ss := r.scenario(4); len(ss) > 0 {
+		w("## Scenario 4: the effect ledger's cost per task, no-op handler, %d instances\n\n", o.N4)
+		w("extworker as in scenario 1, without and with one effect-ledger intent per task (`idempotency.Ledger.Do` with a Dispatch that returns at once: record, mark dispatched, confirm, three transactions on the ledger's PostgreSQL, which shares the machine with the engine's). The two took turns in every run.\n\n")
+		w("| worker | tasks/s | CPU ms per task | CPU s after first task | peak RSS MiB | start to first task s | engine + PostgreSQL CPU ms per task | fetches per task |\n|---|---|---|---|---|---|---|---|\n")
+		for _, s := range ss {
+			w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(tps), s.of(cpuPerMs), s.of(cpuWork), s.of(rssMiB), s.of(startupS), s.of(enginePT), s.known(fetchesPT))
+		}
+		if ov, ok := ledgerOverhead(r); ok {
+			w("\nThe ledger's cost, paired run by run (each run's ledger trial against the no-ledger trial just before it), median (min–max) over %d runs:\n\n", ov.tput.n)
+			w("| | median (min–max) |\n|---|---|\n")
+			w("| throughput lost, %% of no-op tasks/s | %s |\n", ov.tput.percent())
+			w("| worker CPU per task, %% more | %s |\n", ov.cpu.percent())
+			w("| worker CPU per task, ms more | %s |\n", ov.cpuMs)
+			w("| engine + PostgreSQL CPU per task, ms more | %s |\n", ov.engineMs)
+		}
+		w("\n")
 	}
-	w("| extworker, with the effect ledger | pending the ledger issue | pending the ledger issue | pending the ledger issue |\n\n")
 	if ss := r.scenario(5); len(ss) > 0 {
 		w("## Scenario 5: the worker's own ceiling (stub engine, %d tasks)\n\n", o.N5)
 		w("The stub engine (`bench/cmd/stubengine`) is a separate process answering fetchAndLock from memory and accepting completes; it shares the machine's cores with the worker.\n\n")
@@ -236,6 +259,39 @@ func Markdown(r *Results) string {
 		}
 	}
 	return b.String()
+}
+
+// overhead is scenario 4's paired comparison, one value per run that has both trials.
+type overhead struct {
+	tput, cpu, cpuMs, engineMs summary
+}
+
+// ledgerOverhead pairs scenario 4's trials by run: the throughput the ledger costs
+// (percent of the no-ledger tasks/s), and how much more CPU per task the worker and the
+// engine with PostgreSQL spend.
+func ledgerOverhead(r *Results) (overhead, bool) {
+	without, with := r.Find(4, "extworker"), r.Find(4, "extworker-ledger")
+	if without == nil || with == nil {
+		return overhead{}, false
+	}
+	var tput, cpu, cpuMs, engineMs []float64
+	for _, a := range without.Trials {
+		for _, b := range with.Trials {
+			if a.Run != b.Run || a.TPS <= 0 || b.TPS <= 0 {
+				continue
+			}
+			tput = append(tput, 100*(1-b.TPS/a.TPS))
+			if ca := cpuPerMs(a); ca > 0 {
+				cpu = append(cpu, 100*(cpuPerMs(b)/ca-1))
+			}
+			cpuMs = append(cpuMs, cpuPerMs(b)-cpuPerMs(a))
+			engineMs = append(engineMs, enginePT(b)-enginePT(a))
+		}
+	}
+	if len(tput) == 0 {
+		return overhead{}, false
+	}
+	return overhead{tput: summarize(tput), cpu: summarize(cpu), cpuMs: summarize(cpuMs), engineMs: summarize(engineMs)}, true
 }
 
 // writeGoals compares medians with the goals of issue #7.
@@ -282,6 +338,12 @@ func writeGoals(b *strings.Builder, r *Results) {
 		row("Peak RSS at most a fifth of the Java client's (scenario 1)", e <= j/5, fmt.Sprintf("%s MiB vs %s MiB (%.1f× smaller)", num(e), num(j), j/e), true)
 	} else {
 		row("Peak RSS at most a fifth of the Java client's (scenario 1)", false, "", false)
+	}
+	if ov, ok := ledgerOverhead(r); ok {
+		row("Effect ledger costs under 15% of no-op throughput (scenario 4)", ov.tput.med < 15,
+			fmt.Sprintf("%.1f%% (%s vs %s tasks/s; paired by run)", ov.tput.med, num(r.Find(4, "extworker-ledger").of(tps).med), num(r.Find(4, "extworker").of(tps).med)), true)
+	} else {
+		row("Effect ledger costs under 15% of no-op throughput (scenario 4)", false, "", false)
 	}
 	ext5, raw5 := r.Find(5, "extworker"), r.Find(5, "raw")
 	if ext5 != nil && raw5 != nil {

@@ -46,6 +46,7 @@ func TestNiceScale(t *testing.T) {
 func fakeResults() *Results {
 	o := Options{OutDir: "x"}.WithDefaults()
 	ext, javaDef, javaBest, jsDef, jsBest, raw := variants(o)
+	noLedger, withLedger := ledgerVariants(ext)
 	r := &Results{Opts: o, Started: time.Unix(1700000000, 0), Finished: time.Unix(1700000600, 0),
 		Versions: [][2]string{{"Camunda 7 engine", "7.24.0 (http://127.0.0.1:8080/engine-rest)"}, {"Java client", "7.24.0"}}, Machine: "test machine"}
 	for run := 1; run <= 3; run++ {
@@ -60,6 +61,8 @@ func fakeResults() *Results {
 			lat := []time.Duration{8 * time.Millisecond, 9 * time.Millisecond, 30 * time.Millisecond}
 			r.add(3, v, Trial{Run: run, N: 3, Latencies: lat, P50: 9 * time.Millisecond, P99: 30 * time.Millisecond})
 		}
+		r.add(4, noLedger, Trial{Run: run, N: 300, Wall: 3750 * time.Millisecond, TPS: 80, CPUWork: 180 * time.Millisecond, PeakRSS: 14 << 20, EngineCPU: 6 * time.Second})
+		r.add(4, withLedger, Trial{Run: run, N: 300, Wall: 4 * time.Second, TPS: 80 * (1 - 0.05*f), CPUWork: 300 * time.Millisecond, PeakRSS: 18 << 20, EngineCPU: 9 * time.Second, Intents: 300})
 		r.add(5, ext, Trial{Run: run, N: 20000, Wall: 4 * time.Second, TPS: 5000, CPUWork: 3800 * time.Millisecond, Fetches: 3400, PeakRSS: 16 << 20})
 		r.add(5, raw, Trial{Run: run, N: 20000, Wall: 3 * time.Second, TPS: 6000, CPUWork: 3200 * time.Millisecond, Fetches: 20000, PeakRSS: 15 << 20})
 	}
@@ -71,7 +74,11 @@ func TestMarkdownHasEveryScenarioAndGoal(t *testing.T) {
 	md := Markdown(fakeResults())
 	for _, want := range []string{
 		"## Goals", "## Scenario 1", "## Scenario 2", "## Scenario 3", "## Scenario 4", "## Scenario 5", "## Profiles",
-		"pending the ledger issue", "Java client, maxTasks 200", "JS client, maxParallelExecutions 16", "raw HTTP loop",
+		"| extworker, no ledger | 80.0 (80.0–80.0) | 0.60 (0.60–0.60) |", "| extworker, ledger | 72.0 (68.0–76.0) | 1.00 (1.00–1.00) |",
+		"| throughput lost, % of no-op tasks/s | 10.0 (5.0–15.0) |", "| worker CPU per task, % more | 66.7 (66.7–66.7) |",
+		"| engine + PostgreSQL CPU per task, ms more | 10.0 (10.0–10.0) |",
+		"Effect ledger costs under 15% of no-op throughput (scenario 4) | 10.0% (72.0 vs 80.0 tasks/s; paired by run) | **yes** |",
+		"Java client, maxTasks 200", "JS client, maxParallelExecutions 16", "raw HTTP loop",
 		"| extworker | 98.0 (97.0–99.0) |", // scenario 1 tasks/s: median and range
 		"Scenario 1 throughput at least the best-configured Java client's | 98.0 vs 52.0 tasks/s (1.88×) | **yes** |",
 		"CPU per task within 2 times the raw HTTP loop's (scenario 5) | 190 µs vs 160 µs (1.19×) | **yes** |",
@@ -81,6 +88,34 @@ func TestMarkdownHasEveryScenarioAndGoal(t *testing.T) {
 		require.Contains(t, md, want)
 	}
 	require.NotContains(t, md, "not measured in this run")
+	require.NotContains(t, md, "pending")
+}
+
+func TestMergeReplacesOnlyTheScenariosRunAgain(t *testing.T) {
+	old := fakeResults()
+	old.Opts.Note = "first run"
+	old.Profiles = append(old.Profiles, Profile{Title: "Scenario 4 (old)", Top: "old"})
+	fresh := &Results{Opts: Options{OutDir: "x", Scenarios: []int{4}, Runs: 2, N4: 123}.WithDefaults(), Started: time.Unix(1800000000, 0),
+		Versions: [][2]string{{"extworker", "commit abc"}, {"PostgreSQL (ledger database, scenario 4)", "15"}}}
+	ext, _, _, _, _, _ := variants(fresh.Opts)
+	noLedger, withLedger := ledgerVariants(ext)
+	for run := 1; run <= 2; run++ {
+		fresh.add(4, noLedger, Trial{Run: run, N: 123, TPS: 100, CPUWork: time.Second})
+		fresh.add(4, withLedger, Trial{Run: run, N: 123, TPS: 50, CPUWork: 2 * time.Second})
+	}
+	fresh.Profiles = []Profile{{Title: "Scenario 4 (new)", Top: "new"}}
+	m := Merge(old, fresh)
+	require.Len(t, m.Find(4, "extworker-ledger").Trials, 2)
+	require.Len(t, m.Find(1, "extworker").Trials, 3, "other scenarios kept")
+	require.Equal(t, 123, m.Opts.N4)
+	require.Equal(t, old.Opts.N1, m.Opts.N1)
+	require.Equal(t, []Profile{{Title: "Scenario 5", Top: "flat flat% ..."}, {Title: "Scenario 4 (new)", Top: "new"}}, m.Profiles)
+	require.Contains(t, m.Opts.Note, "first run Scenario 4 ran separately on 2027-01-15")
+	require.Contains(t, m.Versions, [2]string{"PostgreSQL (ledger database, scenario 4)", "15"})
+	md := Markdown(m)
+	require.Contains(t, md, "Effect ledger costs under 15% of no-op throughput (scenario 4) | 50.0% (50.0 vs 100 tasks/s; paired by run) | no |")
+	require.Contains(t, md, "## Scenario 1")
+	require.Len(t, old.Find(4, "extworker-ledger").Trials, 3, "old left alone")
 }
 
 func TestMarkdownWithOnlyExtworker(t *testing.T) {
@@ -148,9 +183,9 @@ func TestWriteReportKeepsHandWrittenNotes(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	err := Options{Runs: -1, Scenarios: []int{4}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
+	err := Options{Runs: -1, Scenarios: []int{6}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
 	require.Error(t, err)
-	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 4", `Clients: "go"`, "N1 -1"} {
+	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 6", `Clients: "go"`, "N1 -1"} {
 		require.Contains(t, err.Error(), want)
 	}
 	require.NoError(t, Options{OutDir: "x"}.WithDefaults().Validate())

@@ -50,6 +50,11 @@ func (h *harness) logPath(scenario int, v Variant, run int) string {
 // throughput is one trial of scenarios 1 and 2: n instances wait on the engine before
 // the worker starts; it is timed from its first handler to the last task completed.
 func (h *harness) throughput(ctx context.Context, scenario int, v Variant, run, n int, mode string, extra []string) (Trial, error) {
+	return h.throughputThen(ctx, scenario, v, run, n, mode, extra, nil)
+}
+
+// throughputThen is throughput, calling after (if not nil) once the worker has exited.
+func (h *harness) throughputThen(ctx context.Context, scenario int, v Variant, run, n int, mode string, extra []string, after func(*proc)) (Trial, error) {
 	m, err := h.eng.deploy(ctx, fmt.Sprintf("s%d-%s-%d", scenario, v.ID, run))
 	if err != nil {
 		return Trial{}, err
@@ -81,6 +86,9 @@ func (h *harness) throughput(ctx context.Context, scenario int, v Variant, run, 
 		return Trial{}, err
 	}
 	t := Trial{N: n, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS, EngineCPU: engineUsed, Fetches: p.requests()}
+	if after != nil {
+		after(p)
+	}
 	t.CPUWork = max(0, u.CPU-p.cpuAtFirst)
 	if t.Wall > 0 {
 		t.TPS = float64(n) / t.Wall.Seconds()

@@ -4,6 +4,7 @@
 //	go run ./bench/cmd/benchrun -out bench/results            # the full run
 //	go run ./bench/cmd/benchrun -smoke -out bench/.smoke      # tiny counts, one run
 //	go run ./bench/cmd/benchrun -from bench/results/results.json -out bench/results  # render again
+//	go run ./bench/cmd/benchrun -scenarios 4 -clients extworker -merge -out bench/results  # one scenario again
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,16 +41,19 @@ func run() error {
 	flag.IntVar(&o.Runs, "runs", def.Runs, "runs of every scenario")
 	flag.IntVar(&o.N1, "n1", def.N1, "scenario 1 instances")
 	flag.IntVar(&o.N2, "n2", def.N2, "scenario 2 instances")
+	flag.IntVar(&o.N4, "n4", 0, "scenario 4 instances per trial (0: as -n1)")
+	flag.StringVar(&o.LedgerDBURL, "ledger-db", envOr("EXTWORKER_TEST_DB_URL", harness.DefaultLedgerDBURL), "scenario 4's effect-ledger database (migrated; trials' rows are deleted at the end)")
 	flag.DurationVar(&o.IOWait, "io", def.IOWait, "scenario 2 wait per task")
 	flag.IntVar(&o.LatencySamples, "lat", def.LatencySamples, "scenario 3 instances per run")
 	flag.IntVar(&o.LatencyWarmup, "lat-warmup", def.LatencyWarmup, "scenario 3 warm-up instances per run")
 	flag.IntVar(&o.N5, "n5", def.N5, "scenario 5 tasks per run (stub engine)")
 	flag.IntVar(&o.JavaBestMaxTasks, "java-max-tasks", def.JavaBestMaxTasks, "Java client's maxTasks in its best configuration")
-	flag.BoolVar(&o.Profile, "profile", true, "add an unmeasured, CPU-profiled extworker trial in scenarios 1 and 5")
+	flag.BoolVar(&o.Profile, "profile", true, "add an unmeasured, CPU-profiled extworker trial in scenarios 1, 4 and 5")
 	flag.StringVar(&o.Note, "note", "", "a note for the top of RESULTS.md")
-	scenarios := flag.String("scenarios", "1,2,3,5", "scenarios to run")
+	scenarios := flag.String("scenarios", "1,2,3,4,5", "scenarios to run")
 	clients := flag.String("clients", "extworker,java,js", "workers to compare")
 	from := flag.String("from", "", "render RESULTS.md and scenarios.svg again from this results.json, running nothing")
+	merge := flag.Bool("merge", false, "merge the scenarios run into the results.json in -out, keeping its other scenarios, and render from the merged results")
 	smoke := flag.Bool("smoke", false, "tiny counts and one run, to check the harness works (overrides -runs, -n1, -n2, -lat, -n5)")
 	flag.Parse()
 
@@ -70,7 +75,7 @@ func run() error {
 		o.Clients = append(o.Clients, harness.Client(strings.TrimSpace(c)))
 	}
 	if *smoke {
-		o.Runs, o.N1, o.N2, o.LatencySamples, o.LatencyWarmup, o.N5 = 1, 50, 50, 5, 3, 1000
+		o.Runs, o.N1, o.N2, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5 = 1, 50, 50, 5, 3, 50, 1000
 		o.Note = "smoke run: tiny instance counts and one run; the numbers mean nothing."
 	}
 	o.Progress = os.Stdout
@@ -78,7 +83,25 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	began := time.Now()
-	if _, err := harness.Run(ctx, o); err != nil {
+	if *merge {
+		old, err := harness.ReadResults(filepath.Join(o.OutDir, "results.json"))
+		if err != nil {
+			return fmt.Errorf("-merge: %w", err)
+		}
+		out := o.OutDir
+		if o.OutDir, err = os.MkdirTemp("", "extworker-benchrun-"); err != nil {
+			return err
+		}
+		res, err := harness.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("benchrun: this run alone is in %s\n", o.OutDir)
+		o.OutDir = out
+		if err := harness.WriteReport(harness.Merge(old, res), out); err != nil {
+			return err
+		}
+	} else if _, err := harness.Run(ctx, o); err != nil {
 		return err
 	}
 	fmt.Printf("benchrun: wrote %s/RESULTS.md and %s/scenarios.svg in %v\n", o.OutDir, o.OutDir, time.Since(began).Round(time.Second))

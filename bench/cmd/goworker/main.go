@@ -1,9 +1,14 @@
 // Command goworker is the benchmark's worker on extworker (package tasks): one topic, a
 // handler that completes each task at once (-mode noop) or after waiting (-mode io), the
-// runtime's defaults unless a flag says otherwise. It prints to stdout
+// runtime's defaults unless a flag says otherwise. With -ledger-db (scenario 4) the
+// handler first runs one intent through the effect ledger (idempotency.Ledger.Do: scope
+// bench.noop, key the task's process instance id, a Dispatch that returns at once), on a
+// pgxpool with its defaults, after migrating the database. It prints to stdout
 //
 //	FIRST <unix ns>                  when the first handler starts
 //	PICKUP <business key> <unix ns>  when a handler starts (with -latency)
+//	LEDGER <new> <replayed> <errors> at exit, with -ledger-db: intents confirmed by this
+//	                                 process, replayed from the ledger, and failed Do calls
 //	REQUESTS <fetches> <completes> <other> <fetch ms> <complete ms>
 //	                                 at exit: requests sent to the engine by kind, and the
 //	                                 summed round-trip times of those answered with 2xx
@@ -29,7 +34,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/migrations"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -51,6 +61,8 @@ func run() error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile here")
 	memProfile := flag.String("memprofile", "", "write a heap profile here at exit")
 	verbose := flag.Bool("v", false, "log the worker's records to stderr")
+	ledgerDB := flag.String("ledger-db", "", "run one effect-ledger intent per task on this PostgreSQL (migrated first); empty: no ledger")
+	ledgerNS := flag.String("ledger-namespace", "bench", "the ledger's namespace (a fresh one per trial keeps trials apart)")
 	flag.Parse()
 	if *topic == "" {
 		return fmt.Errorf("-topic is required")
@@ -85,6 +97,14 @@ func run() error {
 		out.line(fmt.Sprintf("REQUESTS %d %d %d %d %d", counter.fetches.Load(), counter.completes.Load(), counter.other.Load(),
 			counter.fetchTime.Load()/int64(time.Millisecond), counter.completeTime.Load()/int64(time.Millisecond)))
 	}()
+	var eff *effects
+	if *ledgerDB != "" {
+		if eff, err = openLedger(*ledgerDB, *ledgerNS, logger); err != nil {
+			return err
+		}
+		defer eff.pool.Close()
+		defer func() { out.line(eff.summary()) }() // before REQUESTS: defers run last first
+	}
 	var first sync.Once
 	reg := tasks.NewRegistry()
 	err = reg.Register(*topic, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
@@ -92,6 +112,11 @@ func run() error {
 		first.Do(func() { out.line("FIRST " + strconv.FormatInt(now, 10)) })
 		if *latency {
 			out.line("PICKUP " + t.BusinessKey() + " " + strconv.FormatInt(now, 10))
+		}
+		if eff != nil {
+			if err := eff.do(ctx, t); err != nil {
+				return nil, err
+			}
 		}
 		if *mode == "io" {
 			tm := time.NewTimer(*ioWait)
@@ -127,6 +152,79 @@ func run() error {
 		}
 	}
 	return err
+}
+
+// effects is scenario 4's effect ledger and what it did.
+type effects struct {
+	pool                     *pgxpool.Pool
+	ledger                   *idempotency.Ledger
+	confirmed, replayed, bad atomic.Int64
+}
+
+// openLedger connects to the ledger's database with pgxpool's defaults (as cmd/extworker
+// does), migrates it, opens every pooled connection once so that no task pays for a
+// connection set-up, and returns the ledger on namespace.
+func openLedger(url, namespace string, logger *slog.Logger) (*effects, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("-ledger-db: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	_, err = migrations.Up(ctx, db)
+	db.Close()
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ledger database: %w", err)
+	}
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	l, err := idempotency.New(pool, idempotency.Config{Namespace: namespace, Logger: logger})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &effects{pool: pool, ledger: l}, nil
+}
+
+// do runs the task's one intent: deterministic per task (its process instance), with a
+// Dispatch that calls no provider, so what it costs is the ledger's own work.
+func (e *effects) do(ctx context.Context, t *tasks.Task) error {
+	pi := t.ProcessInstanceID()
+	out, err := e.ledger.Do(ctx, idempotency.Intent{
+		Scope:   "bench.noop",
+		Key:     "pi:" + pi,
+		Request: map[string]any{"processInstance": pi},
+		Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: pi, BusinessKey: t.BusinessKey()},
+	}, idempotency.Effect{Dispatch: noopDispatch})
+	switch {
+	case err != nil:
+		e.bad.Add(1)
+		return err // already a failure outcome
+	case out.Replayed:
+		e.replayed.Add(1)
+	default:
+		e.confirmed.Add(1)
+	}
+	return nil
+}
+
+func noopDispatch(context.Context, string) (idempotency.Result, error) {
+	return idempotency.Result{}, nil
+}
+
+func (e *effects) summary() string {
+	return fmt.Sprintf("LEDGER %d %d %d", e.confirmed.Load(), e.replayed.Load(), e.bad.Load())
 }
 
 // transport is the one camunda7.New builds by default.
