@@ -4,7 +4,6 @@ package lockext_test
 // every goroutine in the bubble is blocked, so every instant asserted here is exact.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/lockext"
+
+	"github.com/extworker/extworker/internal/testenv"
 )
 
 const ms = time.Millisecond
@@ -307,7 +308,7 @@ func TestLostAnswerEndsAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				t0 := time.Now()
-				var logs syncBuffer
+				var logs testenv.Buffer
 				cfg := base()
 				cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 				f := newFake(t0, step{err: tc.err}, step{}) // one success, then the answer
@@ -588,22 +589,4 @@ func TestLockLostErrorMatching(t *testing.T) {
 	exp := &lockext.LockLostError{TaskID: "t1", Err: errNotSent, Expired: true}
 	assert.Equal(t, "lockext: lock of task t1 expired locally, last extension error: "+errNotSent.Error(), exp.Error())
 	assert.ErrorIs(t, exp, camunda7.ErrNotSent)
-}
-
-// syncBuffer is a bytes.Buffer safe for the extender's goroutine to log into.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.buf.Bytes()...)
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/metrics"
+
+	"github.com/extworker/extworker/internal/testenv"
 )
 
 const (
@@ -30,17 +32,6 @@ const (
 
 // promtool returns the path of promtool (testenv/tools-up.sh installs it). Missing, the
 // test fails in CI and is skipped elsewhere.
-func promtool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("promtool not found: %v (run `make up`, which runs testenv/tools-up.sh)", err)
-		}
-		t.Skipf("promtool not found: %v (run `make up`, which runs testenv/tools-up.sh)", err)
-	}
-	return p
-}
 
 type fakeBacklog struct {
 	rows []idempotency.BacklogRow
@@ -161,7 +152,7 @@ func TestAlertRulesUseRegisteredMetrics(t *testing.T) {
 
 // The real promtool accepts the rules and their unit tests pass.
 func TestPromtoolChecksRules(t *testing.T) {
-	bin := promtool(t)
+	bin := testenv.Promtool(t)
 	out, err := exec.Command(bin, "check", "rules", alertsFile).CombinedOutput()
 	require.NoError(t, err, "promtool check rules:\n%s", out)
 	assert.Contains(t, string(out), "SUCCESS")

@@ -42,7 +42,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	testenv.DB(t)
 	m := testenv.Deploy(t, testenv.Engine(t), testenv.ModelOptions{NoMessageWait: true})
 
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// The engine on 8080 has no authentication and ignores the credentials we send.
 	c, err := camunda7.New(camunda7.Config{BaseURL: testenv.EngineURL(), Username: "worker", Password: engineCanary, Logger: logger})

@@ -80,7 +80,7 @@ func supervise(t *testing.T, bin, ns, providerURL, point string, done func() boo
 		}
 		cmd := exec.Command(bin, "run")
 		cmd.Env = env
-		logs := &syncBuffer{}
+		logs := &testenv.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		require.NoError(t, cmd.Start())
 		exited := make(chan error, 1)

@@ -22,17 +22,6 @@ import (
 
 // promtoolPath returns promtool's path (testenv/tools-up.sh installs it): missing, the
 // test fails in CI and is skipped elsewhere.
-func promtoolPath(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatalf("promtool not found: %v (run `make up`, which runs testenv/tools-up.sh)", err)
-		}
-		t.Skipf("promtool not found: %v (run `make up`, which runs testenv/tools-up.sh)", err)
-	}
-	return p
-}
 
 // closedPort returns a local address nothing listens on.
 func closedPort(t *testing.T) string {
@@ -134,7 +123,7 @@ func TestOpsAddressInUse(t *testing.T) {
 func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	c := testenv.Engine(t)
 	testenv.DB(t)
-	bin := promtoolPath(t)
+	bin := testenv.Promtool(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	addr := closedPort(t)
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
@@ -156,7 +145,7 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 		ids = append(ids, pi.ID)
 	}
 
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- runWorker(wctx, cfg, slog.New(slog.NewJSONHandler(logs, nil))) }()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,24 +19,6 @@ import (
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the child's output copier and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var (
 	buildOnce sync.Once
@@ -88,7 +69,7 @@ func TestSIGTERMDrainsAndLeavesNothingLocked(t *testing.T) {
 	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_WORKER_ID="+worker,
 		"EXTWORKER_MAX_CONCURRENCY=4", "EXTWORKER_LONG_POLL=2s", "EXTWORKER_LOG_FORMAT=json", "EXTWORKER_SHUTDOWN_GRACE=20s",
 		"EXTWORKER_HTTP_ADDR=127.0.0.1:0")
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
