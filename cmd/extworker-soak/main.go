@@ -27,6 +27,7 @@ func main() {
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "the seed (printed, for replay)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "the whole run, drain included")
 	flag.StringVar(&cfg.LogDir, "logs", os.TempDir(), "where worker logs go")
+	flag.IntVar(&cfg.PGRestarts, "pg-restarts", 0, "PostgreSQL restarts (immediate) during the run")
 	flag.Parse()
 	cfg.Seed = *seed
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

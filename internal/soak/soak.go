@@ -48,6 +48,9 @@ type Config struct {
 	Seed        uint64        // seeds every random choice; printed for replay
 	Timeout     time.Duration // the whole run, drain included
 	LogDir      string        // worker logs
+	// PGRestarts is how many times PostgreSQL (ledger and engine database alike) is
+	// restarted with `pg_ctlcluster ... restart -m immediate` during the kills.
+	PGRestarts int
 }
 
 // Result is what happened.
@@ -55,6 +58,7 @@ type Result struct {
 	Seed                                  uint64
 	Instances, Paid, Declined             int
 	RandomKills, FailpointKills, Restarts int
+	PGRestarts                            int
 	Charges, ProviderRequests             int
 	Took                                  time.Duration
 	Violations                            []string
@@ -199,7 +203,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		defer t.Stop()
 		for i := range invoices {
 			vars := camunda7.Variables{"invoiceId": camunda7.StringVar(invoices[i].id), "amountCents": camunda7.LongVar(invoices[i].amount)}
-			pi, err := c.StartProcess(ctx, processKey, camunda7.StartProcessRequest{BusinessKey: invoices[i].id, Variables: vars})
+			var pi *camunda7.ProcessInstance
+			var err error
+			for try := 0; try < 120; try++ { // a database restart makes the engine refuse for a moment
+				pi, err = c.StartProcess(ctx, processKey, camunda7.StartProcessRequest{BusinessKey: invoices[i].id, Variables: vars})
+				if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {
+					break
+				}
+				backoff := time.NewTimer(250 * time.Millisecond)
+				<-backoff.C
+			}
 			if err != nil {
 				startErr <- fmt.Errorf("start instance %d: %w", i, err)
 				return
@@ -228,6 +241,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		kills := int(randomK.Load() + fpK.Load())
 		if allStarted.Load() && (kills >= cfg.MinKills || finished() >= cfg.Instances) {
 			break
+		}
+		if res.PGRestarts < cfg.PGRestarts && kills >= cfg.MinKills*(res.PGRestarts+1)/(cfg.PGRestarts+1) {
+			out, err := exec.CommandContext(ctx, "bash", "-c",
+				`v=$(ls /usr/lib/postgresql | sort -n | tail -1); pg_ctlcluster "$v" main restart -m immediate`).CombinedOutput()
+			if err != nil {
+				return res, fmt.Errorf("restart PostgreSQL: %v: %s", err, out)
+			}
+			res.PGRestarts++
+			fmt.Fprintf(os.Stdout, "soak: PostgreSQL restarted (immediate) after %d kills\n", kills)
 		}
 		mu.Lock()
 		var live []*exec.Cmd
@@ -324,9 +346,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "seed\tinstances\tpaid\tdeclined\trandom kills\tfailpoint kills\trestarts\tprovider requests\tcharges\ttook\tviolations\n")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t%d\n", res.Seed, res.Instances, res.Paid, res.Declined,
-		res.RandomKills, res.FailpointKills, res.Restarts, res.ProviderRequests, res.Charges, res.Took.Seconds(), len(res.Violations))
+	fmt.Fprintf(tw, "seed\tinstances\tpaid\tdeclined\trandom kills\tfailpoint kills\trestarts\tPG restarts\tprovider requests\tcharges\ttook\tviolations\n")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t%d\n", res.Seed, res.Instances, res.Paid, res.Declined,
+		res.RandomKills, res.FailpointKills, res.Restarts, res.PGRestarts, res.ProviderRequests, res.Charges, res.Took.Seconds(), len(res.Violations))
 	tw.Flush()
 	if len(res.Violations) > 0 {
 		for _, v := range res.Violations[:min(len(res.Violations), 20)] {
