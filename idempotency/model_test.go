@@ -11,33 +11,8 @@ import (
 
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/oracle"
 )
-
-// legal is the ledger's state machine: every event's (from, to) must be an edge.
-var legal = map[[2]idempotency.State]bool{
-	{"", idempotency.StatePrepared}:                                true,
-	{idempotency.StatePrepared, idempotency.StateDispatched}:       true,
-	{idempotency.StatePrepared, idempotency.StateConfirmed}:        true, // local-only effects
-	{idempotency.StatePrepared, idempotency.StateOperatorHold}:     true, // too many attempts
-	{idempotency.StateDispatched, idempotency.StateConfirmed}:      true,
-	{idempotency.StateDispatched, idempotency.StateRejected}:       true,
-	{idempotency.StateDispatched, idempotency.StateUnknown}:        true,
-	{idempotency.StateDispatched, idempotency.StatePrepared}:       true, // certainly not sent
-	{idempotency.StateDispatched, idempotency.StateOperatorHold}:   true,
-	{idempotency.StateUnknown, idempotency.StateReconciled}:        true,
-	{idempotency.StateUnknown, idempotency.StateRejected}:          true,
-	{idempotency.StateUnknown, idempotency.StatePrepared}:          true, // authoritative not found
-	{idempotency.StateUnknown, idempotency.StateOperatorHold}:      true,
-	{idempotency.StateUnknown, idempotency.StateConfirmed}:         true, // operator
-	{idempotency.StateOperatorHold, idempotency.StateConfirmed}:    true, // operator
-	{idempotency.StateOperatorHold, idempotency.StateRejected}:     true, // operator
-	{idempotency.StateConfirmed, idempotency.StateConfirmed}:       true, // refused digest: event, no change
-	{idempotency.StateReconciled, idempotency.StateReconciled}:     true,
-	{idempotency.StateRejected, idempotency.StateRejected}:         true,
-	{idempotency.StateOperatorHold, idempotency.StateOperatorHold}: true,
-	{idempotency.StateUnknown, idempotency.StateUnknown}:           true,
-	{idempotency.StatePrepared, idempotency.StatePrepared}:         true,
-}
 
 // scriptedProvider honours idempotency keys and fails as the model says.
 type scriptedProvider struct {
@@ -154,7 +129,7 @@ func TestLedgerStateMachine(t *testing.T) {
 			if e.FromState != nil {
 				from = idempotency.State(*e.FromState)
 			}
-			if !legal[[2]idempotency.State{from, e.ToState}] {
+			if !oracle.Legal(from, e.ToState) {
 				rt.Fatalf("illegal transition %s -> %s (%s)", from, e.ToState, e.Reason)
 			}
 		}

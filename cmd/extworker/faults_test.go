@@ -19,6 +19,7 @@ import (
 	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	invariants "github.com/extworker/extworker/internal/oracle"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -118,116 +119,24 @@ func supervise(t *testing.T, bin, ns, providerURL, point string, done func() boo
 	}
 }
 
-// oracle checks the invariants for one invoice after its instance completed.
+// oracle checks the invariants for one invoice after its instance completed
+// (internal/oracle: the same checks as the soak's), and that the engine completed it.
 func oracle(t *testing.T, ctx context.Context, c *camunda7.Client, l *idempotency.Ledger, pay *fakeprovider.Server, invoice, instanceID string) {
 	t.Helper()
-	var charges []fakeprovider.Charge
-	for _, ch := range pay.Charges() {
-		if ch.Invoice == invoice {
-			charges = append(charges, ch)
-		}
-	}
-	require.Len(t, charges, 1, "I1: exactly one charge for %s", invoice)
-
-	row, err := l.Get(ctx, "payment.collect", "invoice:"+invoice+":v1")
-	require.NoError(t, err)
-	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State, "I4: the ledger settled")
-	require.NotNil(t, row.ProviderRef)
-	assert.Equal(t, charges[0].ID, *row.ProviderRef, "I4: the ledger holds the provider's charge")
-
 	hv, err := c.HistoricVariableInstances(ctx, url.Values{"processInstanceId": {instanceID}, "variableName": {"paymentRef"}})
 	require.NoError(t, err)
 	require.Len(t, hv, 1)
 	ref, err := camunda7.Variables{"v": hv[0].Variable()}.String("v")
 	require.NoError(t, err)
-	assert.Equal(t, *row.ProviderRef, ref, "I5: the engine completed with the ledger's result")
-
-	events, err := l.Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
+	key := "invoice:" + invoice + ":v1"
+	for _, v := range invariants.Check(ctx, l, pay.Charges(), invariants.Expect{Scope: "payment.collect", Key: key, Invoice: invoice, EngineRef: ref}) {
+		t.Error(v)
+	}
+	events, err := l.Events(ctx, "payment.collect", key)
 	require.NoError(t, err)
-	unknown := false
 	var trail []string
 	for _, e := range events {
 		trail = append(trail, fmt.Sprintf("%s (attempt %d): %s", e.ToState, e.Attempt, e.Reason))
-		switch {
-		case e.ToState == idempotency.StateUnknown:
-			unknown = true
-		case e.ToState == idempotency.StatePrepared && strings.Contains(e.Reason, "no record"):
-			unknown = false
-		case e.ToState == idempotency.StateDispatched:
-			assert.False(t, unknown, "I6: a dispatch after unknown without an authoritative not-found:\n%s", strings.Join(trail, "\n"))
-		}
 	}
 	t.Logf("ledger trail for %s:\n  %s", invoice, strings.Join(trail, "\n  "))
-}
-
-// B1 and K1: a decline takes the BPMN error path with no charge and no retries; the same
-// invoice submitted again with a different amount (same intent key, different request)
-// is refused with an incident, and nothing is sent with the new request.
-func TestDeclineAndDigestMismatch(t *testing.T) {
-	c := testenv.Engine(t)
-	pool := testenv.DB(t)
-	ctx := testenv.Context(t, 3*time.Minute)
-	bin := buildBinary(t)
-	require.NoError(t, deployDemo(ctx, c))
-	pay, err := fakeprovider.Start(demoDeclineLimit)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pay.Close() })
-	ns := testenv.Unique("faults")
-	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
-	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
-	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
-	require.NoError(t, err)
-
-	start := func(invoice string, amount int64) string {
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
-			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(amount)}})
-		require.NoError(t, err)
-		return pi.ID
-	}
-	declined := testenv.Unique("INV-B1")
-	twice := testenv.Unique("INV-K1")
-	bID := start(declined, demoDeclineLimit+1)
-	firstID := start(twice, 1000)
-	var secondID string
-	kills := supervise(t, bin, ns, pay.URL(), "", func() bool {
-		h, err := c.HistoricProcessInstance(ctx, firstID)
-		if err != nil || h.State != "COMPLETED" {
-			return false
-		}
-		if secondID == "" {
-			secondID = start(twice, 999_999) // the same invoice, another amount
-		}
-		hb, err := c.HistoricProcessInstance(ctx, bID)
-		inc, ierr := c.Incidents(ctx, url.Values{"processInstanceId": {secondID}})
-		return err == nil && ierr == nil && hb.State == "COMPLETED" && len(inc) == 1
-	})
-	assert.Zero(t, kills)
-
-	// B1: the BPMN error path, no charge, the ledger rejected.
-	acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {bID}, "activityId": {"invoiceDeclined"}})
-	require.NoError(t, err)
-	assert.Len(t, acts, 1, "B1: the declined path")
-	row, err := ledger.Get(ctx, "payment.collect", "invoice:"+declined+":v1")
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateRejected, row.State)
-	log, err := c.ExternalTaskLog(ctx, url.Values{"processInstanceId": {bID}, "failureLog": {"true"}})
-	require.NoError(t, err)
-	assert.Empty(t, log, "B1: no failure reported, no retries")
-
-	// K1: one charge with the first amount; the second instance holds an incident.
-	var charges []fakeprovider.Charge
-	for _, ch := range pay.Charges() {
-		if ch.Invoice == twice || ch.Invoice == declined {
-			charges = append(charges, ch)
-		}
-	}
-	require.Len(t, charges, 1)
-	assert.EqualValues(t, 1000, charges[0].AmountCents, "K1: never a request with the new digest")
-	inc, err := c.Incidents(ctx, url.Values{"processInstanceId": {secondID}})
-	require.NoError(t, err)
-	require.Len(t, inc, 1)
-	assert.Contains(t, inc[0].IncidentMessage, "same intent key, different request")
-	details, err := c.ExternalTaskErrorDetails(ctx, inc[0].Configuration)
-	require.NoError(t, err)
-	assert.NotContains(t, details, "999999", "errorDetails hold digests, not the request")
 }

@@ -2,7 +2,8 @@
 // demo topics while a killer SIGKILLs them at random and failpoints kill them at the
 // ledger's crash points; a supervisor restarts them; afterwards an oracle checks the
 // invariants over every invoice: no double charge, the ledger and the provider agree,
-// the ledger and the engine agree, every instance ended, only legal transitions.
+// the ledger and the engine agree, every instance ended, only legal transitions
+// (package internal/oracle, shared with the crash-point scenarios).
 package soak
 
 import (
@@ -15,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +28,7 @@ import (
 	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/oracle"
 )
 
 // Demo process facts the soak relies on (cmd/extworker/demo.go).
@@ -294,11 +295,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	// The oracle.
 	octx, ocancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer ocancel()
-	charges := map[string][]fakeprovider.Charge{}
-	for _, ch := range pay.Charges() {
-		charges[ch.Invoice] = append(charges[ch.Invoice], ch)
-		res.Charges++
-	}
+	res.Charges = len(pay.Charges())
 	violate := func(format string, args ...any) {
 		res.Violations = append(res.Violations, fmt.Sprintf(format, args...))
 	}
@@ -308,42 +305,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	if n := finished(); n != cfg.Instances {
 		violate("I3: %d of %d instances ended (within %v)", n, cfg.Instances, cfg.Timeout)
 	}
+	all := pay.Charges()
 	for _, in := range invoices {
-		chs := charges[in.id]
-		if len(chs) > 1 {
-			violate("I1: invoice %s charged %d times", in.id, len(chs))
-		}
-		row, err := ledger.Get(octx, "payment.collect", "invoice:"+in.id+":v1")
-		if err != nil {
-			violate("I4: invoice %s has no ledger row: %v", in.id, err)
-			continue
-		}
-		switch {
-		case in.declined && (row.State != idempotency.StateRejected || len(chs) != 0):
-			violate("I4: declined invoice %s: ledger %s, %d charges", in.id, row.State, len(chs))
-		case !in.declined && len(chs) != 1:
-			violate("I4: paid invoice %s has %d charges (ledger %s)", in.id, len(chs), row.State)
-		case !in.declined && (row.ProviderRef == nil || *row.ProviderRef != chs[0].ID):
-			violate("I4: invoice %s: ledger ref %v, provider charge %s", in.id, row.ProviderRef, chs[0].ID)
-		case !row.State.Terminal():
-			violate("I8: invoice %s left %s", in.id, row.State)
-		}
-		events, err := ledger.Events(octx, "payment.collect", "invoice:"+in.id+":v1")
-		if err != nil {
-			violate("I7: events of %s: %v", in.id, err)
-			continue
-		}
-		unknown := false
-		for _, e := range events {
-			switch {
-			case e.ToState == idempotency.StateUnknown:
-				unknown = true
-			case e.ToState == idempotency.StatePrepared && strings.Contains(e.Reason, "no record"):
-				unknown = false
-			case e.ToState == idempotency.StateDispatched && unknown:
-				violate("I6: invoice %s dispatched again after unknown without a not-found", in.id)
-			}
-		}
+		res.Violations = append(res.Violations, oracle.Check(octx, ledger, all,
+			oracle.Expect{Scope: "payment.collect", Key: "invoice:" + in.id + ":v1", Invoice: in.id, Declined: in.declined})...)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "seed\tinstances\tpaid\tdeclined\trandom kills\tfailpoint kills\trestarts\tPG restarts\tprovider requests\tcharges\ttook\tviolations\n")
