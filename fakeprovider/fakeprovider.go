@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,11 @@ const (
 	DropBeforeAccept
 	// SlowAnswer performs the charge, then answers after Server.SlowDelay.
 	SlowAnswer
+	// RateLimited answers 429 with Retry-After: 1 before the idempotency layer: nothing
+	// is done and nothing is stored (Stripe, IETF draft).
+	RateLimited
+	// Unavailable answers 503 without doing or storing anything.
+	Unavailable
 )
 
 // Charge is one effect the provider performed.
@@ -139,9 +145,19 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	if q := s.faults[req.Invoice]; len(q) > 0 {
 		fault, s.faults[req.Invoice] = q[0], q[1:]
 	}
-	if fault == DropBeforeAccept {
+	switch fault {
+	case DropBeforeAccept:
 		s.mu.Unlock()
 		hangUp(w)
+		return
+	case RateLimited:
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"error":{"code":"rate_limited"}}`, http.StatusTooManyRequests)
+		return
+	case Unavailable:
+		s.mu.Unlock()
+		http.Error(w, `{"error":{"code":"unavailable"}}`, http.StatusServiceUnavailable)
 		return
 	}
 	prev, seen := s.byKey[key]
@@ -214,6 +230,19 @@ var (
 	ErrNotFound = errors.New("fakeprovider: no charge for this key")
 )
 
+// RateLimitError is a 429: nothing was done; come back after After. It matches ErrNotSent.
+type RateLimitError struct{ After time.Duration }
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("rate limited (429), retry after %v", e.After)
+}
+
+// Is matches ErrNotSent: the provider did nothing.
+func (e *RateLimitError) Is(target error) bool { return target == ErrNotSent }
+
+// RetryAfter is how long the provider asked to wait.
+func (e *RateLimitError) RetryAfter() time.Duration { return e.After }
+
 // DeclineError is a definitive decline.
 type DeclineError struct{ Code, Message string }
 
@@ -285,7 +314,8 @@ func (c *Client) do(ctx context.Context, method, path, key string, body []byte) 
 	case resp.StatusCode == http.StatusNotFound && method == http.MethodGet:
 		return Charge{}, ErrNotFound
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return Charge{}, fmt.Errorf("%w: 429", ErrNotSent)
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return Charge{}, &RateLimitError{After: time.Duration(secs) * time.Second}
 	case resp.StatusCode >= 500:
 		return Charge{}, fmt.Errorf("%w: status %d", ErrAmbiguous, resp.StatusCode)
 	}

@@ -426,10 +426,15 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 	case errors.As(derr, &rej):
 		return Outcome{}, a.reject(ctx, StateDispatched, rej, "declined by the provider")
 	case IsNotSent(derr):
-		if err := a.move(ctx, StateDispatched, StatePrepared, "not sent: "+derr.Error(), ""); err != nil {
+		if err := a.move(ctx, StateDispatched, StatePrepared, derr.Error(), ""); err != nil {
 			return Outcome{}, failure.Retryable(err)
 		}
-		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: dispatch not sent: %w", derr))
+		var ra interface{ RetryAfter() time.Duration }
+		if errors.As(derr, &ra) && ra.RetryAfter() > 0 {
+			// The provider said when to come back (429 Retry-After): the retry waits that long.
+			return Outcome{}, failure.RetryableAfter(fmt.Errorf("idempotency: dispatch %w", derr), ra.RetryAfter())
+		}
+		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: dispatch %w", derr))
 	}
 	if err := a.move(ctx, StateDispatched, StateUnknown, "ambiguous dispatch: "+derr.Error(), ""); err != nil {
 		// The row stays dispatched: the next attempt, once the lease ends, treats it as unknown.

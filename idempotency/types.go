@@ -151,6 +151,8 @@ func (e *notSent) Unwrap() error { return e.err }
 
 // NotSent marks a Dispatch error as certainly not sent (connection refused, a 429 or a
 // 4xx the provider did not store): the intent goes back to prepared and may be sent again.
+// If err (or an error it wraps) has a RetryAfter() time.Duration method, as a 429 with
+// Retry-After should, the task's retry waits at least that long.
 func NotSent(err error) error { return &notSent{err} }
 
 // IsNotSent reports whether err was marked with NotSent.

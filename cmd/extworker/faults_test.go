@@ -140,3 +140,135 @@ func oracle(t *testing.T, ctx context.Context, c *camunda7.Client, l *idempotenc
 	}
 	t.Logf("ledger trail for %s:\n  %s", invoice, strings.Join(trail, "\n  "))
 }
+
+// B1 and K1: a decline takes the BPMN error path with no charge and no retries; the same
+// invoice submitted again with a different amount (same intent key, different request)
+// is refused with an incident, and nothing is sent with the new request.
+func TestDeclineAndDigestMismatch(t *testing.T) {
+	c := testenv.Engine(t)
+	pool := testenv.DB(t)
+	ctx := testenv.Context(t, 3*time.Minute)
+	bin := buildBinary(t)
+	require.NoError(t, deployDemo(ctx, c))
+	pay, err := fakeprovider.Start(demoDeclineLimit)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pay.Close() })
+	ns := testenv.Unique("faults")
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
+	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
+	require.NoError(t, err)
+
+	start := func(invoice string, amount int64) string {
+		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
+			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(amount)}})
+		require.NoError(t, err)
+		return pi.ID
+	}
+	declined := testenv.Unique("INV-B1")
+	twice := testenv.Unique("INV-K1")
+	bID := start(declined, demoDeclineLimit+1)
+	firstID := start(twice, 1000)
+	var secondID string
+	kills := supervise(t, bin, ns, pay.URL(), "", func() bool {
+		h, err := c.HistoricProcessInstance(ctx, firstID)
+		if err != nil || h.State != "COMPLETED" {
+			return false
+		}
+		if secondID == "" {
+			secondID = start(twice, 999_999) // the same invoice, another amount
+		}
+		hb, err := c.HistoricProcessInstance(ctx, bID)
+		inc, ierr := c.Incidents(ctx, url.Values{"processInstanceId": {secondID}})
+		return err == nil && ierr == nil && hb.State == "COMPLETED" && len(inc) == 1
+	})
+	assert.Zero(t, kills)
+
+	// B1: the BPMN error path, no charge, the ledger rejected.
+	acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {bID}, "activityId": {"invoiceDeclined"}})
+	require.NoError(t, err)
+	assert.Len(t, acts, 1, "B1: the declined path")
+	row, err := ledger.Get(ctx, "payment.collect", "invoice:"+declined+":v1")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateRejected, row.State)
+	log, err := c.ExternalTaskLog(ctx, url.Values{"processInstanceId": {bID}, "failureLog": {"true"}})
+	require.NoError(t, err)
+	assert.Empty(t, log, "B1: no failure reported, no retries")
+
+	// K1: one charge with the first amount; the second instance holds an incident.
+	var charges []fakeprovider.Charge
+	for _, ch := range pay.Charges() {
+		if ch.Invoice == twice || ch.Invoice == declined {
+			charges = append(charges, ch)
+		}
+	}
+	require.Len(t, charges, 1)
+	assert.EqualValues(t, 1000, charges[0].AmountCents, "K1: never a request with the new digest")
+	inc, err := c.Incidents(ctx, url.Values{"processInstanceId": {secondID}})
+	require.NoError(t, err)
+	require.Len(t, inc, 1)
+	assert.Contains(t, inc[0].IncidentMessage, "same intent key, different request")
+	details, err := c.ExternalTaskErrorDetails(ctx, inc[0].Configuration)
+	require.NoError(t, err)
+	assert.NotContains(t, details, "999999", "errorDetails hold digests, not the request")
+}
+
+// T1 and T3: a 429 (nothing done, Retry-After) and a 503 (nothing stored) from the
+// provider: retried with the same key, one charge, completed, no incident.
+func TestProviderRateLimitedAndUnavailable(t *testing.T) {
+	c := testenv.Engine(t)
+	pool := testenv.DB(t)
+	ctx := testenv.Context(t, 3*time.Minute)
+	bin := buildBinary(t)
+	require.NoError(t, deployDemo(ctx, c))
+	pay, err := fakeprovider.Start(demoDeclineLimit)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pay.Close() })
+	ns := testenv.Unique("throttle")
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
+	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
+	require.NoError(t, err)
+	cases := map[string][]fakeprovider.Fault{
+		testenv.Unique("INV-T1"): {fakeprovider.RateLimited, fakeprovider.RateLimited, fakeprovider.RateLimited},
+		testenv.Unique("INV-T3"): {fakeprovider.Unavailable},
+	}
+	ids := map[string]string{}
+	for invoice, faults := range cases {
+		pay.Script(invoice, faults...)
+		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
+			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(777)}})
+		require.NoError(t, err)
+		ids[invoice] = pi.ID
+	}
+	kills := supervise(t, bin, ns, pay.URL(), "", func() bool {
+		for _, id := range ids {
+			if h, err := c.HistoricProcessInstance(ctx, id); err != nil || h.State != "COMPLETED" {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Zero(t, kills)
+	for invoice, id := range ids {
+		oracle(t, ctx, c, ledger, pay, invoice, id)
+		inc, err := c.HistoricIncidents(ctx, url.Values{"processInstanceId": {id}})
+		require.NoError(t, err)
+		assert.Empty(t, inc, "%s: no incident", invoice)
+		if strings.HasPrefix(invoice, "INV-T1") {
+			// Each retry after a 429 waited out the provider's Retry-After (1s).
+			events, err := ledger.Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
+			require.NoError(t, err)
+			var last time.Time
+			for _, e := range events {
+				if e.ToState != idempotency.StateDispatched {
+					continue
+				}
+				if !last.IsZero() {
+					assert.GreaterOrEqual(t, e.At.Sub(last), 900*time.Millisecond, "dispatches after a 429 honour Retry-After")
+				}
+				last = e.At
+			}
+		}
+	}
+}
