@@ -181,11 +181,14 @@ const rowColumns = `id, namespace, scope, intent_key, request_digest, provider_k
 	dispatches, reconciliations, provider_ref, result, error_code, error_message, task_id, process_instance_id, business_key,
 	first_dispatched_at, created_at, updated_at`
 
-func scanRow(r pgx.Row) (Row, error) {
+func scanRow(r pgx.Row) (Row, error) { return scanRowAnd(r) }
+
+// scanRowAnd scans a row's columns followed by extra ones.
+func scanRowAnd(r pgx.Row, extra ...any) (Row, error) {
 	var x Row
-	err := r.Scan(&x.ID, &x.Namespace, &x.Scope, &x.Key, &x.Digest, &x.ProviderKey, &x.State, &x.Attempt, &x.LeaseOwner, &x.LeaseUntil,
+	err := r.Scan(append([]any{&x.ID, &x.Namespace, &x.Scope, &x.Key, &x.Digest, &x.ProviderKey, &x.State, &x.Attempt, &x.LeaseOwner, &x.LeaseUntil,
 		&x.Dispatches, &x.Reconciliations, &x.ProviderRef, &x.Result, &x.ErrorCode, &x.ErrorMessage, &x.TaskID, &x.ProcessInstanceID,
-		&x.BusinessKey, &x.FirstDispatchedAt, &x.CreatedAt, &x.UpdatedAt)
+		&x.BusinessKey, &x.FirstDispatchedAt, &x.CreatedAt, &x.UpdatedAt}, extra...)...)
 	return x, err
 }
 
@@ -270,7 +273,25 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	if a.eff.Dispatch == nil {
 		return a.confirm(ctx, StatePrepared, StateConfirmed, Result{}, "local effect committed with the ledger")
 	}
+	if a.row.State == StatePrepared { // back from unknown (not found) in this attempt
+		if err := a.markDispatched(ctx); err != nil {
+			return Outcome{}, err
+		}
+	}
 	return a.dispatch(ctx)
+}
+
+// markDispatched commits the dispatched mark before anything leaves.
+func (a *attempt) markDispatched(ctx context.Context) error {
+	err := a.tx(ctx, func(tx pgx.Tx) error {
+		return a.moveTx(ctx, tx, StatePrepared, StateDispatched, "dispatching with the provider key",
+			", dispatches = dispatches + 1, first_dispatched_at = coalesce(first_dispatched_at, now())")
+	})
+	if err != nil {
+		return failure.Retryable(fmt.Errorf("idempotency: mark dispatched: %w", err))
+	}
+	a.row.State = StateDispatched
+	return nil
 }
 
 // claim records the intent if it is new, and takes its lease for this attempt.
@@ -280,30 +301,31 @@ func (a *attempt) claim(ctx context.Context) error {
 	var result error
 	err := a.tx(ctx, func(tx pgx.Tx) error {
 		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state,
-				task_id, process_instance_id, business_key)
-			VALUES ($1, $2, $3, $4, $5, 'prepared', $6, $7, $8)
-			ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id`,
-			l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey)).Scan(&id)
+		// One statement records the intent and its first event (when it is new).
+		err := tx.QueryRow(ctx, `WITH ins AS (
+				INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state,
+					task_id, process_instance_id, business_key)
+				VALUES ($1, $2, $3, $4, $5, 'prepared', $6, $7, $8)
+				ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id),
+			ev AS (
+				INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
+				SELECT id, NULL, 'prepared', 0, $9, $6, 'intent recorded' FROM ins)
+			SELECT id FROM ins`,
+			l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey),
+			actorOf(in.Task.Actor)).Scan(&id)
 		if err == nil {
 			a.pending = append(a.pending, transition{"", StatePrepared})
-			if err := a.event(ctx, tx, id, "", StatePrepared, 0, "intent recorded"); err != nil {
-				return err
-			}
 		} else if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		row, err := scanRow(tx.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents
-			WHERE namespace = $1 AND scope = $2 AND intent_key = $3 FOR UPDATE`, l.cfg.Namespace, in.Scope, in.Key))
+		// Leases are compared on the database's clock, shared by every worker.
+		var now time.Time
+		row, err := scanRowAnd(tx.QueryRow(ctx, `SELECT `+rowColumns+`, now() FROM extworker_intents
+			WHERE namespace = $1 AND scope = $2 AND intent_key = $3 FOR UPDATE`, l.cfg.Namespace, in.Scope, in.Key), &now)
 		if err != nil {
 			return err
 		}
 		a.row = row
-		// Leases are compared on the database's clock, shared by every worker.
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return err
-		}
 		a.leaseEnd = time.Now().Add(l.cfg.Lease)
 		switch {
 		case row.Digest != a.digest:
@@ -324,13 +346,21 @@ func (a *attempt) claim(ctx context.Context) error {
 			return nil
 		}
 		to, reason := row.State, ""
-		if row.State == StateDispatched {
+		switch {
+		case row.State == StateDispatched:
 			to, reason = StateUnknown, fmt.Sprintf("attempt %d ended after dispatch without recording an outcome", row.Attempt)
+		case row.State == StatePrepared && a.eff.Dispatch != nil:
+			// Claim and mark dispatched in one commit: it is still committed before the
+			// request leaves, one transaction sooner.
+			to, reason = StateDispatched, "dispatching with the provider key"
 		}
 		tag, err := tx.Exec(ctx, `UPDATE extworker_intents SET attempt = attempt + 1, lease_owner = $2, lease_until = $3, state = $4,
-				task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now()
+				task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now(),
+				dispatches = dispatches + CASE WHEN $8 THEN 1 ELSE 0 END,
+				first_dispatched_at = CASE WHEN $8 THEN coalesce(first_dispatched_at, now()) ELSE first_dispatched_at END
 			WHERE id = $1 AND attempt = $7`,
-			row.ID, nz(in.Task.Actor), now.Add(l.cfg.Lease), to, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), row.Attempt)
+			row.ID, nz(in.Task.Actor), now.Add(l.cfg.Lease), to, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), row.Attempt,
+			to == StateDispatched)
 		if err != nil {
 			return err
 		}
@@ -343,8 +373,8 @@ func (a *attempt) claim(ctx context.Context) error {
 		lease := now.Add(l.cfg.Lease)
 		a.row.LeaseUntil = &lease
 		if reason != "" {
-			a.pending = append(a.pending, transition{StateDispatched, StateUnknown})
-			return a.event(ctx, tx, row.ID, StateDispatched, StateUnknown, a.row.Attempt, reason)
+			a.pending = append(a.pending, transition{row.State, to})
+			return a.event(ctx, tx, row.ID, row.State, to, a.row.Attempt, reason)
 		}
 		return nil
 	})
@@ -402,18 +432,10 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 	return false, Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, n, l.cfg.MaxReconciliations, rec.reason), backoff)
 }
 
-// dispatch marks the intent dispatched (committed before anything leaves), performs the
-// effect and records what came back.
+// dispatch performs the effect of an intent already marked dispatched (committed before
+// anything leaves: with the claim, or by markDispatched) and records what came back.
 func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 	l := a.l
-	err := a.tx(ctx, func(tx pgx.Tx) error {
-		return a.moveTx(ctx, tx, StatePrepared, StateDispatched, "dispatching with the provider key",
-			", dispatches = dispatches + 1, first_dispatched_at = coalesce(first_dispatched_at, now())")
-	})
-	if err != nil {
-		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: mark dispatched: %w", err))
-	}
-	a.row.State = StateDispatched
 	failpoint.Inject(failpoint.AfterDispatchMark)
 	dctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
 	res, derr := a.eff.Dispatch(dctx, a.row.ProviderKey)
@@ -554,8 +576,14 @@ func (a *attempt) moveTx(ctx context.Context, tx pgx.Tx, from, to State, reason,
 	if to != StateDispatched && to != StatePrepared {
 		release = ", lease_owner = NULL, lease_until = NULL"
 	}
-	tag, err := tx.Exec(ctx, `UPDATE extworker_intents SET state = $1, updated_at = now()`+release+sets+`
-		WHERE id = $2 AND state = $3 AND attempt = $4`, append([]any{to, a.row.ID, from, a.row.Attempt}, args...)...)
+	// One statement: the compare-and-set, and its event only if the row moved.
+	n := 4 + len(args)
+	tag, err := tx.Exec(ctx, `WITH moved AS (
+			UPDATE extworker_intents SET state = $1, updated_at = now()`+release+sets+`
+			WHERE id = $2 AND state = $3 AND attempt = $4 RETURNING id)
+		INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
+		SELECT id, $3, $1, $4, `+fmt.Sprintf("$%d, $%d, $%d", n+1, n+2, n+3)+` FROM moved`,
+		append(append([]any{to, a.row.ID, from, a.row.Attempt}, args...), actorOf(a.in.Task.Actor), nz(a.in.Task.TaskID), reason)...)
 	if err != nil {
 		return err
 	}
@@ -565,7 +593,7 @@ func (a *attempt) moveTx(ctx context.Context, tx pgx.Tx, from, to State, reason,
 	a.pending = append(a.pending, transition{from, to})
 	a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
 		slog.String("from", string(from)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
-	return a.event(ctx, tx, a.row.ID, from, to, a.row.Attempt, reason)
+	return nil
 }
 
 func (a *attempt) event(ctx context.Context, tx pgx.Tx, id int64, from, to State, attempt int, reason string) error {
