@@ -374,6 +374,8 @@ func (a *attempt) claim(ctx context.Context) error {
 		a.row.LeaseUntil = &lease
 		if reason != "" {
 			a.pending = append(a.pending, transition{row.State, to})
+			a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
+				slog.String("from", string(row.State)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
 			return a.event(ctx, tx, row.ID, row.State, to, a.row.Attempt, reason)
 		}
 		return nil
