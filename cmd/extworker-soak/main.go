@@ -28,6 +28,8 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "the whole run, drain included")
 	flag.StringVar(&cfg.LogDir, "logs", os.TempDir(), "where worker logs go")
 	flag.IntVar(&cfg.PGRestarts, "pg-restarts", 0, "PostgreSQL restarts (immediate) during the run")
+	flag.IntVar(&cfg.EngineRestarts, "engine-restarts", 0, "engine restarts (stop, then testenv/engine-up.sh) during the run")
+	flag.StringVar(&cfg.EngineUpScript, "engine-up", "testenv/engine-up.sh", "the script that starts the engine")
 	flag.Parse()
 	cfg.Seed = *seed
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -143,6 +143,11 @@ func checkEngine(ctx context.Context, c config, logger *slog.Logger) error {
 	case tokenRejected(err):
 		return configError{fmt.Errorf("engine at %s: the token endpoint rejected the client: check %s: %w",
 			where, authVars["oauth2"], err)}
+	case errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown):
+		// Unreachable is not misconfigured: start anyway, and let the fetch loop back off
+		// until the engine answers, instead of exiting into a supervisor's restart loop.
+		logger.Warn("engine not reachable at start; the worker will keep trying", slog.String("engine_url", where), slog.Any("error", err))
+		return nil
 	}
 	return fmt.Errorf("engine at %s: %w", where, err)
 }

@@ -107,3 +107,14 @@ func TestRunRefusesUnmigratedDatabase(t *testing.T) {
 	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
 	assert.Contains(t, out.String(), "up to date")
 }
+
+// An engine that does not answer at start is not a configuration error: the worker starts
+// and its fetch loop backs off until the engine is back, instead of exiting into a
+// supervisor's restart loop. Rejected credentials still stop it (auth_test.go).
+func TestCheckEngineUnreachableStartsAnyway(t *testing.T) {
+	c := config{EngineURL: "http://127.0.0.1:1/engine-rest", EngineTimeout: 2 * time.Second}
+	logs := &testenv.Buffer{}
+	err := checkEngine(context.Background(), c, newLogger(config{LogFormat: "json", LogLevel: "info"}, logs))
+	require.NoError(t, err)
+	assert.Contains(t, logs.String(), "engine not reachable at start; the worker will keep trying")
+}

@@ -52,6 +52,11 @@ type Config struct {
 	// PGRestarts is how many times PostgreSQL (ledger and engine database alike) is
 	// restarted with `pg_ctlcluster ... restart -m immediate` during the kills.
 	PGRestarts int
+	// EngineRestarts is how many times the engine is stopped (SIGTERM to whatever listens
+	// on its port) and started again with EngineUpScript during the kills.
+	EngineRestarts int
+	// EngineUpScript starts the engine (testenv/engine-up.sh, run with ENGINE_PORT set).
+	EngineUpScript string
 }
 
 // Result is what happened.
@@ -59,7 +64,7 @@ type Result struct {
 	Seed                                  uint64
 	Instances, Paid, Declined             int
 	RandomKills, FailpointKills, Restarts int
-	PGRestarts                            int
+	PGRestarts, EngineRestarts            int
 	Charges, ProviderRequests             int
 	Took                                  time.Duration
 	Violations                            []string
@@ -84,7 +89,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		return res, err
 	}
 	defer pool.Close()
-	ns := fmt.Sprintf("soak-%d", cfg.Seed)
+	// The seed decides every random choice; the nonce keeps a replay's invoices and ledger
+	// rows apart from the earlier run's.
+	nonce := time.Now().UnixNano() % 1_000_000_000
+	ns := fmt.Sprintf("soak-%d-%d", cfg.Seed, nonce)
 	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
 	if err != nil {
 		return res, err
@@ -107,7 +115,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	}
 
 	// Invoices: one in ten declined by the provider; some answers lost, some requests dropped.
-	run := fmt.Sprintf("SOAK-%d", cfg.Seed)
+	run := fmt.Sprintf("SOAK-%d-%d", cfg.Seed, nonce)
 	type inv struct {
 		id, instance string
 		amount       int64
@@ -208,6 +216,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			var err error
 			for try := 0; try < 120; try++ { // a database restart makes the engine refuse for a moment
 				pi, err = c.StartProcess(ctx, processKey, camunda7.StartProcessRequest{BusinessKey: invoices[i].id, Variables: vars})
+				if errors.Is(err, camunda7.ErrOutcomeUnknown) {
+					// The answer was lost (the engine or its database went away): ask whether
+					// the instance exists before starting it again.
+					if found, ferr := c.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {invoices[i].id}}); ferr == nil {
+						if len(found) > 0 {
+							pi, err = &camunda7.ProcessInstance{ID: found[0].ID}, nil
+						} else {
+							err = fmt.Errorf("%w (not started: safe to send again)", camunda7.ErrNotSent)
+						}
+					}
+				}
 				if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {
 					break
 				}
@@ -243,6 +262,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		if allStarted.Load() && (kills >= cfg.MinKills || finished() >= cfg.Instances) {
 			break
 		}
+		select {
+		case err := <-startErr:
+			if err != nil {
+				stop.Store(true)
+				return res, err
+			}
+			startErr <- nil // all started; seen again below
+		default:
+		}
 		if res.PGRestarts < cfg.PGRestarts && kills >= cfg.MinKills*(res.PGRestarts+1)/(cfg.PGRestarts+1) {
 			out, err := exec.CommandContext(ctx, "bash", "-c",
 				`v=$(ls /usr/lib/postgresql | sort -n | tail -1); pg_ctlcluster "$v" main restart -m immediate`).CombinedOutput()
@@ -251,6 +279,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			}
 			res.PGRestarts++
 			fmt.Fprintf(os.Stdout, "soak: PostgreSQL restarted (immediate) after %d kills\n", kills)
+		}
+		if res.EngineRestarts < cfg.EngineRestarts && kills >= cfg.MinKills*(2*res.EngineRestarts+1)/(2*cfg.EngineRestarts+2) {
+			t0 := time.Now()
+			if err := restartEngine(ctx, cfg); err != nil {
+				return res, err
+			}
+			res.EngineRestarts++
+			fmt.Fprintf(os.Stdout, "soak: engine restarted after %d kills (%.1fs)\n", kills, time.Since(t0).Seconds())
 		}
 		mu.Lock()
 		var live []*exec.Cmd
@@ -311,9 +347,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			oracle.Expect{Scope: "payment.collect", Key: "invoice:" + in.id + ":v1", Invoice: in.id, Declined: in.declined})...)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "seed\tinstances\tpaid\tdeclined\trandom kills\tfailpoint kills\trestarts\tPG restarts\tprovider requests\tcharges\ttook\tviolations\n")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t%d\n", res.Seed, res.Instances, res.Paid, res.Declined,
-		res.RandomKills, res.FailpointKills, res.Restarts, res.PGRestarts, res.ProviderRequests, res.Charges, res.Took.Seconds(), len(res.Violations))
+	fmt.Fprintf(tw, "seed\tinstances\tpaid\tdeclined\trandom kills\tfailpoint kills\trestarts\tPG restarts\tengine restarts\tprovider requests\tcharges\ttook\tviolations\n")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t%d\n", res.Seed, res.Instances, res.Paid, res.Declined,
+		res.RandomKills, res.FailpointKills, res.Restarts, res.PGRestarts, res.EngineRestarts, res.ProviderRequests, res.Charges, res.Took.Seconds(), len(res.Violations))
 	tw.Flush()
 	if len(res.Violations) > 0 {
 		for _, v := range res.Violations[:min(len(res.Violations), 20)] {
@@ -336,4 +372,25 @@ func killedByKiller(c *exec.Cmd) bool {
 func rng2(seed uint64, gen, slot int) int64 {
 	r := rand.New(rand.NewPCG(seed+uint64(gen), uint64(slot)))
 	return r.Int64N(500)
+}
+
+// restartEngine stops the engine listening on the engine URL's port and starts it again.
+func restartEngine(ctx context.Context, cfg Config) error {
+	u, err := url.Parse(cfg.EngineURL)
+	if err != nil {
+		return err
+	}
+	port := u.Port()
+	stop := exec.CommandContext(ctx, "bash", "-c", `pid=$(ss -ltnpH "sport = :`+port+`" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+		[ -n "$pid" ] || exit 0
+		kill "$pid"; for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.5; done; kill -9 "$pid"`)
+	if out, err := stop.CombinedOutput(); err != nil {
+		return fmt.Errorf("stop the engine on port %s: %v: %s", port, err, out)
+	}
+	up := exec.CommandContext(ctx, "bash", cfg.EngineUpScript)
+	up.Env = append(os.Environ(), "ENGINE_PORT="+port)
+	if out, err := up.CombinedOutput(); err != nil {
+		return fmt.Errorf("start the engine on port %s: %v: %s", port, err, out)
+	}
+	return nil
 }
