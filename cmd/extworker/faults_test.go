@@ -29,19 +29,8 @@ import (
 // one charge for the invoice, the ledger settled with that charge, the instance completed
 // with the ledger's result, and no dispatch after an unknown without a not-found.
 func TestCrashPoints(t *testing.T) {
-	c := testenv.Engine(t)
-	pool := testenv.DB(t)
-	ctx := testenv.Context(t, 5*time.Minute)
-	bin := buildBinary(t)
-	require.NoError(t, deployDemo(ctx, c))
-	pay, err := fakeprovider.Start(demoDeclineLimit)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pay.Close() })
-	ns := testenv.Unique("crash")
-	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
-	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
-	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
-	require.NoError(t, err)
+	f := newFaultEnv(t, "crash", 5*time.Minute)
+	c, ctx, bin, pay, ns, ledger := f.c, f.ctx, f.bin, f.pay, f.ns, f.ledger
 
 	pay.SlowDelay = 3 * time.Second // longer than the 2s lock: the extender must run
 	for _, point := range []string{failpoint.AfterPrepared, failpoint.AfterDispatchMark, failpoint.AfterProviderAnswer,
@@ -52,17 +41,51 @@ func TestCrashPoints(t *testing.T) {
 				// C6: the worker dies extending the lock while the provider is still charging.
 				pay.Script(invoice, fakeprovider.SlowAnswer)
 			}
-			pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
-				Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(4200)}})
-			require.NoError(t, err)
+			id := f.start(t, invoice, 4200)
 			kills := supervise(t, bin, ns, pay.URL(), point, func() bool {
-				h, err := c.HistoricProcessInstance(ctx, pi.ID)
+				h, err := c.HistoricProcessInstance(ctx, id)
 				return err == nil && h.State == "COMPLETED"
 			})
 			assert.Equal(t, 1, kills, "the worker died once, at %s", point)
-			oracle(t, ctx, c, ledger, pay, invoice, pi.ID)
+			oracle(t, ctx, c, ledger, pay, invoice, id)
 		})
 	}
+}
+
+// faultEnv is what every fault scenario needs: the engine, the demo deployed, the worker
+// binary, a fake provider, and a migrated ledger in a namespace of its own.
+type faultEnv struct {
+	c      *camunda7.Client
+	ctx    context.Context
+	bin    string
+	pay    *fakeprovider.Server
+	ns     string
+	ledger *idempotency.Ledger
+}
+
+func newFaultEnv(t *testing.T, prefix string, timeout time.Duration) faultEnv {
+	t.Helper()
+	f := faultEnv{c: testenv.Engine(t), ctx: testenv.Context(t, timeout), bin: buildBinary(t), ns: testenv.Unique(prefix)}
+	pool := testenv.DB(t)
+	require.NoError(t, deployDemo(f.ctx, f.c))
+	pay, err := fakeprovider.Start(demoDeclineLimit)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pay.Close() })
+	f.pay = pay
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
+	f.ledger, err = idempotency.New(pool, idempotency.Config{Namespace: f.ns})
+	require.NoError(t, err)
+	return f
+}
+
+// start starts a demo invoice and returns its process instance id.
+func (f faultEnv) start(t *testing.T, invoice string, amount int64) string {
+	t.Helper()
+	pi, err := f.c.StartProcess(f.ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
+		Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(amount)}})
+	require.NoError(t, err)
+	return pi.ID
 }
 
 // supervise runs worker processes, the first with the failpoint enabled, restarting any
@@ -145,26 +168,10 @@ func oracle(t *testing.T, ctx context.Context, c *camunda7.Client, l *idempotenc
 // invoice submitted again with a different amount (same intent key, different request)
 // is refused with an incident, and nothing is sent with the new request.
 func TestDeclineAndDigestMismatch(t *testing.T) {
-	c := testenv.Engine(t)
-	pool := testenv.DB(t)
-	ctx := testenv.Context(t, 3*time.Minute)
-	bin := buildBinary(t)
-	require.NoError(t, deployDemo(ctx, c))
-	pay, err := fakeprovider.Start(demoDeclineLimit)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pay.Close() })
-	ns := testenv.Unique("faults")
-	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
-	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
-	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
-	require.NoError(t, err)
+	f := newFaultEnv(t, "faults", 3*time.Minute)
+	c, ctx, bin, pay, ns, ledger := f.c, f.ctx, f.bin, f.pay, f.ns, f.ledger
 
-	start := func(invoice string, amount int64) string {
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
-			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(amount)}})
-		require.NoError(t, err)
-		return pi.ID
-	}
+	start := func(invoice string, amount int64) string { return f.start(t, invoice, amount) }
 	declined := testenv.Unique("INV-B1")
 	twice := testenv.Unique("INV-K1")
 	bID := start(declined, demoDeclineLimit+1)
@@ -216,19 +223,8 @@ func TestDeclineAndDigestMismatch(t *testing.T) {
 // T1 and T3: a 429 (nothing done, Retry-After) and a 503 (nothing stored) from the
 // provider: retried with the same key, one charge, completed, no incident.
 func TestProviderRateLimitedAndUnavailable(t *testing.T) {
-	c := testenv.Engine(t)
-	pool := testenv.DB(t)
-	ctx := testenv.Context(t, 3*time.Minute)
-	bin := buildBinary(t)
-	require.NoError(t, deployDemo(ctx, c))
-	pay, err := fakeprovider.Start(demoDeclineLimit)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pay.Close() })
-	ns := testenv.Unique("throttle")
-	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
-	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
-	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
-	require.NoError(t, err)
+	f := newFaultEnv(t, "throttle", 3*time.Minute)
+	c, ctx, bin, pay, ns, ledger := f.c, f.ctx, f.bin, f.pay, f.ns, f.ledger
 	cases := map[string][]fakeprovider.Fault{
 		testenv.Unique("INV-T1"): {fakeprovider.RateLimited, fakeprovider.RateLimited, fakeprovider.RateLimited},
 		testenv.Unique("INV-T3"): {fakeprovider.Unavailable},
@@ -236,10 +232,7 @@ func TestProviderRateLimitedAndUnavailable(t *testing.T) {
 	ids := map[string]string{}
 	for invoice, faults := range cases {
 		pay.Script(invoice, faults...)
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
-			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(777)}})
-		require.NoError(t, err)
-		ids[invoice] = pi.ID
+		ids[invoice] = f.start(t, invoice, 777)
 	}
 	kills := supervise(t, bin, ns, pay.URL(), "", func() bool {
 		for _, id := range ids {
