@@ -173,13 +173,16 @@ type Row struct {
 	ProcessInstanceID *string
 	BusinessKey       *string
 	FirstDispatchedAt *time.Time
+	LastDispatchedAt  *time.Time
+	OrphanedAt        *time.Time
+	OrphanReason      *string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 }
 
 const rowColumns = `id, namespace, scope, intent_key, request_digest, provider_key, state, attempt, lease_owner, lease_until,
 	dispatches, reconciliations, provider_ref, result, error_code, error_message, task_id, process_instance_id, business_key,
-	first_dispatched_at, created_at, updated_at`
+	first_dispatched_at, last_dispatched_at, orphaned_at, orphan_reason, created_at, updated_at`
 
 func scanRow(r pgx.Row) (Row, error) { return scanRowAnd(r) }
 
@@ -188,7 +191,7 @@ func scanRowAnd(r pgx.Row, extra ...any) (Row, error) {
 	var x Row
 	err := r.Scan(append([]any{&x.ID, &x.Namespace, &x.Scope, &x.Key, &x.Digest, &x.ProviderKey, &x.State, &x.Attempt, &x.LeaseOwner, &x.LeaseUntil,
 		&x.Dispatches, &x.Reconciliations, &x.ProviderRef, &x.Result, &x.ErrorCode, &x.ErrorMessage, &x.TaskID, &x.ProcessInstanceID,
-		&x.BusinessKey, &x.FirstDispatchedAt, &x.CreatedAt, &x.UpdatedAt}, extra...)...)
+		&x.BusinessKey, &x.FirstDispatchedAt, &x.LastDispatchedAt, &x.OrphanedAt, &x.OrphanReason, &x.CreatedAt, &x.UpdatedAt}, extra...)...)
 	return x, err
 }
 
@@ -285,7 +288,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 func (a *attempt) markDispatched(ctx context.Context) error {
 	err := a.tx(ctx, func(tx pgx.Tx) error {
 		return a.moveTx(ctx, tx, StatePrepared, StateDispatched, "dispatching with the provider key",
-			", dispatches = dispatches + 1, first_dispatched_at = coalesce(first_dispatched_at, now())")
+			", dispatches = dispatches + 1, first_dispatched_at = coalesce(first_dispatched_at, now()), last_dispatched_at = now()")
 	})
 	if err != nil {
 		return failure.Retryable(fmt.Errorf("idempotency: mark dispatched: %w", err))
@@ -357,7 +360,8 @@ func (a *attempt) claim(ctx context.Context) error {
 		tag, err := tx.Exec(ctx, `UPDATE extworker_intents SET attempt = attempt + 1, lease_owner = $2, lease_until = $3, state = $4,
 				task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now(),
 				dispatches = dispatches + CASE WHEN $8 THEN 1 ELSE 0 END,
-				first_dispatched_at = CASE WHEN $8 THEN coalesce(first_dispatched_at, now()) ELSE first_dispatched_at END
+				first_dispatched_at = CASE WHEN $8 THEN coalesce(first_dispatched_at, now()) ELSE first_dispatched_at END,
+				last_dispatched_at = CASE WHEN $8 THEN now() ELSE last_dispatched_at END
 			WHERE id = $1 AND attempt = $7`,
 			row.ID, nz(in.Task.Actor), now.Add(l.cfg.Lease), to, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), row.Attempt,
 			to == StateDispatched)
@@ -390,34 +394,66 @@ func (a *attempt) claim(ctx context.Context) error {
 }
 
 // reconcile resolves an unknown intent with the provider. proceed means: dispatch again.
+//
+// Within the provider's idempotency window the effect's Reconcile (by key) is asked;
+// past it, a "not found by key" proves nothing (the provider may have forgotten the key,
+// and a same-key resend would make a second effect), so only Search (by business key) is
+// asked, and its "not found" only once the search index lag has passed since the last
+// dispatch. Without either, the intent goes to an operator.
 func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err error) {
 	l, r := a.l, a.row
-	if a.eff.Reconcile == nil {
-		return false, Outcome{}, a.hold(ctx, "the dispatch outcome is unknown and this effect has no Reconcile", ErrUnknownOutcome)
+	pastWindow := r.FirstDispatchedAt != nil && time.Since(*r.FirstDispatchedAt) > l.cfg.ProviderWindow
+	lookup, bySearch := a.eff.Reconcile, false
+	if pastWindow || lookup == nil {
+		lookup, bySearch = a.eff.Search, true
 	}
-	if r.FirstDispatchedAt != nil && time.Since(*r.FirstDispatchedAt) > l.cfg.ProviderWindow {
-		return false, Outcome{}, a.hold(ctx, fmt.Sprintf("first dispatched %s, beyond the provider's %v idempotency window", r.FirstDispatchedAt.Format(time.RFC3339), l.cfg.ProviderWindow), ErrUnknownOutcome)
+	if lookup == nil {
+		why := "the dispatch outcome is unknown and this effect has neither Reconcile nor Search"
+		if pastWindow {
+			why = fmt.Sprintf("first dispatched %s, beyond the provider's %v idempotency window, and this effect has no Search",
+				r.FirstDispatchedAt.Format(time.RFC3339), l.cfg.ProviderWindow)
+		}
+		return false, Outcome{}, a.hold(ctx, why, ErrUnknownOutcome)
 	}
 	rctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
-	rec, rerr := a.eff.Reconcile(rctx, Query{Scope: a.in.Scope, Key: a.in.Key, ProviderKey: r.ProviderKey, ProviderRef: deref(r.ProviderRef), FirstDispatchedAt: derefTime(r.FirstDispatchedAt)})
+	rec, rerr := lookup(rctx, Query{Scope: a.in.Scope, Key: a.in.Key, ProviderKey: r.ProviderKey, ProviderRef: deref(r.ProviderRef),
+		FirstDispatchedAt: derefTime(r.FirstDispatchedAt), LastDispatchedAt: derefTime(r.LastDispatchedAt), BusinessKey: deref(r.BusinessKey)})
 	cancel()
 	if rerr != nil {
 		rec = StillUnknown(rerr.Error())
 	}
+	var lagLeft time.Duration
+	if bySearch && rec.kind == reconNotFound {
+		last := derefTime(r.LastDispatchedAt)
+		if last.IsZero() {
+			last = derefTime(r.FirstDispatchedAt)
+		}
+		if since := time.Since(last); since < a.eff.SearchLag {
+			lagLeft = a.eff.SearchLag - since
+			rec = StillUnknown(fmt.Sprintf("search found nothing, but the last dispatch was %v ago, within the search index lag of %v",
+				since.Round(time.Millisecond), a.eff.SearchLag))
+		}
+	}
 	a.l.hooks.Observer.Reconciled(a.in.Scope, map[reconKind]string{reconFound: "found", reconNotFound: "not_found",
-		reconRejected: "rejected", reconStillUnknown: "still_unknown"}[rec.kind])
+		reconRejected: "rejected", reconStillUnknown: "still_unknown", reconHold: "hold"}[rec.kind])
+	how := "reconciled"
+	if bySearch {
+		how = "reconciled by business search"
+	}
 	switch rec.kind {
 	case reconFound:
-		out, err := a.confirm(ctx, StateUnknown, StateReconciled, rec.result, "reconciled: the provider has the effect")
+		out, err := a.confirm(ctx, StateUnknown, StateReconciled, rec.result, how+": the provider has the effect")
 		return false, out, err
 	case reconRejected:
-		return false, Outcome{}, a.reject(ctx, StateUnknown, rec.rejection, "reconciled: the provider declined the request")
+		return false, Outcome{}, a.reject(ctx, StateUnknown, rec.rejection, how+": the provider declined the request")
 	case reconNotFound:
-		if err := a.move(ctx, StateUnknown, StatePrepared, "reconciled: the provider has no record; dispatch again with the same key", ""); err != nil {
+		if err := a.move(ctx, StateUnknown, StatePrepared, how+": the provider has no record; dispatch again with the same key", ""); err != nil {
 			return false, Outcome{}, failure.Retryable(err)
 		}
 		a.row.State = StatePrepared
 		return true, Outcome{}, nil
+	case reconHold:
+		return false, Outcome{}, a.hold(ctx, how+": "+rec.reason, ErrUnknownOutcome)
 	}
 	n := r.Reconciliations + 1
 	if n >= l.cfg.MaxReconciliations {
@@ -430,7 +466,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		l.hooks.Observer.DatabaseError("ledger_write", err)
 		return false, Outcome{}, failure.Retryable(err)
 	}
-	backoff := l.cfg.ReconcileBackoff << min(n-1, 10)
+	backoff := max(l.cfg.ReconcileBackoff<<min(n-1, 10), lagLeft)
 	return false, Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, n, l.cfg.MaxReconciliations, rec.reason), backoff)
 }
 

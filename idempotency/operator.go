@@ -34,6 +34,7 @@ type Filter struct {
 	Scope     string
 	Key       string
 	OlderThan time.Duration // last change at least this long ago
+	Orphaned  bool          // only intents flagged orphaned (MarkOrphaned)
 	Limit     int           // default 100
 }
 
@@ -61,8 +62,8 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
 	}
 	rows, err := l.pool.Query(ctx, `SELECT `+rowColumns+` FROM extworker_intents
 		WHERE namespace = $1 AND (cardinality($2::text[]) = 0 OR state = ANY($2)) AND ($3 = '' OR scope = $3) AND ($4 = '' OR intent_key = $4)
-			AND updated_at <= now() - $5::interval
-		ORDER BY updated_at DESC LIMIT $6`, l.cfg.Namespace, states, f.Scope, f.Key, f.OlderThan, f.Limit)
+			AND updated_at <= now() - $5::interval AND (NOT $7 OR orphaned_at IS NOT NULL)
+		ORDER BY updated_at DESC LIMIT $6`, l.cfg.Namespace, states, f.Scope, f.Key, f.OlderThan, f.Limit, f.Orphaned)
 	if err != nil {
 		return nil, fmt.Errorf("list intents: %w", err)
 	}

@@ -78,6 +78,16 @@ type Effect struct {
 	// Reconcile asks the provider what became of an unknown dispatch: by key, by
 	// reference, or by business search. Nil: unknown intents go to operator hold.
 	Reconcile func(ctx context.Context, q Query) (Reconciliation, error)
+	// Search looks an unknown dispatch up by business key (invoice, order) rather than by
+	// the provider key. The ledger asks it when Reconcile cannot be trusted: once the
+	// first dispatch is older than Config.ProviderWindow (the provider may have forgotten
+	// the key, so "not found by key" means nothing and a same-key resend would make a new
+	// effect), or when there is no Reconcile. Nil: such intents go to operator hold.
+	Search func(ctx context.Context, q Query) (Reconciliation, error)
+	// SearchLag is how long the provider's search index may lag behind its writes. A
+	// NotFound from Search is trusted only once SearchLag has passed since the last
+	// dispatch; before that it counts as StillUnknown, retried when the lag has passed.
+	SearchLag time.Duration
 	// Local runs in the transaction that confirms the intent, so local business state and
 	// the ledger commit together or not at all.
 	Local func(ctx context.Context, tx pgx.Tx, r Result) error
@@ -92,6 +102,9 @@ type Query struct {
 	ProviderKey       string
 	ProviderRef       string // when a previous answer carried one
 	FirstDispatchedAt time.Time
+	LastDispatchedAt  time.Time
+	// BusinessKey is the task's business key, for Search.
+	BusinessKey string
 }
 
 // Reconciliation is the provider's answer about an unknown dispatch; build it with
@@ -110,6 +123,7 @@ const (
 	reconFound
 	reconNotFound
 	reconRejected
+	reconHold
 )
 
 // Found: the provider has the effect; the intent becomes reconciled with this result.
@@ -129,6 +143,11 @@ func StillUnknown(reason string) Reconciliation {
 func ReconciledRejected(code, message string) Reconciliation {
 	return Reconciliation{kind: reconRejected, rejection: &Rejection{Code: code, Message: message}}
 }
+
+// Hold: the provider's answer settles nothing an automaton may act on (it stored a
+// failure under the key, so the key can only ever replay it; it reports a state the
+// effect has no rule for): the intent goes to operator hold at once, with reason.
+func Hold(reason string) Reconciliation { return Reconciliation{kind: reconHold, reason: reason} }
 
 // Rejection is a provider's definitive decline (card declined, recipient unknown).
 type Rejection struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -103,6 +104,9 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		}
 		w.obs.Handled(task.Topic(), observed, class, took)
 		log.LogAttrs(ctx, level, "reporting the result failed", append(attrs, slog.String("outcome", outcome), slog.Any("report_error", err))...)
+		if errors.Is(err, camunda7.ErrTaskGone) {
+			w.taskGone(ctx, task, err, log)
+		}
 		return
 	}
 	switch {
@@ -161,6 +165,34 @@ func (w *Worker) resolve(ctx context.Context, id string, sendErr error, log *slo
 	default:
 		return fmt.Errorf("%w; the task is now locked by %q", sendErr, t.WorkerID)
 	}
+}
+
+// taskGone tells Config.OnTaskGone about a task that answered 404 if the engine's history
+// shows it was deleted (cancelled) rather than completed by another worker.
+func (w *Worker) taskGone(ctx context.Context, task *Task, cause error, log *slog.Logger) {
+	if w.cfg.OnTaskGone == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	qctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+	defer cancel()
+	entries, err := w.c.ExternalTaskLog(qctx, url.Values{"externalTaskId": {task.ID()}})
+	if err != nil {
+		log.Warn("task gone; cannot tell from the engine's history whether it was cancelled", slog.Any("error", err))
+		return
+	}
+	deleted := false
+	for _, e := range entries {
+		if e.SuccessLog {
+			return // completed (by another worker after this one's lock expired): not cancelled
+		}
+		deleted = deleted || e.DeletionLog
+	}
+	if !deleted {
+		return // no history (history level none) or not deleted: nothing proves a cancellation
+	}
+	w.cfg.OnTaskGone(ctx, Gone{TaskID: task.ID(), ProcessInstanceID: task.ProcessInstanceID(), Topic: task.Topic(), BusinessKey: task.BusinessKey(),
+		Reason: fmt.Sprintf("the engine cancelled task %s (deleted in its history; %v)", task.ID(), cause)})
 }
 
 // describeFailure renders errorMessage and errorDetails in the one format operators read

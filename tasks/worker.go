@@ -57,6 +57,21 @@ type Config struct {
 	// Observer receives counts and timings for metrics (package metrics implements it).
 	// Default NopObserver.
 	Observer Observer
+	// OnTaskGone, if set, is told when a task this worker handled was cancelled by the
+	// engine (its process instance deleted, or its activity interrupted by a boundary
+	// event) while or after the handler ran: the engine's history records the task's
+	// deletion, and no worker completed it. Whatever the handler did has no process to
+	// report to; the effect ledger flags such intents orphaned for an operator
+	// (idempotency.Ledger.MarkOrphaned). A task that is gone because another worker
+	// completed it after this one's lock expired is not cancelled, and not reported.
+	OnTaskGone func(ctx context.Context, g Gone)
+}
+
+// Gone describes a cancelled task, for Config.OnTaskGone.
+type Gone struct {
+	TaskID, ProcessInstanceID, Topic, BusinessKey string
+	// Reason says what the worker saw: the 404 and the engine's deletion record.
+	Reason string
 }
 
 // DefaultWorkerID returns "<host>-<pid>-<random>".
@@ -486,6 +501,9 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		log.Warn("lock lost while the handler ran; result discarded", slog.String("outcome", "lock-lost"),
 			slog.Any("cause", cause), slog.Duration("took", took))
 		w.obs.Handled(raw.TopicName, "lock-lost", "", took)
+		if errors.Is(cause, camunda7.ErrTaskGone) {
+			w.taskGone(workCtx, task, cause, log)
+		}
 		return
 	case hctx.Err() != nil && errors.Is(cause, ErrShutdown) && herr != nil:
 		// Cancelled by shutdown: hand the task back at once, without spending a retry.
