@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/failpoint"
@@ -301,25 +302,85 @@ func (a *attempt) markDispatched(ctx context.Context) error {
 func (a *attempt) claim(ctx context.Context) error {
 	l, in := a.l, a.in
 	pkey := ProviderKey(l.cfg.Namespace, in.Scope, in.Key)
+	// The common cases take one statement, one round trip and one commit of its own: a new
+	// intent is recorded already claimed by this attempt (attempt 1, its lease, and marked
+	// dispatched when there is a Dispatch, committed before the request leaves), with the
+	// events that recording and claiming it append; an intent already settled with this
+	// request is read as it is, without a lock (a settled intent never moves, and the
+	// locked path below would only read it too). Everything else takes the locked path.
+	claimTo := StatePrepared
+	if a.eff.Dispatch != nil {
+		claimTo = StateDispatched
+	}
+	fctx, fcancel := a.writeCtx(ctx)
+	var inserted bool
+	var dbNow time.Time
+	found, ferr := scanRowAnd(l.pool.QueryRow(fctx, `WITH ins AS (
+			INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, attempt,
+				lease_owner, lease_until, dispatches, first_dispatched_at, last_dispatched_at, task_id, process_instance_id, business_key)
+			VALUES ($1, $2, $3, $4, $5, $6, 1, $7, now() + $8::bigint * interval '1 microsecond',
+				CASE WHEN $9 THEN 1 ELSE 0 END, CASE WHEN $9 THEN now() END, CASE WHEN $9 THEN now() END, $10, $11, $12)
+			ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING `+rowColumns+`),
+		ev AS (
+			INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
+			SELECT id, NULL, 'prepared', 0, $13, $10, 'intent recorded' FROM ins
+			UNION ALL
+			SELECT id, 'prepared', 'dispatched', 1, $13, $10, 'dispatching with the provider key' FROM ins WHERE $9)
+		SELECT `+rowColumns+`, now(), true FROM ins
+		UNION ALL
+		SELECT `+rowColumns+`, now(), false FROM extworker_intents
+		WHERE namespace = $1 AND scope = $2 AND intent_key = $3 AND NOT EXISTS (SELECT FROM ins)`,
+		l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, claimTo, nz(in.Task.Actor), l.cfg.Lease.Microseconds(),
+		claimTo == StateDispatched, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey), actorOf(in.Task.Actor)),
+		&dbNow, &inserted)
+	fcancel()
+	switch {
+	case ferr == nil && inserted:
+		a.row, a.claimed = found, true
+		a.leaseEnd = time.Now().Add(l.cfg.Lease)
+		a.pending = []transition{{"", StatePrepared}}
+		if claimTo == StateDispatched {
+			a.pending = append(a.pending, transition{StatePrepared, StateDispatched})
+			a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(claimTo)),
+				slog.String("from", string(StatePrepared)), slog.String("to", string(claimTo)), slog.Int("ledger_attempt", found.Attempt))
+		}
+		a.committed(nil)
+		return nil
+	case ferr == nil && found.Digest == a.digest && (found.State.Terminal() || found.State == StateOperatorHold):
+		a.row = found
+		a.leaseEnd = time.Now().Add(l.cfg.Lease)
+		if found.State == StateOperatorHold {
+			return a.holdError(deref(found.ErrorMessage), ErrOperatorHold)
+		}
+		return nil
+	case ferr != nil && !errors.Is(ferr, pgx.ErrNoRows):
+		a.pending = nil
+		a.committed(ferr)
+		return failure.Retryable(fmt.Errorf("idempotency: claim intent %s/%s: %w", in.Scope, in.Key, ferr))
+	}
+	exists := ferr == nil // else another attempt recorded it concurrently, after this statement's snapshot
+
 	var result error
 	err := a.tx(ctx, func(tx pgx.Tx) error {
-		var id int64
-		// One statement records the intent and its first event (when it is new).
-		err := tx.QueryRow(ctx, `WITH ins AS (
-				INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state,
-					task_id, process_instance_id, business_key)
-				VALUES ($1, $2, $3, $4, $5, 'prepared', $6, $7, $8)
-				ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id),
-			ev AS (
-				INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
-				SELECT id, NULL, 'prepared', 0, $9, $6, 'intent recorded' FROM ins)
-			SELECT id FROM ins`,
-			l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey),
-			actorOf(in.Task.Actor)).Scan(&id)
-		if err == nil {
-			a.pending = append(a.pending, transition{"", StatePrepared})
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return err
+		if !exists {
+			var id int64
+			// One statement records the intent and its first event (when it is new).
+			err := tx.QueryRow(ctx, `WITH ins AS (
+					INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state,
+						task_id, process_instance_id, business_key)
+					VALUES ($1, $2, $3, $4, $5, 'prepared', $6, $7, $8)
+					ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id),
+				ev AS (
+					INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
+					SELECT id, NULL, 'prepared', 0, $9, $6, 'intent recorded' FROM ins)
+				SELECT id FROM ins`,
+				l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey),
+				actorOf(in.Task.Actor)).Scan(&id)
+			if err == nil {
+				a.pending = append(a.pending, transition{"", StatePrepared})
+			} else if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
 		}
 		// Leases are compared on the database's clock, shared by every worker.
 		var now time.Time
@@ -357,18 +418,25 @@ func (a *attempt) claim(ctx context.Context) error {
 			// request leaves, one transaction sooner.
 			to, reason = StateDispatched, "dispatching with the provider key"
 		}
-		tag, err := tx.Exec(ctx, `UPDATE extworker_intents SET attempt = attempt + 1, lease_owner = $2, lease_until = $3, state = $4,
-				task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now(),
-				dispatches = dispatches + CASE WHEN $8 THEN 1 ELSE 0 END,
-				first_dispatched_at = CASE WHEN $8 THEN coalesce(first_dispatched_at, now()) ELSE first_dispatched_at END,
-				last_dispatched_at = CASE WHEN $8 THEN now() ELSE last_dispatched_at END
-			WHERE id = $1 AND attempt = $7`,
+		// One statement: the claim, and its event when it is a transition.
+		var moved int
+		err = tx.QueryRow(ctx, `WITH moved AS (
+				UPDATE extworker_intents SET attempt = attempt + 1, lease_owner = $2, lease_until = $3, state = $4,
+					task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now(),
+					dispatches = dispatches + CASE WHEN $8 THEN 1 ELSE 0 END,
+					first_dispatched_at = CASE WHEN $8 THEN coalesce(first_dispatched_at, now()) ELSE first_dispatched_at END,
+					last_dispatched_at = CASE WHEN $8 THEN now() ELSE last_dispatched_at END
+				WHERE id = $1 AND attempt = $7 RETURNING id),
+			ev AS (
+				INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
+				SELECT id, $9, $4, $7 + 1, $10, $5, $11 FROM moved WHERE $11 <> '')
+			SELECT count(*) FROM moved`,
 			row.ID, nz(in.Task.Actor), now.Add(l.cfg.Lease), to, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), row.Attempt,
-			to == StateDispatched)
+			to == StateDispatched, row.State, actorOf(in.Task.Actor), reason).Scan(&moved)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() != 1 {
+		if moved != 1 {
 			return ErrFenced
 		}
 		a.row.Attempt++
@@ -380,7 +448,6 @@ func (a *attempt) claim(ctx context.Context) error {
 			a.pending = append(a.pending, transition{row.State, to})
 			a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
 				slog.String("from", string(row.State)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
-			return a.event(ctx, tx, row.ID, row.State, to, a.row.Attempt, reason)
 		}
 		return nil
 	})
@@ -511,17 +578,22 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 	}
 	wctx, cancel := a.writeCtx(ctx)
 	defer cancel()
-	err = pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error {
-		if err := a.moveTx(wctx, tx, from, to, reason, ", provider_ref = $5, result = $6", nz(res.ProviderRef), values); err != nil {
-			return err
-		}
-		if a.eff.Local != nil {
+	const sets = ", provider_ref = $5, result = $6"
+	if a.eff.Local == nil {
+		// moveTx's one statement is a transaction of its own: one round trip, no BEGIN
+		// and COMMIT.
+		err = a.moveTx(wctx, a.l.pool, from, to, reason, sets, nz(res.ProviderRef), values)
+	} else {
+		err = pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error {
+			if err := a.moveTx(wctx, tx, from, to, reason, sets, nz(res.ProviderRef), values); err != nil {
+				return err
+			}
 			if err := a.eff.Local(wctx, tx, res); err != nil {
 				return fmt.Errorf("%w: %w", errLocal, err)
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	a.committed(err)
 	if err != nil {
 		if from == StateDispatched {
@@ -608,8 +680,11 @@ func (a *attempt) move(ctx context.Context, from, to State, reason, sets string,
 
 // moveTx is the compare-and-set every transition goes through: it changes the state only
 // if the row is still in from at this attempt (the fencing token), releases the lease
-// when the intent leaves the in-flight states, and appends the event.
-func (a *attempt) moveTx(ctx context.Context, tx pgx.Tx, from, to State, reason, sets string, args ...any) error {
+// when the intent leaves the in-flight states, and appends the event. It is one
+// statement, so on the pool (outside a transaction) it is a transaction of its own.
+func (a *attempt) moveTx(ctx context.Context, tx interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, from, to State, reason, sets string, args ...any) error {
 	release := ""
 	if to != StateDispatched && to != StatePrepared {
 		release = ", lease_owner = NULL, lease_until = NULL"
