@@ -12,7 +12,7 @@
 //	GET  /v1/charges?idempotency_key=K    the answer stored under K (also /v1/charges/by-key/K)
 //	GET  /v1/charges/search?invoice=INV   {"data":[charge...]} after the search lag; 501 if disabled
 //	POST /v1/emails                       {"to","template","invoice"}, Idempotency-Key honoured unless EmailDedupeOff
-//	/_admin/effects, /_admin/log, /_admin/clock, /_admin/script   test-only (see Server.admin)
+//	GET /_admin/effects, GET /_admin/log, POST /_admin/clock?advance=25h, POST /_admin/script (an AdminScript)   test-only
 //
 // # Idempotency
 //

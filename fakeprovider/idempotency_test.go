@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -490,4 +492,23 @@ func TestStartWith(t *testing.T) {
 	assert.EqualValues(t, 100, s.DeclineAboveCents)
 	assert.Equal(t, Options{DeclineAboveCents: 100, Dialect: DialectStripe, Retention: 24 * time.Hour, SlowDelay: 2 * time.Second}, s.opts)
 	assert.True(t, errors.Is(&InUseError{}, ErrNotSent))
+}
+
+// BenchmarkCharge measures one new charge over loopback HTTP, client included: the
+// provider's share of a soak's wall time.
+func BenchmarkCharge(b *testing.B) {
+	s, err := Start(0)
+	require.NoError(b, err)
+	defer s.Close()
+	c := &Client{BaseURL: s.URL(), HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			if _, err := c.Charge(b.Context(), fmt.Sprint("k", i), fmt.Sprint("INV-", i), 100); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
