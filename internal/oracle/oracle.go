@@ -1,7 +1,10 @@
-// Package oracle checks the effect ledger's invariants (reliability.md §4.1) for one
-// business intent, the same way for the crash-point scenarios, the model-based test and
-// the soak: it reads the fake provider's record, the ledger row and its events, and the
-// engine's result, and returns every violation it finds.
+// Package oracle checks the effect ledger's invariants (reliability.md §4.1), the same
+// way for the crash-point scenarios, the model-based test and the soak, and returns
+// every violation it finds. Check looks at one business intent (I1, I4-I8): the fake
+// provider's record, the ledger row and its events, and the engine's result. The others
+// look at a whole run: CheckDigests (I2: every effect performed the request the ledger
+// digested), CheckInstances with ReadEngine (I3: no lost instances) and ScanCanaries
+// (I9: no canary secret in logs, ledger rows or engine state).
 package oracle
 
 import (
@@ -49,12 +52,20 @@ type Expect struct {
 	// EngineRef is the payment reference the engine completed the task with ("" when the
 	// engine's side is not checked, or the path was a BPMN error).
 	EngineRef string
+	// MayHold: the provider may have left the intent undecidable (a 500 stored under its
+	// key replays forever), so instead of paid it may end unknown or held for an
+	// operator, but then only with an open incident on its instance (Incident): the
+	// operator queue (I4: unknown at the end implies an incident; I8).
+	MayHold bool
+	// Incident: the intent's instance holds an open incident (read only with MayHold).
+	Incident bool
 }
 
 // Check returns the violated invariants for one intent: I1 (at most one effect), I4
 // (ledger and provider agree), I5 (ledger and engine agree), I6 (no dispatch after an
 // unknown without an authoritative not-found), I7 (legal transitions, fencing tokens that
-// never go back) and I8 (nothing left in flight).
+// never go back) and I8 (nothing left in flight, except for an operator). I2, I3 and I9
+// look at a whole run at once: CheckDigests, CheckInstances and ScanCanaries.
 func Check(ctx context.Context, l *idempotency.Ledger, charges []fakeprovider.Charge, e Expect) []string {
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
@@ -71,7 +82,13 @@ func Check(ctx context.Context, l *idempotency.Ledger, charges []fakeprovider.Ch
 	if err != nil {
 		return append(v, fmt.Sprintf("I4: %s has no ledger row: %v", e.Key, err))
 	}
+	held := e.MayHold && !e.Declined && (row.State == idempotency.StateUnknown || row.State == idempotency.StateOperatorHold)
 	switch {
+	case held && !e.Incident:
+		bad("I4: %s left %s without an incident on its instance", e.Key, row.State)
+	case held:
+		// The operator queue: whatever the provider did is for an operator to settle (at
+		// most one effect, checked above).
 	case e.Declined && (row.State != idempotency.StateRejected || len(mine) != 0):
 		bad("I4: declined %s: ledger %s, %d charges", e.Key, row.State, len(mine))
 	case !e.Declined && len(mine) != 1:
@@ -84,7 +101,7 @@ func Check(ctx context.Context, l *idempotency.Ledger, charges []fakeprovider.Ch
 	if !e.Declined && e.EngineRef != "" && row.ProviderRef != nil && *row.ProviderRef != e.EngineRef {
 		bad("I5: the engine completed %s with %s, the ledger holds %s", e.Key, e.EngineRef, *row.ProviderRef)
 	}
-	if !row.State.Terminal() && row.State != idempotency.StateOperatorHold {
+	if !row.State.Terminal() && row.State != idempotency.StateOperatorHold && !(held && e.Incident) {
 		bad("I8: %s left %s", e.Key, row.State)
 	}
 	events, err := l.Events(ctx, e.Scope, e.Key)
