@@ -71,8 +71,9 @@ type Result struct {
 type Effect struct {
 	// Dispatch performs the effect, sending providerKey as the provider's
 	// Idempotency-Key. It returns the result, a *Rejection (Rejected) for a definitive
-	// decline, an error wrapped with NotSent when the request certainly did not leave, or
-	// any other error for an ambiguous outcome (the intent becomes unknown). Nil for a
+	// decline, an error wrapped with NotSent when the request certainly did not leave, a
+	// failure.Permanent error when the provider refused it without acting (operator
+	// hold), or any other error for an ambiguous outcome (the intent becomes unknown). Nil for a
 	// purely local effect (Local only).
 	Dispatch func(ctx context.Context, providerKey string) (Result, error)
 	// Reconcile asks the provider what became of an unknown dispatch: by key, by
@@ -188,6 +189,9 @@ var (
 	ErrOperatorHold   = errors.New("idempotency: intent held for an operator")
 	ErrTooManyTries   = errors.New("idempotency: too many attempts without an outcome")
 	ErrFenced         = errors.New("idempotency: another attempt took the intent over")
+	// ErrKeyRefused: Dispatch returned a permanent error (failure.Permanent), e.g. the
+	// provider holds the key for a different request; the intent goes to an operator.
+	ErrKeyRefused = errors.New("idempotency: the provider refused the request under this key")
 )
 
 // Outcome is a confirmed (or reconciled) intent.

@@ -58,6 +58,17 @@ type config struct {
 	LedgerRetention time.Duration `envconfig:"LEDGER_RETENTION" default:"720h"`
 	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
 	ProviderURL string `envconfig:"PROVIDER_URL" secret:"url"`
+	// ProviderWindow is how long the provider keeps idempotency keys (Stripe: 24h). Past
+	// it an unknown charge is looked up by business search only, never by key.
+	ProviderWindow time.Duration `envconfig:"PROVIDER_WINDOW" default:"24h"`
+	// ProviderSearch: the provider's business search (charges by invoice) is authoritative
+	// once ProviderSearchLag has passed. false: unknown charges past the window go to an
+	// operator.
+	ProviderSearch    bool          `envconfig:"PROVIDER_SEARCH" default:"true"`
+	ProviderSearchLag time.Duration `envconfig:"PROVIDER_SEARCH_LAG" default:"1m"`
+	// ProviderTimeout bounds each provider call; a call that times out after the request
+	// left is an unknown outcome, reconciled before anything is sent again.
+	ProviderTimeout time.Duration `envconfig:"PROVIDER_TIMEOUT" default:"10s"`
 
 	WorkerID       string        `envconfig:"WORKER_ID"`
 	MaxConcurrency int           `envconfig:"MAX_CONCURRENCY" default:"16"`
@@ -141,6 +152,13 @@ func (c config) problems() []error {
 	}
 	if c.LedgerRetention < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must not be negative", c.LedgerRetention))
+	}
+	if c.ProviderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_TIMEOUT %v: must be positive", c.ProviderTimeout))
+	}
+	if c.ProviderWindow <= 0 || c.ProviderSearchLag < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_WINDOW %v must be positive and EXTWORKER_PROVIDER_SEARCH_LAG %v not negative",
+			c.ProviderWindow, c.ProviderSearchLag))
 	}
 	if c.LedgerLease < time.Second {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v: must be at least 1s", c.LedgerLease))
@@ -317,7 +335,7 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 			return nil, nil, err
 		}
 	}
-	l, err := idempotency.New(pool, idempotency.Config{Namespace: c.LedgerNamespace, Lease: c.LedgerLease, Logger: logger})
+	l, err := idempotency.New(pool, idempotency.Config{Namespace: c.LedgerNamespace, Lease: c.LedgerLease, ProviderWindow: c.ProviderWindow, Logger: logger})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

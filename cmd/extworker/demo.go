@@ -58,8 +58,42 @@ const demoBPMN = `<?xml version="1.0" encoding="UTF-8"?>
 type demoEnv struct {
 	ledger *idempotency.Ledger
 	pay    *fakeprovider.Client
+	// searchOn and searchLag: the provider's business search, used past its idempotency
+	// window (EXTWORKER_PROVIDER_SEARCH, EXTWORKER_PROVIDER_SEARCH_LAG).
+	searchOn  bool
+	searchLag time.Duration
 	// counted from the ledger's outcomes
 	replayed, reconciled atomic.Int64
+}
+
+// orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).
+func (env *demoEnv) orphaned(logger *slog.Logger) func(context.Context, tasks.Gone) {
+	return func(ctx context.Context, g tasks.Gone) {
+		if _, err := env.ledger.MarkOrphaned(ctx, g.ProcessInstanceID, g.TaskID, g.Reason); err != nil {
+			logger.Error("flagging the intents of a cancelled task failed; find them with `extworker effects list`",
+				slog.String("external_task_id", g.TaskID), slog.String("process_instance_id", g.ProcessInstanceID), slog.Any("error", err))
+		}
+	}
+}
+
+// search returns the business search for one invoice's charge, or nil when the provider
+// has none (the ledger then sends unknown charges past the window to an operator).
+func (env *demoEnv) search(invoice string) func(context.Context, idempotency.Query) (idempotency.Reconciliation, error) {
+	if !env.searchOn {
+		return nil
+	}
+	return func(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
+		found, err := env.pay.Search(ctx, invoice)
+		switch {
+		case err != nil:
+			return idempotency.StillUnknown(err.Error()), nil
+		case len(found) == 0:
+			return idempotency.NotFound(), nil // trusted by the ledger only past the lag
+		case len(found) > 1:
+			return idempotency.Hold(fmt.Sprintf("the provider has %d charges for this invoice", len(found))), nil
+		}
+		return idempotency.Found(idempotency.Result{ProviderRef: found[0].ID, Values: map[string]any{"paymentRef": found[0].ID}}), nil
+	}
 }
 
 // demoHandlers registers the demo topics. Collecting a payment runs through the effect
@@ -94,12 +128,16 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 					return idempotency.Result{}, idempotency.Rejected("PAYMENT_DECLINED", decline.Message)
 				case errors.Is(err, fakeprovider.ErrNotSent):
 					return idempotency.Result{}, idempotency.NotSent(err)
+				case errors.Is(err, fakeprovider.ErrKeyMismatch):
+					// The provider holds this key for a different request: never retried.
+					return idempotency.Result{}, failure.Permanent(err)
 				}
 				return idempotency.Result{}, err // ambiguous
 			},
 			Reconcile: func(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
 				ch, err := env.pay.Lookup(ctx, q.ProviderKey)
 				var decline *fakeprovider.DeclineError
+				var stored *fakeprovider.StoredFailureError
 				switch {
 				case err == nil:
 					return idempotency.Found(idempotency.Result{ProviderRef: ch.ID, Values: map[string]any{"paymentRef": ch.ID}}), nil
@@ -107,9 +145,15 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 					return idempotency.NotFound(), nil
 				case errors.As(err, &decline):
 					return idempotency.ReconciledRejected("PAYMENT_DECLINED", decline.Message), nil
+				case errors.As(err, &stored):
+					// Stripe stores a 500 under the key: nothing was charged, and the key
+					// only ever replays the failure. A new charge needs a new key: an operator.
+					return idempotency.Hold(fmt.Sprintf("the provider stored a %d under this key: no charge was made, and a same-key retry only replays the failure", stored.Status)), nil
 				}
 				return idempotency.StillUnknown(err.Error()), nil
 			},
+			Search:    env.search(invoice),
+			SearchLag: env.searchLag,
 		})
 		if err != nil {
 			return nil, err // already a classified outcome
@@ -148,8 +192,8 @@ func newDemoEnv(ctx context.Context, cfg config, logger *slog.Logger) (*demoEnv,
 	// A fresh connection per request: on a reused one, net/http itself silently resends a
 	// request carrying an Idempotency-Key whose answer was lost, and the demo wants to show
 	// the ledger reconciling such outcomes.
-	env := &demoEnv{ledger: ledger, pay: &fakeprovider.Client{BaseURL: cfg.ProviderURL,
-		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}}}
+	env := &demoEnv{ledger: ledger, searchOn: cfg.ProviderSearch, searchLag: cfg.ProviderSearchLag, pay: &fakeprovider.Client{BaseURL: cfg.ProviderURL,
+		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: cfg.ProviderTimeout}}}
 	var srv *fakeprovider.Server
 	if cfg.ProviderURL == "" {
 		if srv, err = fakeprovider.Start(demoDeclineLimit); err != nil {
@@ -225,6 +269,7 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	wcfg := cfg.workerConfig(logger)
 	wcfg.Observer = m
+	wcfg.OnTaskGone = env.orphaned(logger)
 	w, err := tasks.New(c, reg, wcfg)
 	if err != nil {
 		return err

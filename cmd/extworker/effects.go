@@ -29,7 +29,7 @@ import (
 const effectsUsage = `usage: extworker effects <command> [flags]
 
 commands:
-  list     [--state S[,S...]] [--scope S] [--older-than DURATION] [--limit N] [--json]
+  list     [--state S[,S...]] [--scope S] [--older-than DURATION] [--orphaned] [--limit N] [--json]
            intents, most recently changed first
   show     KEY [--scope S] [--json]
            one intent: its row, its events, and the engine's view of its task
@@ -233,12 +233,13 @@ func closePool(p *pgxpool.Pool) {
 // ---- list
 
 func (e *effectsCmd) list(ctx context.Context, args []string) error {
-	fs, asJSON := e.newFlags("list", "[--state S[,S...]] [--scope S] [--older-than DURATION] [--limit N] [--json]")
+	fs, asJSON := e.newFlags("list", "[--state S[,S...]] [--scope S] [--older-than DURATION] [--orphaned] [--limit N] [--json]")
 	var states statesFlag
 	fs.Var(&states, "state", "only intents in these states, comma-separated ("+validStatesText+")")
 	scope := fs.String("scope", "", "only intents of this scope, e.g. payment.collect")
 	var older durationFlag
 	fs.Var(&older, "older-than", "only intents whose last change is at least this old (e.g. 10m, 24h, 7d)")
+	orphaned := fs.Bool("orphaned", false, "only intents whose task the engine cancelled after the effect was dispatched (compensate or close them)")
 	limit := fs.Int("limit", 100, "at most this many intents")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -255,7 +256,7 @@ func (e *effectsCmd) list(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeLedger()
-	rows, err := l.List(ctx, idempotency.Filter{States: states, Scope: *scope, OlderThan: older.d, Limit: *limit})
+	rows, err := l.List(ctx, idempotency.Filter{States: states, Scope: *scope, OlderThan: older.d, Orphaned: *orphaned, Limit: *limit})
 	if err != nil {
 		return err
 	}
@@ -475,6 +476,12 @@ func printIntent(w io.Writer, namespace string, r idempotency.Row, now time.Time
 	line("business key", tableCell(strOf(r.BusinessKey)))
 	if r.FirstDispatchedAt != nil {
 		line("first dispatched", fmtTime(*r.FirstDispatchedAt)+" ("+ageOf(now, *r.FirstDispatchedAt)+")")
+	}
+	if r.LastDispatchedAt != nil {
+		line("last dispatched", fmtTime(*r.LastDispatchedAt)+" ("+ageOf(now, *r.LastDispatchedAt)+")")
+	}
+	if r.OrphanedAt != nil {
+		line("orphaned", fmtTime(*r.OrphanedAt)+": "+tableCell(strOf(r.OrphanReason)))
 	}
 	line("created", fmtTime(r.CreatedAt)+" ("+ageOf(now, r.CreatedAt)+")")
 	line("updated", fmtTime(r.UpdatedAt)+" ("+ageOf(now, r.UpdatedAt)+")")
@@ -760,6 +767,9 @@ type intentJSON struct {
 	ProcessInstanceID *string         `json:"process_instance_id"`
 	BusinessKey       *string         `json:"business_key"`
 	FirstDispatchedAt *time.Time      `json:"first_dispatched_at"`
+	LastDispatchedAt  *time.Time      `json:"last_dispatched_at"`
+	OrphanedAt        *time.Time      `json:"orphaned_at"`
+	OrphanReason      *string         `json:"orphan_reason"`
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
 }
@@ -769,7 +779,8 @@ func toIntentJSON(r idempotency.Row) intentJSON {
 		Dispatches: r.Dispatches, Reconciliations: r.Reconciliations, ProviderKey: r.ProviderKey, ProviderRef: r.ProviderRef,
 		ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage, RequestDigest: r.Digest, LeaseOwner: r.LeaseOwner,
 		LeaseUntil: r.LeaseUntil, TaskID: r.TaskID, ProcessInstanceID: r.ProcessInstanceID, BusinessKey: r.BusinessKey,
-		FirstDispatchedAt: r.FirstDispatchedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		FirstDispatchedAt: r.FirstDispatchedAt, LastDispatchedAt: r.LastDispatchedAt, OrphanedAt: r.OrphanedAt, OrphanReason: r.OrphanReason,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 	if len(r.Result) > 0 && json.Valid(r.Result) {
 		j.Result = json.RawMessage(r.Result)
 	}
