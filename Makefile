@@ -35,8 +35,17 @@ test: up
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
+# make demo KILLER=1: the same demo invoices served by 3 worker processes that a killer
+# SIGKILLs at random and at the ledger's crash points (the soak harness, small and
+# without database restarts), then the oracle's verdict over every invoice.
+KILLER ?=
 demo: up
+ifeq ($(KILLER),)
 	$(GO) run ./cmd/extworker demo
+else
+	$(MAKE) bin/extworker
+	$(GO) run ./cmd/extworker-soak -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+endif
 
 # The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
 # the ledger's crash points, restarted, then an oracle over every invoice. SOAK_SEED=n
