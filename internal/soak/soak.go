@@ -1,9 +1,17 @@
-// Package soak runs the seeded SIGKILL soak: several real worker processes serve the
-// demo topics while a killer SIGKILLs them at random and failpoints kill them at the
-// ledger's crash points; a supervisor restarts them; afterwards an oracle checks the
-// invariants over every invoice: no double charge, the ledger and the provider agree,
-// the ledger and the engine agree, every instance ended, only legal transitions
-// (package internal/oracle, shared with the crash-point scenarios).
+// Package soak runs the seeded SIGKILL soak (reliability.md §4.6): several real worker
+// processes serve the demo topics while a killer SIGKILLs them at random and failpoints
+// kill them at the ledger's crash points, PostgreSQL and the engine restart, toxiproxy
+// windows slow and cut the workers' link to the fake provider, and the provider itself
+// declines, rate-limits, stores 500s, drops requests and loses answers. A supervisor
+// restarts the workers.
+//
+// Afterwards, with faults off and every instance settled, the recorder saves the run's
+// history (the provider's request log, the ledger's rows and events, the engine's
+// history, the worker logs) under Config.LogDir/<seed>-<time>/, and the oracle (package
+// internal/oracle, shared with the crash-point scenarios) checks I1-I9 over every
+// invoice: no double charge, digests intact, no lost instance, ledger, provider and
+// engine in agreement, no blind retry, legal transitions only, nothing left in flight,
+// no canary secret anywhere. report.txt says what was injected and what came of it.
 package soak
 
 import (
@@ -16,10 +24,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,8 +41,12 @@ import (
 
 // Demo process facts the soak relies on (cmd/extworker/demo.go).
 const (
-	processKey   = "extworker-demo-invoice"
-	declineAbove = 10_000_00
+	processKey     = "extworker-demo-invoice"
+	errorEndEvent  = "invoiceDeclined"
+	declineAbove   = 10_000_00
+	lockDuration   = 3 * time.Second
+	maxDrain       = 2 * time.Minute // reliability.md §4.6's pass criterion
+	providerFaults = "rate_limited 2%, stored_500 1%, lose_answer 0.5%, drop_before_accept 0.5%, delay past the lock 1%"
 )
 
 // Config is one soak run.
@@ -48,7 +60,11 @@ type Config struct {
 	MinKills    int           // kills (random plus failpoint) the run must reach before the killer stops
 	Seed        uint64        // seeds every random choice; printed for replay
 	Timeout     time.Duration // the whole run, drain included
-	LogDir      string        // worker logs
+	// LogDir holds the run directories: each run records under LogDir/<seed>-<time>/.
+	LogDir string
+	// KeepHistory keeps a passing run's whole history; by default a passing run keeps
+	// only report.txt and the tail of each worker log (a failing run keeps everything).
+	KeepHistory bool
 	// PGRestarts is how many times PostgreSQL (ledger and engine database alike) is
 	// restarted with `pg_ctlcluster ... restart -m immediate` during the kills.
 	PGRestarts int
@@ -57,6 +73,15 @@ type Config struct {
 	EngineRestarts int
 	// EngineUpScript starts the engine (testenv/engine-up.sh, run with ENGINE_PORT set).
 	EngineUpScript string
+	// EngineUser and EnginePassword are HTTP basic credentials for an engine with REST
+	// authentication on (the spec's harness; `make up` runs one on 8081). The password is
+	// then one of I9's canaries. Empty: the engine needs none, and the workers are given
+	// a canary password it ignores.
+	EngineUser, EnginePassword string
+	// EngineLatencyWindow, if positive, routes the workers' engine traffic through a
+	// proxy and adds 500 ms of latency to it for this long during the kills (the long
+	// tier's). 0: the workers talk to the engine directly.
+	EngineLatencyWindow time.Duration
 }
 
 // Result is what happened.
@@ -66,21 +91,71 @@ type Result struct {
 	RandomKills, FailpointKills, Restarts int
 	PGRestarts, EngineRestarts            int
 	Charges, ProviderRequests             int
-	Took                                  time.Duration
-	Violations                            []string
+	// Took is the run until the workers stopped: Starts (until the last instance
+	// started) and Kills (until the drain began) are in it, as is Drain (until every
+	// instance settled). Check is the recording and the oracle after it.
+	Took, Starts, Kills, Drain, Check time.Duration
+	// Faults counts the faults injected, by kind (kills by crash point, restarts, toxic
+	// windows, provider faults).
+	Faults map[string]int
+	// Engine is I3's count of the run's instances.
+	Engine oracle.InstanceCounts
+	// Leaks is how many canary occurrences I9 found.
+	Leaks int
+	// RunDir holds the run's history and report.
+	RunDir     string
+	Violations []string
+}
+
+// invoice is one business command of the run.
+type invoice struct {
+	id, instance string
+	amount       int64
+	declined     bool
+}
+
+// faultCounter counts injected faults by kind; safe for concurrent use.
+type faultCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *faultCounter) add(kind string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[kind]++
+}
+
+func (f *faultCounter) snapshot() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.n))
+	for k, v := range f.n {
+		out[k] = v
+	}
+	return out
 }
 
 // Run runs the soak and checks the invariants; the error lists every violation.
 func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res := Result{Seed: cfg.Seed, Instances: cfg.Instances}
+	out = &lockedWriter{w: out}
 	fmt.Fprintf(out, "soak: seed %d (replay with -seed %d), %d instances, %d workers, a kill every ~%v\n",
 		cfg.Seed, cfg.Seed, cfg.Instances, cfg.Workers, cfg.KillEvery)
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	start := time.Now()
+	var faults faultCounter
 
-	c, err := camunda7.New(camunda7.Config{BaseURL: cfg.EngineURL})
+	res.RunDir = filepath.Join(cfg.LogDir, fmt.Sprintf("%d-%s", cfg.Seed, start.Format("20060102T150405")))
+	if err := os.MkdirAll(res.RunDir, 0o755); err != nil {
+		return res, fmt.Errorf("run directory: %w", err)
+	}
+	c, err := camunda7.New(camunda7.Config{BaseURL: cfg.EngineURL, Username: cfg.EngineUser, Password: cfg.EnginePassword})
 	if err != nil {
 		return res, err
 	}
@@ -97,15 +172,59 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	pay, err := fakeprovider.Start(declineAbove)
+
+	// The provider's fault mix (§4.6), drawn per charge request from the run's seed;
+	// declines are planted by amount below. The delay outlasts the lock and the ledger's
+	// lease, so the worker gives up on an answer the provider then commits.
+	pay, err := fakeprovider.StartWith(fakeprovider.Options{DeclineAboveCents: declineAbove, Seed: int64(cfg.Seed),
+		SlowDelay: lockDuration + time.Second})
 	if err != nil {
 		return res, err
 	}
 	defer pay.Close()
-	env := append(os.Environ(), "EXTWORKER_ENGINE_URL="+cfg.EngineURL, "EXTWORKER_DATABASE_URL="+cfg.DatabaseURL,
-		"EXTWORKER_LEDGER_NAMESPACE="+ns, "EXTWORKER_PROVIDER_URL="+pay.URL(), "EXTWORKER_LOCK_DURATION=3s",
-		"EXTWORKER_LEDGER_LEASE=3s", "EXTWORKER_LONG_POLL=1s", "EXTWORKER_LOG_LEVEL=warn", "EXTWORKER_HTTP_ADDR=off",
-		"EXTWORKER_SHUTDOWN_GRACE=5s", "EXTWORKER_MAX_CONCURRENCY=8")
+	pay.ScriptRandom(0.02, fakeprovider.RateLimited)
+	pay.ScriptRandom(0.01, fakeprovider.Stored500)
+	pay.ScriptRandom(0.005, fakeprovider.LoseAnswer)
+	pay.ScriptRandom(0.005, fakeprovider.DropBeforeAccept)
+	pay.ScriptRandom(0.01, fakeprovider.Delay)
+
+	// toxiproxy between the workers and the provider (and the engine, if asked).
+	tox := newToxics()
+	defer tox.close()
+	provProxy, err := tox.proxy("provider", strings.TrimPrefix(pay.URL(), "http://"))
+	if err != nil {
+		return res, err
+	}
+	workerEngineURL := cfg.EngineURL
+	var engineProxy *toxiProxy
+	if cfg.EngineLatencyWindow > 0 {
+		u, err := url.Parse(cfg.EngineURL)
+		if err != nil {
+			return res, err
+		}
+		if engineProxy, err = tox.proxy("engine", u.Host); err != nil {
+			return res, err
+		}
+		u.Host = engineProxy.addr()
+		workerEngineURL = u.String()
+	}
+	// The canaries travel in the credentials and URLs the workers are given (check.go).
+	providerURL := "http://token:" + canaryProvider + "@" + provProxy.addr()
+	dbURL, err := withQuery(cfg.DatabaseURL, "sslpassword", canaryDatabase)
+	if err != nil {
+		return res, err
+	}
+	secrets := canaries
+	user, password := "soak", canaryEngine
+	if cfg.EnginePassword != "" {
+		user, password = cfg.EngineUser, cfg.EnginePassword
+		secrets = append(secrets[:len(secrets):len(secrets)], cfg.EnginePassword)
+	}
+	env := append(os.Environ(), "EXTWORKER_ENGINE_URL="+workerEngineURL, "EXTWORKER_ENGINE_USER="+user,
+		"EXTWORKER_ENGINE_PASSWORD="+password, "EXTWORKER_DATABASE_URL="+dbURL,
+		"EXTWORKER_LEDGER_NAMESPACE="+ns, "EXTWORKER_PROVIDER_URL="+providerURL, "EXTWORKER_LOCK_DURATION="+lockDuration.String(),
+		"EXTWORKER_LEDGER_LEASE=3s", "EXTWORKER_LONG_POLL=1s", "EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json",
+		"EXTWORKER_HTTP_ADDR=off", "EXTWORKER_SHUTDOWN_GRACE=5s", "EXTWORKER_MAX_CONCURRENCY=8")
 	for _, sub := range [][]string{{"migrate"}, {"demo", "-deploy-only"}} {
 		cmd := exec.CommandContext(ctx, cfg.Binary, sub...)
 		cmd.Env = env
@@ -114,33 +233,20 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		}
 	}
 
-	// Invoices: one in ten declined by the provider; some answers lost, some requests dropped.
+	// Invoices: one in twenty declined by the provider (by amount).
 	run := fmt.Sprintf("SOAK-%d-%d", cfg.Seed, nonce)
-	type inv struct {
-		id, instance string
-		amount       int64
-		declined     bool
-	}
-	invoices := make([]inv, 0, cfg.Instances)
+	invoices := make([]invoice, 0, cfg.Instances)
 	for i := 0; i < cfg.Instances; i++ {
 		id := fmt.Sprintf("%s-%05d", run, i)
 		amount := int64(1000 + rng.IntN(5000))
-		declined := i%10 == 4
+		declined := i%20 == 4
 		if declined {
 			amount = declineAbove + 1
-		}
-		switch rng.IntN(20) {
-		case 0:
-			pay.Script(id, fakeprovider.LoseAnswer)
-		case 1:
-			pay.Script(id, fakeprovider.DropBeforeAccept)
-		}
-		invoices = append(invoices, inv{id: id, amount: amount, declined: declined})
-		if declined {
 			res.Declined++
 		} else {
 			res.Paid++
 		}
+		invoices = append(invoices, invoice{id: id, amount: amount, declined: declined})
 	}
 
 	// Supervisor: keep cfg.Workers processes alive; the killer and failpoints end them.
@@ -170,7 +276,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 					wenv = append(wenv, failpoint.Env+"="+point)
 				}
 				mu.Unlock()
-				logf, err := os.Create(filepath.Join(cfg.LogDir, fmt.Sprintf("worker-%d-%d.log", slot, gen)))
+				logf, err := os.Create(filepath.Join(res.RunDir, fmt.Sprintf("worker-%d-%03d.log", slot, gen)))
 				if err != nil {
 					return
 				}
@@ -194,6 +300,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 					// Killed at its failpoint, unless the killer got there first.
 					if !killedByKiller(cmd) {
 						fpK.Add(1)
+						name, _, _ := strings.Cut(point, "@")
+						faults.add("failpoint kill " + name)
 					}
 				}
 				t := time.NewTimer(time.Duration(rng2(cfg.Seed, gen, slot)) * time.Millisecond) // restart jitter 0-500ms
@@ -201,17 +309,27 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			}
 		}(slot)
 	}
+	defer func() { // on an early return, stop the workers too
+		stop.Store(true)
+		signalAll(&mu, procs, syscall.SIGKILL)
+		wg.Wait()
+	}()
 
 	// Start the instances at a controlled rate, spread over the time the kills need.
-	spread := time.Duration(cfg.MinKills) * cfg.KillEvery * 6 / 5
+	phase := time.Duration(cfg.MinKills) * cfg.KillEvery
+	spread := phase * 6 / 5
 	every := spread / time.Duration(max(cfg.Instances, 1))
-	var allStarted atomic.Bool
+	var (
+		allStarted atomic.Bool
+		startsTook atomic.Int64 // from the run's start until the last instance started
+	)
 	startErr := make(chan error, 1)
 	go func() {
 		t := time.NewTicker(max(every, time.Millisecond))
 		defer t.Stop()
 		for i := range invoices {
-			vars := camunda7.Variables{"invoiceId": camunda7.StringVar(invoices[i].id), "amountCents": camunda7.LongVar(invoices[i].amount)}
+			vars := camunda7.Variables{"invoiceId": camunda7.StringVar(invoices[i].id), "amountCents": camunda7.LongVar(invoices[i].amount),
+				canaryVariable: camunda7.StringVar(canaryPII)}
 			var pi *camunda7.ProcessInstance
 			var err error
 			for try := 0; try < 120; try++ { // a database restart makes the engine refuse for a moment
@@ -240,45 +358,79 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			invoices[i].instance = pi.ID
 			<-t.C
 		}
+		startsTook.Store(int64(time.Since(start)))
 		allStarted.Store(true)
 		startErr <- nil
 	}()
 
-	// Killer: SIGKILL a random live worker every ~KillEvery until enough kills happened
-	// and most work is done; then drain without faults.
-	finished := func() int {
+	// Toxic windows at seeded times during the kills.
+	windows := toxicWindows(rng, phase, provProxy, engineProxy, cfg.EngineLatencyWindow)
+	var windowsDone atomic.Bool
+	windowsOver := make(chan struct{})
+	wctx, wcancel := context.WithCancel(ctx)
+	go func() {
+		defer close(windowsOver)
+		runWindows(wctx, start, windows, faults.add, func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) })
+		windowsDone.Store(true)
+	}()
+	defer func() { wcancel(); <-windowsOver }() // on an early return, lift the toxics at once
+
+	// settled counts the run's instances that have ended or hold an incident: once all
+	// have, nothing more will happen without an operator. Only called after every
+	// instance has started.
+	var ours map[string]bool
+	settled := func() int {
+		if ours == nil {
+			ours = make(map[string]bool, len(invoices))
+			for _, in := range invoices {
+				ours[in.instance] = true
+			}
+		}
 		n, err := c.HistoricProcessInstanceCount(ctx, url.Values{"processDefinitionKey": {processKey},
 			"processInstanceBusinessKeyLike": {run + "%"}, "finished": {"true"}})
 		if err != nil {
 			return -1
 		}
-		return n
+		inc, err := c.Incidents(ctx, url.Values{"processDefinitionKeyIn": {processKey}})
+		if err != nil {
+			return -1
+		}
+		held := map[string]bool{}
+		for _, i := range inc {
+			if ours[i.ProcessInstanceID] {
+				held[i.ProcessInstanceID] = true
+			}
+		}
+		return n + len(held)
 	}
+
+	// Killer: SIGKILL a random live worker every ~KillEvery until enough kills happened,
+	// the toxic windows are over and most work is done; then drain without faults.
 	kill := time.NewTimer(cfg.KillEvery)
 	defer kill.Stop()
 	for ctx.Err() == nil {
 		<-kill.C
 		kills := int(randomK.Load() + fpK.Load())
-		if allStarted.Load() && (kills >= cfg.MinKills || finished() >= cfg.Instances) {
+		if allStarted.Load() && windowsDone.Load() && (kills >= cfg.MinKills || settled() >= cfg.Instances) {
 			break
 		}
 		select {
 		case err := <-startErr:
 			if err != nil {
-				stop.Store(true)
 				return res, err
 			}
 			startErr <- nil // all started; seen again below
 		default:
 		}
 		if res.PGRestarts < cfg.PGRestarts && kills >= cfg.MinKills*(res.PGRestarts+1)/(cfg.PGRestarts+1) {
-			out, err := exec.CommandContext(ctx, "bash", "-c",
+			b, err := exec.CommandContext(ctx, "bash", "-c",
 				`v=$(ls /usr/lib/postgresql | sort -n | tail -1); pg_ctlcluster "$v" main restart -m immediate`).CombinedOutput()
 			if err != nil {
-				return res, fmt.Errorf("restart PostgreSQL: %v: %s", err, out)
+				return res, fmt.Errorf("restart PostgreSQL: %v: %s", err, b)
 			}
 			res.PGRestarts++
-			fmt.Fprintf(os.Stdout, "soak: PostgreSQL restarted (immediate) after %d kills\n", kills)
+			faults.add("PostgreSQL restart (immediate)")
+			fmt.Fprintf(out, "soak: PostgreSQL restarted (immediate) after %d kills\n", kills)
 		}
 		if res.EngineRestarts < cfg.EngineRestarts && kills >= cfg.MinKills*(2*res.EngineRestarts+1)/(2*cfg.EngineRestarts+2) {
 			t0 := time.Now()
@@ -286,7 +438,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 				return res, err
 			}
 			res.EngineRestarts++
-			fmt.Fprintf(os.Stdout, "soak: engine restarted after %d kills (%.1fs)\n", kills, time.Since(t0).Seconds())
+			faults.add("engine restart")
+			fmt.Fprintf(out, "soak: engine restarted after %d kills (%.1fs)\n", kills, time.Since(t0).Seconds())
 		}
 		mu.Lock()
 		var live []*exec.Cmd
@@ -300,64 +453,186 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			markKilledByKiller(victim)
 			_ = victim.Process.Signal(syscall.SIGKILL)
 			randomK.Add(1)
+			faults.add("random SIGKILL")
 		}
 		mu.Unlock()
 		kill.Reset(cfg.KillEvery/2 + time.Duration(rng.Int64N(int64(cfg.KillEvery))))
 	}
 	if err := <-startErr; err != nil {
-		stop.Store(true)
 		return res, err
 	}
-	// Drain: no more faults until every instance ended.
+	// Drain: no more faults (no failpoints, no provider faults, the windows are over)
+	// until every instance has ended or holds an incident.
+	drainStart := time.Now()
 	draining.Store(true)
+	pay.ClearFaults()
 	tick := time.NewTicker(500 * time.Millisecond)
-	for finished() < cfg.Instances && ctx.Err() == nil {
+	for settled() < cfg.Instances && ctx.Err() == nil {
 		<-tick.C
 	}
 	tick.Stop()
+	res.Drain = time.Since(drainStart)
+	res.Starts, res.Kills = time.Duration(startsTook.Load()), drainStart.Sub(start)
 	stop.Store(true)
-	mu.Lock()
-	for _, p := range procs {
-		if p != nil && p.Process != nil {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	mu.Unlock()
+	signalAll(&mu, procs, syscall.SIGTERM)
 	wg.Wait()
 	res.Took = time.Since(start)
 	res.RandomKills, res.FailpointKills, res.Restarts = int(randomK.Load()), int(fpK.Load()), int(starts.Load())-cfg.Workers
 	res.ProviderRequests = int(pay.Requests())
-
-	// The oracle.
-	octx, ocancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer ocancel()
 	res.Charges = len(pay.Charges())
+
+	// Record the history, then check it.
+	octx, ocancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer ocancel()
+	return res, check(octx, cfg, &res, time.Now(), checkInput{c: c, pool: pool, ledger: ledger, pay: pay, ns: ns, run: run,
+		invoices: invoices, start: start, faults: faults.snapshot(), canaries: secrets}, out)
+}
+
+// checkInput is what the recorder and the oracle need of a finished run.
+type checkInput struct {
+	c        *camunda7.Client
+	pool     *pgxpool.Pool
+	ledger   *idempotency.Ledger
+	pay      *fakeprovider.Server
+	ns, run  string
+	invoices []invoice
+	start    time.Time
+	faults   map[string]int
+	canaries []string
+}
+
+// check records the run's history under res.RunDir, runs the oracle over it, writes
+// report.txt (and prints it), and prunes a passing run's history unless asked to keep
+// it. The error sums up the violations.
+func check(ctx context.Context, cfg Config, res *Result, began time.Time, in checkInput, out io.Writer) error {
 	violate := func(format string, args ...any) {
 		res.Violations = append(res.Violations, fmt.Sprintf(format, args...))
 	}
 	if k := res.RandomKills + res.FailpointKills; k < cfg.MinKills {
-		violate("the run reached %d kills, short of the %d asked for", k, cfg.MinKills)
+		violate("run: the run reached %d kills, short of the %d asked for", k, cfg.MinKills)
 	}
-	if n := finished(); n != cfg.Instances {
-		violate("I3: %d of %d instances ended (within %v)", n, cfg.Instances, cfg.Timeout)
+	if res.Drain > maxDrain {
+		violate("run: the drain took %v, over the %v allowed", res.Drain.Round(time.Second), maxDrain)
 	}
-	all := pay.Charges()
-	for _, in := range invoices {
-		res.Violations = append(res.Violations, oracle.Check(octx, ledger, all,
-			oracle.Expect{Scope: "payment.collect", Key: "invoice:" + in.id + ":v1", Invoice: in.id, Declined: in.declined})...)
+	if err := recordProvider(res.RunDir, in.pay); err != nil {
+		violate("run: record the provider's history: %v", err)
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "seed\tinstances\tpaid\tdeclined\trandom kills\tfailpoint kills\trestarts\tPG restarts\tengine restarts\tprovider requests\tcharges\ttook\tviolations\n")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t%d\n", res.Seed, res.Instances, res.Paid, res.Declined,
-		res.RandomKills, res.FailpointKills, res.Restarts, res.PGRestarts, res.EngineRestarts, res.ProviderRequests, res.Charges, res.Took.Seconds(), len(res.Violations))
-	tw.Flush()
-	if len(res.Violations) > 0 {
-		for _, v := range res.Violations[:min(len(res.Violations), 20)] {
-			fmt.Fprintln(out, "VIOLATION", v)
+	if err := recordLedger(ctx, res.RunDir, in.pool, in.ns); err != nil {
+		violate("run: record the ledger: %v", err)
+	}
+	st, err := oracle.ReadEngine(ctx, in.c, oracle.EngineQuery{ProcessDefinitionKey: processKey, BusinessKeyPrefix: in.run,
+		ErrorEndActivities: []string{errorEndEvent}, Since: in.start.Add(-time.Minute)})
+	if err != nil {
+		violate("run: read the engine's state: %v", err)
+	}
+	hist, err := readEngineHistory(ctx, in.c, st)
+	if err != nil {
+		violate("run: read the engine's history: %v", err)
+	}
+	if err := recordEngine(res.RunDir, hist); err != nil {
+		violate("run: record the engine's history: %v", err)
+	}
+
+	// The demo topics are fixed: any other worker serving them on this engine takes some
+	// of the run's tasks with its own ledger and provider, and the oracle would blame
+	// this run's workers. Say so plainly.
+	foreign := map[string]int{}
+	for _, entries := range hist.ExternalTaskLog {
+		for _, e := range entries {
+			if (e.SuccessLog || e.FailureLog) && !strings.HasPrefix(e.WorkerID, fmt.Sprintf("soak-%d-", cfg.Seed)) {
+				foreign[e.WorkerID]++
+			}
 		}
-		return res, fmt.Errorf("soak: %d invariant violations (seed %d)", len(res.Violations), cfg.Seed)
 	}
-	return res, nil
+	if len(foreign) > 0 {
+		violate("run: workers not of this run reported on its tasks (%s): another worker serves the demo topics on this engine, so this run proves nothing; run the soak alone",
+			counts(foreign))
+	}
+
+	log := in.pay.Log()
+	charges := in.pay.Charges()
+	// I1, I4-I8 per invoice.
+	exps := expectations(in.invoices, log, hist)
+	mayHold := map[string]bool{}
+	for _, e := range exps {
+		mayHold[e.Invoice] = e.MayHold
+		res.Violations = append(res.Violations, oracle.Check(ctx, in.ledger, charges, e)...)
+	}
+	// I2 over every effect and every intent of the run.
+	rows, err := in.ledger.List(ctx, idempotency.Filter{Limit: 2*len(in.invoices) + 100})
+	if err != nil {
+		violate("run: list the ledger: %v", err)
+	}
+	res.Violations = append(res.Violations, oracle.CheckDigests(rows, effects(charges))...)
+	// I3 over the run's instances.
+	started := make([]string, 0, len(in.invoices))
+	for _, inv := range in.invoices {
+		started = append(started, inv.instance)
+	}
+	var iv []string
+	res.Engine, iv = oracle.CheckInstances(started, st, allowedIncident(in.invoices, mayHold), time.Now())
+	res.Violations = append(res.Violations, iv...)
+	// I9 over the recorded logs, the ledger dump and the engine's state.
+	leaks, sources, err := scanCanaries(ctx, res.RunDir, hist, in.canaries)
+	if err != nil {
+		violate("run: I9 scan: %v", err)
+	}
+	res.Leaks = len(leaks)
+	for _, l := range leaks {
+		violate("%s", l)
+	}
+	control, err := plantedCanaries(hist)
+	if err != nil || control < len(in.invoices) {
+		violate("run: I9's control found the planted canary variable in %d of %d instances (%v)", control, len(in.invoices), err)
+	}
+
+	res.Faults = in.faults
+	for _, r := range log {
+		if r.Fault != "" {
+			res.Faults["provider "+r.Fault]++
+		}
+	}
+	res.Check = time.Since(began)
+	rep := report{res: res, cfg: cfg, log: log, charges: charges, rows: rows, hist: hist, sources: sources, canaries: len(in.canaries), control: control}
+	rep.version, _ = in.c.Version(ctx)
+	rep.reconciled, _ = reconcileCounts(ctx, in.pool, in.ns)
+	if err := writeFile(filepath.Join(res.RunDir, reportFile), rep.write); err != nil {
+		fmt.Fprintf(out, "soak: write the report: %v\n", err)
+	}
+	_ = rep.write(out)
+	if len(res.Violations) > 0 {
+		fmt.Fprintf(out, "soak: FAILED; the run's whole history is in %s\n", res.RunDir)
+		return fmt.Errorf("soak: %d invariant violations (seed %d); history in %s", len(res.Violations), cfg.Seed, res.RunDir)
+	}
+	if !cfg.KeepHistory {
+		if err := prune(res.RunDir); err != nil {
+			return fmt.Errorf("soak: prune %s: %w", res.RunDir, err)
+		}
+	}
+	return nil
+}
+
+// withQuery adds a query parameter to a URL.
+func withQuery(raw, k, v string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("database URL: %w", err)
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// signalAll sends sig to every live worker.
+func signalAll(mu *sync.Mutex, procs []*exec.Cmd, sig syscall.Signal) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range procs {
+		if p != nil && p.Process != nil {
+			_ = p.Process.Signal(sig)
+		}
+	}
 }
 
 var killed sync.Map // *exec.Cmd -> true when the killer sent the signal

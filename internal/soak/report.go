@@ -1,0 +1,205 @@
+package soak
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/fakeprovider"
+	"github.com/extworker/extworker/idempotency"
+)
+
+// report is the Jepsen-style account of one run (reliability.md §4.6): what was
+// injected, what the system did, which invariants held, and where the history is.
+type report struct {
+	res        *Result
+	cfg        Config
+	version    string
+	log        []fakeprovider.Request
+	charges    []fakeprovider.Charge
+	rows       []idempotency.Row
+	hist       engineHistory
+	reconciled reconciliations
+	sources    int // I9 sources scanned
+	canaries   int // I9 canaries looked for
+	control    int // instances whose planted canary the scanner found
+}
+
+// reconciliations counts the run's unknown outcomes and how they were resolved, from
+// the ledger's events.
+type reconciliations struct {
+	Unknown, Found, NotFound, Rejected int
+}
+
+func reconcileCounts(ctx context.Context, pool *pgxpool.Pool, namespace string) (reconciliations, error) {
+	var r reconciliations
+	err := pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE e.to_state = 'unknown' AND e.from_state IS DISTINCT FROM 'unknown'),
+			count(*) FILTER (WHERE e.from_state = 'unknown' AND e.to_state = 'reconciled'),
+			count(*) FILTER (WHERE e.from_state = 'unknown' AND e.to_state = 'prepared'),
+			count(*) FILTER (WHERE e.from_state = 'unknown' AND e.to_state = 'rejected')
+		FROM extworker_intent_events e JOIN extworker_intents i ON i.id = e.intent_id WHERE i.namespace = $1`, namespace).
+		Scan(&r.Unknown, &r.Found, &r.NotFound, &r.Rejected)
+	return r, err
+}
+
+func (r report) write(w io.Writer) error {
+	res, cfg := r.res, r.cfg
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("soak report")
+	p("seed            %d (replay: -seed %d)", res.Seed, res.Seed)
+	p("versions        engine %s, %s, worker binary %s", cmp.Or(r.version, "?"), runtime.Version(), cfg.Binary)
+	p("history         %s", res.RunDir)
+	p("took            %.1fs: instances started by %.1fs, kills until %.1fs, drain %.1fs; then recording and oracle %.1fs",
+		res.Took.Seconds(), res.Starts.Seconds(), res.Kills.Seconds(), res.Drain.Seconds(), res.Check.Seconds())
+	p("workers         %d processes, %d restarts", cfg.Workers, res.Restarts)
+
+	// The engine's side.
+	var created, completed, failed, deleted int
+	for _, entries := range r.hist.ExternalTaskLog {
+		for _, e := range entries {
+			switch {
+			case e.CreationLog:
+				created++
+			case e.SuccessLog:
+				completed++
+			case e.FailureLog:
+				failed++
+			case e.DeletionLog:
+				deleted++
+			}
+		}
+	}
+	var took []time.Duration
+	for _, h := range r.hist.ProcessInstances {
+		if h.State == "COMPLETED" && !h.EndTime.IsZero() {
+			took = append(took, h.EndTime.Sub(h.StartTime.Time))
+		}
+	}
+	slices.Sort(took)
+	p("instances       started %d (%d to pay, %d to decline): completed %d, BPMN-error ended %d, held by incidents %d, lost %d, stuck tasks %d",
+		res.Engine.Started, res.Paid, res.Declined, res.Engine.Completed, res.Engine.BPMNErrorEnded, res.Engine.Incidents, res.Engine.Lost, res.Engine.Stuck)
+	held := res.Engine.Incidents // only the undecidable may hold an incident (I3)
+	toPay := res.Paid - held
+	p("without operator %d of %d invoices to pay completed (%.2f%%), not counting %d the provider left undecidable (stored 500)",
+		res.Engine.Completed, toPay, 100*float64(res.Engine.Completed)/float64(max(toPay, 1)), held)
+	p("external tasks  created %d, completed %d, failures reported %d, deleted %d (BPMN errors: %d), open incidents %d",
+		created, completed, failed, deleted, res.Engine.BPMNErrorEnded, len(r.hist.Incidents))
+	p("end-to-end      p50 %v, p99 %v, max %v (start to end of completed instances)", quantile(took, 0.5), quantile(took, 0.99), quantile(took, 1))
+
+	// The provider's side.
+	var posts, gets int
+	outcomes := map[string]int{}
+	for _, q := range r.log {
+		if q.Method == "POST" {
+			posts++
+		} else {
+			gets++
+		}
+		outcomes[cmp.Or(q.Outcome, "unfinished")]++
+	}
+	double := map[string]int{}
+	for _, ch := range r.charges {
+		double[ch.Invoice]++
+	}
+	doubles := 0
+	for _, n := range double {
+		if n > 1 {
+			doubles++
+		}
+	}
+	p("provider        %d charge requests, %d lookups, %d effects (charges) for %d invoices to pay, %d invoices charged twice",
+		posts, gets, len(r.charges), res.Paid, doubles)
+	p("provider says   %s", counts(outcomes))
+
+	// The ledger's side: outcome classes.
+	states := map[string]int{}
+	for _, row := range r.rows {
+		states[string(row.State)]++
+	}
+	p("ledger          %d intents: %s", len(r.rows), counts(states))
+	p("outcome classes unknown outcomes %d: reconciled found %d, not found (sent again, same key) %d, declined %d",
+		r.reconciled.Unknown, r.reconciled.Found, r.reconciled.NotFound, r.reconciled.Rejected)
+
+	// What was injected.
+	p("faults injected by kind (provider mix: %s)", providerFaults)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, k := range slices.Sorted(maps.Keys(res.Faults)) {
+		fmt.Fprintf(tw, "  %s\t%d\n", k, res.Faults[k])
+	}
+	tw.Flush()
+	p("kills           %d random, %d at failpoints; %d PostgreSQL restarts, %d engine restarts",
+		res.RandomKills, res.FailpointKills, res.PGRestarts, res.EngineRestarts)
+
+	// The verdict per invariant.
+	by := map[string]int{}
+	for _, v := range res.Violations {
+		by[invariantOf(v)]++
+	}
+	var verdicts []string
+	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9"} {
+		if n := by[inv]; n > 0 {
+			verdicts = append(verdicts, fmt.Sprintf("%s FAILED (%d)", inv, n))
+		} else {
+			verdicts = append(verdicts, inv+" ok")
+		}
+	}
+	if n := by["run"]; n > 0 {
+		verdicts = append(verdicts, fmt.Sprintf("run FAILED (%d)", n))
+	}
+	p("invariants      %s", strings.Join(verdicts, ", "))
+	p("I9              %d canaries in %d sources: %d found (control: the planted variable canary found in %d of %d instances)",
+		r.canaries, r.sources, res.Leaks, r.control, res.Instances)
+	p("violations      %d", len(res.Violations))
+	for _, v := range res.Violations[:min(len(res.Violations), 50)] {
+		p("VIOLATION %s", v)
+	}
+	if len(res.Violations) > 50 {
+		p("... and %d more", len(res.Violations)-50)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// quantile is the q-quantile of sorted durations, rounded to the millisecond.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return sorted[i].Round(time.Millisecond)
+}
+
+// counts renders a tally as "a 3, b 1", largest first.
+func counts(m map[string]int) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// lockedWriter serialises writes to the run's output from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
