@@ -1,6 +1,8 @@
 // Command extworker-soak runs the seeded SIGKILL soak against the real engine and
-// PostgreSQL (see package internal/soak and `make soak`). It exits non-zero when an
-// invariant is violated, printing the seed to replay the run.
+// PostgreSQL (see package internal/soak and `make soak`). It prints the run's report
+// (also written to <logs>/<seed>-<time>/report.txt) and exits non-zero when an invariant
+// is violated, printing the seed to replay the run and the directory holding its whole
+// history. The soak must be the only worker on the engine's demo topics.
 package main
 
 import (
