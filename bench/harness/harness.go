@@ -61,6 +61,13 @@ type Options struct {
 	N5 int
 	// JavaBestMaxTasks is the Java client's maxTasks in its best configuration. Default 200.
 	JavaBestMaxTasks int
+	// AltConcurrency, if not 0, adds extworker with this MaxConcurrency to scenario 2:
+	// whether the default concurrency is what limits it. Default 0: not run.
+	AltConcurrency int
+	// AltLedgerPool, if not 0, adds a third worker to scenario 4: the ledger on a pool
+	// of this many connections (pgxpool's MaxConns) instead of pgxpool's default.
+	// Default 0: not run.
+	AltLedgerPool int
 	// JavaJar is the runnable jar of bench/java-worker. Default <ModuleRoot>/bench/java-worker/target/java-worker.jar.
 	JavaJar string
 	// JSDir is bench/js-worker with its node_modules installed. Default <ModuleRoot>/bench/js-worker.
@@ -157,6 +164,9 @@ func (o Options) Validate() error {
 	if o.IOWait < 0 {
 		errs = append(errs, fmt.Errorf("IOWait %v: must not be negative", o.IOWait))
 	}
+	if o.AltConcurrency < 0 || o.AltLedgerPool < 0 {
+		errs = append(errs, fmt.Errorf("AltConcurrency %d and AltLedgerPool %d: must not be negative", o.AltConcurrency, o.AltLedgerPool))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("bench options: %w", errors.Join(errs...))
 	}
@@ -189,14 +199,31 @@ const longPoll = 20 * time.Second
 // DefaultLedgerDBURL is the ledger database of the test environment (testenv/, make up).
 const DefaultLedgerDBURL = "postgres://extworker:extworker@127.0.0.1:5432/extworker"
 
+// altVariant is extworker with MaxConcurrency n (Options.AltConcurrency).
+func altVariant(n int) Variant {
+	return Variant{Client: Extworker, ID: fmt.Sprintf("extworker-c%d", n), Label: fmt.Sprintf("extworker, MaxConcurrency %d", n),
+		Short: fmt.Sprintf("extworker c%d", n), Config: fmt.Sprintf("as extworker, with MaxConcurrency %d", n),
+		flags: []string{"-concurrency", strconv.Itoa(n)}}
+}
+
 // ledgerVariants are scenario 4's two workers: extworker as in scenario 1, and the same
 // with one effect-ledger intent per task.
 func ledgerVariants(ext Variant) (without, with Variant) {
 	without = ext
 	without.Label, without.Short = "extworker, no ledger", "no ledger"
 	with = Variant{Client: Extworker, ID: "extworker-ledger", Label: "extworker, ledger", Short: "ledger",
-		Config: "as extworker, and the no-op handler first runs one intent through idempotency.Ledger.Do (scope bench.noop, key the task's process instance id; record, mark dispatched, confirm: three transactions) with a Dispatch that returns at once; pgxpool defaults (MaxConns: 4 or the core count), a fresh ledger namespace per trial"}
+		Config: "as extworker, and the no-op handler first runs one intent through idempotency.Ledger.Do (scope bench.noop, key the task's process instance id; record and claim it marked dispatched, then confirm: two statements, each its own transaction) with a Dispatch that returns at once; pgxpool defaults (MaxConns: 4 or the core count, as cmd/extworker), a fresh ledger namespace per trial"}
 	return without, with
+}
+
+// ledgerPoolVariant is scenario 4's ledger worker on a pool of n connections
+// (Options.AltLedgerPool).
+func ledgerPoolVariant(with Variant, n int) Variant {
+	v := with
+	v.ID, v.Label, v.Short = fmt.Sprintf("extworker-ledger-pool%d", n), fmt.Sprintf("extworker, ledger, pool of %d", n), fmt.Sprintf("ledger, pool %d", n)
+	v.Config = fmt.Sprintf("as extworker, ledger, with pgxpool MaxConns %d", n)
+	v.flags = append(slices.Clone(with.flags), "-ledger-pool", strconv.Itoa(n))
+	return v
 }
 
 func variants(o Options) (ext, javaDef, javaBest, jsDef, jsBest, raw Variant) {
@@ -248,6 +275,46 @@ type Trial struct {
 	// Intents is how many new intents the worker confirmed in the ledger (scenario 4,
 	// with the ledger; it must equal N).
 	Intents int64 `json:",omitempty"`
+	// Slots is where the worker's handler slots spent their time (scenarios 1, 2 and 4
+	// for extworker, and the JS client with maxParallelExecutions), or nil.
+	Slots *SlotUse `json:",omitempty"`
+}
+
+// SlotUse is a worker's SLOTS line with the completes' latency from its REQUESTS line:
+// from its first handler starting to its last ending (Window), Max slots were either
+// running a handler, waiting for its complete, or free (Free, summed over the slots)
+// while the fetch loop waited for the engine.
+type SlotUse struct {
+	Max           int
+	Window, Free  time.Duration
+	Complete      time.Duration // summed latency of the completes
+	Polls, Polled int64         // fetchAndLock calls answered, and the tasks they returned
+	PollTime      time.Duration // summed latency of those calls
+}
+
+// slotUse parses the SLOTS and REQUESTS lines a worker printed at exit, or returns nil.
+// REQUESTS carries the completes' summed milliseconds in its fifth field (extworker) or
+// its third (the JS worker).
+func slotUse(p *proc, c Client) *SlotUse {
+	sl, rq := p.final("SLOTS"), p.final("REQUESTS")
+	if len(sl) != 7 {
+		return nil
+	}
+	n := make([]int64, 6)
+	for i := range n {
+		n[i], _ = strconv.ParseInt(sl[i+1], 10, 64)
+	}
+	u := &SlotUse{Window: time.Duration(n[0]) * time.Millisecond, Free: time.Duration(n[1]) * time.Millisecond,
+		Polls: n[2], Polled: n[3], PollTime: time.Duration(n[4]) * time.Millisecond, Max: int(n[5])}
+	field := 5
+	if c == JS {
+		field = 3
+	}
+	if len(rq) > field {
+		ms, _ := strconv.ParseInt(rq[field], 10, 64)
+		u.Complete = time.Duration(ms) * time.Millisecond
+	}
+	return u
 }
 
 // Series is one variant's trials in one scenario.
@@ -388,6 +455,9 @@ func (h *harness) runAll(ctx context.Context) error {
 	}
 	s1 := pick(ext, javaBest, jsBest)
 	s2 := pick(ext, javaDef, javaBest, jsDef, jsBest)
+	if h.o.AltConcurrency > 0 && h.o.has(Extworker) {
+		s2 = append(s2[:1], append([]Variant{altVariant(h.o.AltConcurrency)}, s2[1:]...)...)
+	}
 	s3 := pick(ext, javaBest, jsBest)
 	s5 := pick(ext, raw)
 	noLedger, withLedger := ledgerVariants(ext)
@@ -415,8 +485,12 @@ func (h *harness) runAll(ctx context.Context) error {
 			}
 		}
 		if h.o.runs(4) && h.o.has(Extworker) {
-			for _, v := range []Variant{noLedger, withLedger} { // taking turns: A B in every run
-				ledger := v.ID == withLedger.ID
+			s4 := []Variant{noLedger, withLedger}
+			if h.o.AltLedgerPool > 0 {
+				s4 = append(s4, ledgerPoolVariant(withLedger, h.o.AltLedgerPool))
+			}
+			for _, v := range s4 { // taking turns: A B in every run
+				ledger := v.ID != noLedger.ID
 				if err := h.trial(ctx, 4, v, run, func() (Trial, error) { return h.ledgerThroughput(ctx, v, run, ledger, nil) }); err != nil {
 					return err
 				}

@@ -201,6 +201,7 @@ func Markdown(r *Results) string {
 		}
 		w("\nThe lower bound for %d tasks of %v each with %d running at once is %.2f s.\n\n", o.N2, o.IOWait, Concurrency,
 			float64(o.N2)/float64(Concurrency)*o.IOWait.Seconds())
+		writeSlots(&b, ss, o.IOWait)
 	}
 	if ss := r.scenario(3); len(ss) > 0 {
 		w("## Scenario 3: pickup latency, long polling on\n\n")
@@ -218,7 +219,7 @@ func Markdown(r *Results) string {
 	}
 	if ss := r.scenario(4); len(ss) > 0 {
 		w("## Scenario 4: the effect ledger's cost per task, no-op handler, %d instances\n\n", o.N4)
-		w("extworker as in scenario 1, without and with one effect-ledger intent per task (`idempotency.Ledger.Do` with a Dispatch that returns at once: record, mark dispatched, confirm, three transactions on the ledger's PostgreSQL, which shares the machine with the engine's). The two took turns in every run.\n\n")
+		w("extworker as in scenario 1, without and with one effect-ledger intent per task (`idempotency.Ledger.Do` with a Dispatch that returns at once: record and claim it marked dispatched in one statement, then confirm in another, each its own transaction, on the ledger's PostgreSQL, which shares the machine with the engine's). They took turns in every run.\n\n")
 		w("| worker | tasks/s | CPU ms per task | CPU s after first task | peak RSS MiB | start to first task s | engine + PostgreSQL CPU ms per task | fetches per task |\n|---|---|---|---|---|---|---|---|\n")
 		for _, s := range ss {
 			w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(tps), s.of(cpuPerMs), s.of(cpuWork), s.of(rssMiB), s.of(startupS), s.of(enginePT), s.known(fetchesPT))
@@ -351,6 +352,63 @@ func writeGoals(b *strings.Builder, r *Results) {
 		row("Worker CPU per task within 2 times the raw HTTP loop's (scenario 5)", e <= 2*w, fmt.Sprintf("%s µs vs %s µs (%.2f×)", num(e), num(w), e/w), true)
 	} else {
 		row("Worker CPU per task within 2 times the raw HTTP loop's (scenario 5)", false, "", false)
+	}
+	fmt.Fprintln(b)
+}
+
+// writeSlots renders where the handler slots' time went, per task, for the series whose
+// workers reported it (the SLOTS line): each task holds a slot for the handler's wait,
+// then for its complete; a free slot waits for the fetch loop to fill it.
+func writeSlots(b *strings.Builder, ss []*Series, handler time.Duration) {
+	var rows []*Series
+	for _, s := range ss {
+		for _, t := range s.Trials {
+			if t.Slots != nil && t.N > 0 {
+				rows = append(rows, s)
+				break
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	perTask := func(f func(t Trial, u *SlotUse) float64) func(Trial) float64 {
+		return func(t Trial) float64 {
+			if t.Slots == nil || t.N == 0 {
+				return 0
+			}
+			return f(t, t.Slots) / float64(t.N)
+		}
+	}
+	slotMs := perTask(func(_ Trial, u *SlotUse) float64 { return ms(u.Window) * float64(u.Max) })
+	completeMs := perTask(func(_ Trial, u *SlotUse) float64 { return ms(u.Complete) })
+	freeMs := perTask(func(_ Trial, u *SlotUse) float64 { return ms(u.Free) })
+	otherMs := func(t Trial) float64 {
+		return slotMs(t) - ms(handler) - completeMs(t) - freeMs(t)
+	}
+	busy := func(t Trial) float64 {
+		if t.Slots == nil || t.Slots.Window <= 0 {
+			return 0
+		}
+		return 100 * float64(t.Slots.PollTime) / float64(t.Slots.Window)
+	}
+	perPoll := func(t Trial) float64 {
+		if t.Slots == nil || t.Slots.Polls == 0 {
+			return 0
+		}
+		return float64(t.Slots.Polled) / float64(t.Slots.Polls)
+	}
+	pollMs := func(t Trial) float64 {
+		if t.Slots == nil || t.Slots.Polls == 0 {
+			return 0
+		}
+		return ms(t.Slots.PollTime) / float64(t.Slots.Polls)
+	}
+	fmt.Fprintf(b, "Where the handler slots' time went, in ms per task (from each worker's own accounting, its SLOTS line): a task holds a slot for the handler's %v, then for its complete; a free slot waits until a fetch fills it. *Other* is the rest (goroutine and lock-extender start, the handler's own overshoot, rounding).\n\n", handler)
+	fmt.Fprintf(b, "| worker | slot ms per task | handler | complete | free | other | tasks per fetch | fetch latency ms | fetch in flight, %% of the time |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range rows {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant.Label, s.of(slotMs), num(ms(handler)), s.of(completeMs), s.of(freeMs),
+			s.of(otherMs), s.of(perPoll), s.of(pollMs), s.of(busy))
 	}
 	fmt.Fprintln(b)
 }

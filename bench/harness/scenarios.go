@@ -85,7 +85,8 @@ func (h *harness) throughputThen(ctx context.Context, scenario int, v Variant, r
 	if err != nil {
 		return Trial{}, err
 	}
-	t := Trial{N: n, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS, EngineCPU: engineUsed, Fetches: p.requests()}
+	t := Trial{N: n, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS, EngineCPU: engineUsed, Fetches: p.requests(),
+		Slots: slotUse(p, v.Client)}
 	if after != nil {
 		after(p)
 	}

@@ -5,7 +5,13 @@
 //
 //   FIRST <unix ns>                  when the first handler starts
 //   PICKUP <business key> <unix ns>  when a handler starts (with -latency)
-//   REQUESTS <fetches> <completes>   at exit: fetchAndLock calls that succeeded, completes
+//   REQUESTS <fetches> <completes> <complete ms>
+//                                    at exit: fetchAndLock calls that succeeded, completes,
+//                                    and the completes' summed latency
+//   SLOTS <window ms> <free slot-ms> <polls> <tasks polled> <poll ms> <max parallel>
+//                                    at exit, with maxParallelExecutions: as goworker's, where
+//                                    the handler slots' time went (a slot is taken from the
+//                                    handler's start to its end, the awaited complete included)
 //
 // Options left out keep the client's defaults; the driver passes the configuration.
 import { Client } from "camunda-external-task-client-js";
@@ -42,6 +48,23 @@ for (const k of ["maxTasks", "maxParallelExecutions", "interval", "asyncResponse
 const client = new Client(opts);
 let fetches = 0;
 let completes = 0;
+let completeMs = 0;
+// Slot accounting (see SLOTS above): free slots integrated over time from the first
+// handler start to the last handler end, and the polls' count, tasks and latency.
+const slots = { active: 0, first: 0, last: 0, freeMs: 0, polls: 0, polled: 0, pollMs: 0, pollStart: 0 };
+const slotChange = (d) => {
+  const now = performance.now();
+  if (slots.first === 0) slots.first = now;
+  else if (o.maxParallelExecutions) slots.freeMs += (o.maxParallelExecutions - slots.active) * (now - slots.last);
+  slots.active += d;
+  slots.last = now;
+};
+client.on("poll:start", () => { slots.pollStart = performance.now(); });
+client.on("poll:success", (tasks) => {
+  slots.polls++;
+  slots.polled += tasks.length;
+  slots.pollMs += performance.now() - slots.pollStart;
+});
 client.on("poll:success", () => fetches++);
 client.on("complete:success", () => completes++);
 client.on("poll:error", (e) => console.error(`poll error: ${e}`));
@@ -55,13 +78,24 @@ client.subscribe(o.topic, async ({ task, taskService }) => {
     process.stdout.write(`FIRST ${t}\n`);
   }
   if (o.latency) process.stdout.write(`PICKUP ${task.businessKey} ${t}\n`);
-  if (o.mode === "io") await new Promise((r) => setTimeout(r, o.ioMs));
-  await taskService.complete(task);
+  slotChange(1);
+  try {
+    if (o.mode === "io") await new Promise((r) => setTimeout(r, o.ioMs));
+    const c = performance.now();
+    await taskService.complete(task);
+    completeMs += performance.now() - c;
+  } finally {
+    slotChange(-1);
+  }
 });
 
 const stop = () => {
   client.stop();
-  process.stdout.write(`REQUESTS ${fetches} ${completes}\n`);
+  process.stdout.write(`REQUESTS ${fetches} ${completes} ${Math.round(completeMs)}\n`);
+  if (o.maxParallelExecutions) {
+    const r = Math.round;
+    process.stdout.write(`SLOTS ${r(slots.last - slots.first)} ${r(slots.freeMs)} ${slots.polls} ${slots.polled} ${r(slots.pollMs)} ${o.maxParallelExecutions}\n`);
+  }
   process.exit(0);
 };
 process.on("SIGTERM", stop);

@@ -48,6 +48,8 @@ func run() error {
 	flag.IntVar(&o.LatencyWarmup, "lat-warmup", def.LatencyWarmup, "scenario 3 warm-up instances per run")
 	flag.IntVar(&o.N5, "n5", def.N5, "scenario 5 tasks per run (stub engine)")
 	flag.IntVar(&o.JavaBestMaxTasks, "java-max-tasks", def.JavaBestMaxTasks, "Java client's maxTasks in its best configuration")
+	flag.IntVar(&o.AltConcurrency, "alt-concurrency", 0, "also run extworker with this MaxConcurrency in scenario 2 (0: not)")
+	flag.IntVar(&o.AltLedgerPool, "alt-ledger-pool", 0, "also run scenario 4's ledger worker on a pool of this many connections (0: not)")
 	flag.BoolVar(&o.Profile, "profile", true, "add an unmeasured, CPU-profiled extworker trial in scenarios 1, 4 and 5")
 	flag.StringVar(&o.Note, "note", "", "a note for the top of RESULTS.md")
 	scenarios := flag.String("scenarios", "1,2,3,4,5", "scenarios to run")

@@ -12,6 +12,9 @@
 //	REQUESTS <fetches> <completes> <other> <fetch ms> <complete ms>
 //	                                 at exit: requests sent to the engine by kind, and the
 //	                                 summed round-trip times of those answered with 2xx
+//	SLOTS <window ms> <free slot-ms> <polls> <tasks polled> <poll ms> <max concurrency>
+//	                                 at exit: where the handler slots' time went, from the
+//	                                 first task starting to the last one ending (see slots)
 //
 // and stops (draining, as in production) on SIGTERM or SIGINT. The benchmark driver
 // (bench/cmd/benchrun) starts it as a separate process and measures it from outside.
@@ -63,6 +66,7 @@ func run() error {
 	verbose := flag.Bool("v", false, "log the worker's records to stderr")
 	ledgerDB := flag.String("ledger-db", "", "run one effect-ledger intent per task on this PostgreSQL (migrated first); empty: no ledger")
 	ledgerNS := flag.String("ledger-namespace", "bench", "the ledger's namespace (a fresh one per trial keeps trials apart)")
+	ledgerPool := flag.Int("ledger-pool", 0, "the ledger pool's MaxConns (0: pgxpool's default, as cmd/extworker)")
 	flag.Parse()
 	if *topic == "" {
 		return fmt.Errorf("-topic is required")
@@ -99,7 +103,7 @@ func run() error {
 	}()
 	var eff *effects
 	if *ledgerDB != "" {
-		if eff, err = openLedger(*ledgerDB, *ledgerNS, logger); err != nil {
+		if eff, err = openLedger(*ledgerDB, *ledgerNS, int32(*ledgerPool), logger); err != nil {
 			return err
 		}
 		defer eff.pool.Close()
@@ -132,10 +136,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	w, err := tasks.New(c, reg, tasks.Config{MaxConcurrency: *concurrency, AsyncResponseTimeout: *longPoll, Logger: logger})
+	slots := &slots{}
+	w, err := tasks.New(c, reg, tasks.Config{MaxConcurrency: *concurrency, AsyncResponseTimeout: *longPoll, Logger: logger, Observer: slots})
 	if err != nil {
 		return err
 	}
+	slots.max = tasks.Config{MaxConcurrency: *concurrency}.WithDefaults().MaxConcurrency
+	defer func() { out.line(slots.summary()) }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	err = w.Run(ctx)
@@ -162,12 +169,19 @@ type effects struct {
 }
 
 // openLedger connects to the ledger's database with pgxpool's defaults (as cmd/extworker
-// does), migrates it, opens every pooled connection once so that no task pays for a
-// connection set-up, and returns the ledger on namespace.
-func openLedger(url, namespace string, logger *slog.Logger) (*effects, error) {
+// does) unless maxConns is set, migrates it, opens every pooled connection once so that
+// no task pays for a connection set-up, and returns the ledger on namespace.
+func openLedger(url, namespace string, maxConns int32, logger *slog.Logger) (*effects, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("-ledger-db: %w", err)
+	}
+	if maxConns > 0 {
+		pc.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("-ledger-db: %w", err)
 	}
@@ -273,4 +287,51 @@ func (w *lineWriter) line(s string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, _ = w.f.WriteString(s + "\n")
+}
+
+// slots integrates the worker's free handler slots over time, from the first task
+// starting to the last one ending, and sums its polls: with the handler's run time and
+// the completes' latency (REQUESTS) it says where the slots' time went (running the
+// handler, reporting, or free while the fetch loop waits for the engine's answer).
+type slots struct {
+	tasks.NopObserver
+	max int
+
+	mu            sync.Mutex
+	first, last   time.Time
+	free          int
+	freeTime      time.Duration // free slots × time, from first to last
+	polls, polled int64
+	pollTime      time.Duration
+	seen          bool
+}
+
+func (s *slots) Slots(_ string, _ int, free int) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.seen {
+		s.first, s.seen = now, true
+	} else {
+		s.freeTime += time.Duration(s.free) * now.Sub(s.last)
+	}
+	s.free, s.last = free, now
+}
+
+func (s *slots) Polled(n int, latency time.Duration, err error) {
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.polls++
+	s.polled += int64(n)
+	s.pollTime += latency
+}
+
+func (s *slots) summary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("SLOTS %d %d %d %d %d %d", s.last.Sub(s.first).Milliseconds(), s.freeTime.Milliseconds(),
+		s.polls, s.polled, s.pollTime.Milliseconds(), s.max)
 }
