@@ -183,9 +183,11 @@ const (
 )
 
 // LoseOnce arms a one-shot fault on the first chunk sent upstream that contains marker
-// (found within one chunk: a small message written at once, such as PostgreSQL's
-// simple-protocol COMMIT). The returned channel is closed when the fault has fired.
-// Remove(name) disarms it; it stays in place, inert, after firing.
+// (found within one chunk: a message written at once, such as a PostgreSQL Bind with its
+// parameters). The link must carry plaintext: with TLS (PostgreSQL's default sslmode
+// prefer negotiates it) nothing matches, so point the client at the proxy with
+// sslmode=disable. The returned channel is closed when the fault has fired. Remove(name)
+// disarms it; it stays in place, inert, after firing.
 //
 // Toxiproxy's own toxics act on time and byte counts only; this one acts on content, so a
 // test can lose exactly the answer to one request without a hook in the code under test.

@@ -1,17 +1,20 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -260,4 +263,49 @@ func requireClosed(t *testing.T, ch <-chan struct{}) {
 	default:
 		t.Fatal("the fault did not report firing")
 	}
+}
+
+// LoseOnce on a real PostgreSQL conversation (pgx, extended protocol, one statement that
+// is its own transaction, without TLS), armed on a connection already open: with LoseAnswer the row is
+// committed and the client gets an error; with LoseRequest the row never is.
+func TestToxiLoseOncePostgres(t *testing.T) {
+	direct := DB(t)
+	ctx := Context(t, time.Minute)
+	table := "toxi_" + strings.ReplaceAll(Unique("t"), "-", "_")
+	_, err := direct.Exec(ctx, "CREATE TABLE "+table+" (v text PRIMARY KEY)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = direct.Exec(context.Background(), "DROP TABLE "+table) })
+
+	u, err := url.Parse(DBURL())
+	require.NoError(t, err)
+	p := Toxi(t, "postgres", u.Host)
+	u.Host = p.Addr()
+	q := u.Query()
+	q.Set("sslmode", "disable") // plaintext, for the marker to be seen
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	insert := func(v string) error {
+		_, err := pool.Exec(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
+		return err
+	}
+	require.NoError(t, insert("warm-up"), "a connection is open before the fault is armed")
+	count := func(v string) int {
+		var n int
+		require.NoError(t, direct.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE v = $1", v).Scan(&n))
+		return n
+	}
+
+	fired := p.LoseOnce("answer", []byte("marked-answer"), LoseAnswer)
+	require.Error(t, insert("marked-answer"), "the answer is lost")
+	requireClosed(t, fired)
+	assert.Equal(t, 1, count("marked-answer"), "committed all the same")
+	p.Remove("answer")
+
+	fired = p.LoseOnce("request", []byte("marked-request"), LoseRequest)
+	require.Error(t, insert("marked-request"), "the request is lost")
+	requireClosed(t, fired)
+	assert.Equal(t, 0, count("marked-request"), "never reached the server")
+	require.NoError(t, insert("after"), "one shot: the next statement passes")
 }
