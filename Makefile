@@ -57,7 +57,7 @@ FORCE:
 soak-short: up bin/extworker
 	$(GO) run ./cmd/extworker-soak -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 soak: up bin/extworker
-	$(GO) run ./cmd/extworker-soak -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(GO) run ./cmd/extworker-soak -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 
 vet:
 	$(GO) vet ./...
