@@ -60,6 +60,7 @@ type Error struct {
 	message   string
 	variables map[string]any
 	delay     time.Duration
+	keep      bool // Deferred: the retries are not counted down
 }
 
 // Error returns the text of the wrapped error unchanged (so marking an error does not
@@ -134,6 +135,16 @@ func RetryableAfter(err error, delay time.Duration) error {
 	return &Error{kind: KindRetryable, err: err, delay: max(delay, 0)}
 }
 
+// Deferred is RetryableAfter without counting a retry down: the task is not failing, it
+// is waiting for something that ends by itself, such as another attempt's lease on the
+// same side effect (idempotency.ErrInProgress). The worker reports a failure with the
+// task's retries unchanged and the given retry timeout (the policy's backoff if 0), so a
+// crashed worker's lease cannot use a healthy task's retries up and raise an incident.
+// Whatever it waits for must be bounded in time: Deferred never ends in an incident.
+func Deferred(err error, delay time.Duration) error {
+	return &Error{kind: KindRetryable, err: err, delay: max(delay, 0), keep: true}
+}
+
 // UnknownOutcome marks err as leaving a side effect in doubt: the request may or may
 // not have taken effect (a timeout after sending, a lost answer). Such a task is never
 // retried blindly, since doing so could repeat the effect.
@@ -200,9 +211,11 @@ type Outcome struct {
 	Message string
 	// Variables are the BPMN error's variables (KindBPMNError only; a copy).
 	Variables map[string]any
-	// RetryDelay is the delay set with RetryableAfter (KindRetryable only); 0 means
-	// the RetryPolicy decides.
+	// RetryDelay is the delay set with RetryableAfter or Deferred (KindRetryable only);
+	// 0 means the RetryPolicy decides.
 	RetryDelay time.Duration
+	// KeepRetries is set by Deferred: report the failure without counting a retry down.
+	KeepRetries bool
 	// Panic is set when the error is, or wraps, a recovered panic, whatever the kind.
 	Panic *PanicError
 }
@@ -238,6 +251,7 @@ func Classify(err error) Outcome {
 			return o
 		case KindRetryable:
 			o.RetryDelay = e.delay
+			o.KeepRetries = e.keep
 		}
 	}
 	o.Message = text(err)

@@ -311,3 +311,22 @@ func TestClassifyErrorMethodPanics(t *testing.T) {
 	assert.Equal(t, KindPermanent, o.Kind)
 	assert.True(t, strings.HasPrefix(o.Message, "*failure.Error: Error method panicked: "), o.Message)
 }
+
+// Deferred is retryable with its own delay and keeps the retries; the outermost mark
+// still wins, so Retryable(Deferred(x)) counts a retry down again.
+func TestDeferredKeepsRetries(t *testing.T) {
+	base := errors.New("intent in progress in another attempt")
+	o := Classify(Deferred(base, 3*time.Second))
+	if o.Kind != KindRetryable || !o.KeepRetries || o.RetryDelay != 3*time.Second || !errors.Is(o.Err, base) {
+		t.Fatalf("Deferred classified as %+v", o)
+	}
+	if o := Classify(RetryableAfter(base, time.Second)); o.KeepRetries {
+		t.Fatal("RetryableAfter must count retries down")
+	}
+	if o := Classify(Retryable(Deferred(base, time.Second))); o.KeepRetries {
+		t.Fatal("the outermost mark decides")
+	}
+	if o := Classify(fmt.Errorf("wrapped: %w", Deferred(base, -time.Second))); !o.KeepRetries || o.RetryDelay != 0 {
+		t.Fatalf("wrapped Deferred with a negative delay: %+v", o)
+	}
+}

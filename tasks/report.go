@@ -58,6 +58,17 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		left, delay := 0, time.Duration(0)
 		if o.Kind == failure.KindRetryable {
 			left, delay = t.opts.Retry.Next(task.Retries())
+			if o.KeepRetries {
+				// Deferred: waiting, not failing. The retries stay as they are (a task
+				// never failed before keeps its whole budget).
+				left = t.opts.Retry.WithDefaults().MaxAttempts
+				if r := task.Retries(); r != nil {
+					left = max(*r, 1)
+				}
+				if delay == 0 {
+					delay = t.opts.Retry.WithDefaults().InitialDelay
+				}
+			}
 			if left > 0 && o.RetryDelay > 0 {
 				delay = o.RetryDelay
 			}

@@ -144,10 +144,11 @@ func TestW2CompetingWorkers(t *testing.T) {
 	assert.Len(t, acts, 1, "collect payment ran once in the engine")
 }
 
-// BUG (this test fails until it is fixed): a worker that dies inside the provider call
-// leaves its intent dispatched under its ledger lease, and every attempt made before the
-// lease ends spends one of the task's engine retries, so a lease that outlasts the retry
-// policy turns a healthy task into an incident.
+// Regression (found by this matrix): a worker that dies inside the provider call leaves
+// its intent dispatched under its ledger lease, and every attempt made before the lease
+// ended spent one of the task's engine retries, so a lease that outlasted the retry
+// policy turned a healthy task into an incident. Fixed: an attempt that finds the intent
+// in progress returns failure.Deferred, reported with the task's retries unchanged.
 //
 // Worker A is killed (SIGKILL) while its charge is at the provider; worker B fetches the
 // task once A's 2s lock has run out. The ledger lease is 20s (the daemon's defaults have
@@ -163,7 +164,7 @@ func TestW2CompetingWorkers(t *testing.T) {
 // the intent in progress wait without spending a retry (report the failure with the
 // task's current retries and a retry timeout of the lease's remainder, like river's
 // JobSnooze), or keep leases within the lock duration.
-func TestW2DeadWorkersLeaseSpendsRetriesBug(t *testing.T) {
+func TestW2DeadWorkersLeaseDoesNotSpendRetries(t *testing.T) {
 	f := newFaultEnv(t, "w2dead", 2*time.Minute)
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
 	invoice := testenv.Unique("INV-W2dead")
@@ -201,7 +202,7 @@ func TestW2DeadWorkersLeaseSpendsRetriesBug(t *testing.T) {
 		for _, e := range entries {
 			t.Logf("failure by %s at %s: %.160s", e.WorkerID, e.Timestamp.Format(time.StampMilli), e.ErrorMessage)
 		}
-		t.Fatalf("BUG: an intent in progress under a dead worker's lease spent all %d of the task's attempts: incident %q", len(entries), incident)
+		t.Fatalf("regression: an intent in progress under a dead worker's lease spent all %d of the task's attempts: incident %q", len(entries), incident)
 	}
 	oracle(t, ctx, c, ledger, pay, invoice, id)
 	assertNoIncidents(t, c, id)
@@ -317,9 +318,8 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 //
 // The ledger lease is 6s so that an unpaused attempt outlasts the slowest answer (its
 // dispatch is cut off at 90% of the lease). Attempts made while a paused worker's lease
-// lasts spend one of the task's retries each ("intent in progress",
-// TestW2DeadWorkersLeaseSpendsRetriesBug): the 4s between lock expiry and the lease's
-// end leave room for at most four of them, one short of the demo policy's five attempts.
+// lasts wait without spending the task's retries ("intent in progress" is
+// failure.Deferred; TestW2DeadWorkersLeaseDoesNotSpendRetries).
 func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0xD1))
