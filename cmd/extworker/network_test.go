@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -52,7 +51,7 @@ func TestNetworkC5bCompleteAnswerLost(t *testing.T) {
 	w := startNetWorker(t, f, netViaProxy(t, testenv.AuthEngineURL(), engine.Addr()), testenv.DBURL(),
 		"EXTWORKER_ENGINE_TIMEOUT=3s", "EXTWORKER_LOCK_DURATION=20s", "EXTWORKER_LEDGER_LEASE=10s")
 
-	w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(netCharges(f.pay, invoice)) == 1 })
+	w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(chargesFor(f.pay, invoice)) == 1 })
 	engine.Add("answers", testenv.Downstream, testenv.Timeout{})
 	w.note(t, "toxic: downstream timeout on worker->engine (answers dropped), the handler inside the provider call")
 	var collect camunda7.HistoricActivityInstance
@@ -76,7 +75,7 @@ func TestNetworkC5bCompleteAnswerLost(t *testing.T) {
 	row := netLedgerRow(t, f, invoice)
 	assert.Equal(t, idempotency.StateConfirmed, row.State)
 	assert.Equal(t, 1, row.Dispatches, "no second provider request")
-	assert.Len(t, netChargeRequests(f.pay, invoice), 1, "no second provider request")
+	assert.Len(t, requestsFor(f.pay, invoice), 1, "no second provider request")
 	resolved := w.records(t, "report answer was lost; the task is gone, so the report took effect", taskID)
 	if assert.Len(t, resolved, 1, "the worker resolved the lost answer by asking the engine; logs:\n%s", w.logs.String()) {
 		t.Logf("worker: %q (lost answer: %v)", resolved[0]["msg"], resolved[0]["lost_answer"])
@@ -100,7 +99,7 @@ func TestNetworkE1EngineUnreachable(t *testing.T) {
 	w := startNetWorker(t, f, netViaProxy(t, testenv.AuthEngineURL(), engine.Addr()), testenv.DBURL(),
 		"EXTWORKER_LOCK_DURATION="+lock.String(), "EXTWORKER_ENGINE_TIMEOUT=2s")
 
-	w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(netCharges(f.pay, invoice)) == 1 })
+	w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(chargesFor(f.pay, invoice)) == 1 })
 	engine.Disable()
 	down := time.Now()
 	w.note(t, "engine link disabled for %v (3 x lockDuration), the handler inside the provider call", 3*lock)
@@ -122,7 +121,7 @@ func TestNetworkE1EngineUnreachable(t *testing.T) {
 	netNoIncident(t, f, id)
 	row := netLedgerRow(t, f, invoice)
 	assert.Equal(t, 1, row.Dispatches, "the re-fetch short-circuits from the ledger")
-	assert.Len(t, netChargeRequests(f.pay, invoice), 1, "the re-fetch short-circuits from the ledger")
+	assert.Len(t, requestsFor(f.pay, invoice), 1, "the re-fetch short-circuits from the ledger")
 	failed := w.records(t, "reporting the result failed", taskID)
 	handled := w.records(t, "task handled", taskID)
 	t.Logf("collect-payment task %s: %d undelivered report(s) during the outage, %d delivered", taskID, len(failed), len(handled))
@@ -155,7 +154,7 @@ func TestNetworkP1LedgerUnreachable(t *testing.T) {
 		}
 		w.eventually(t, 30*time.Second, "the slow invoices to be inside the provider call", func() bool {
 			for _, inv := range slow {
-				if len(netCharges(f.pay, inv)) != 1 {
+				if len(chargesFor(f.pay, inv)) != 1 {
 					return false
 				}
 			}
@@ -189,7 +188,7 @@ func TestNetworkP1LedgerUnreachable(t *testing.T) {
 		oracle(t, f.ctx, f.c, f.ledger, f.pay, invoice, id)
 		netNoIncident(t, f, id)
 		row := netLedgerRow(t, f, invoice)
-		assert.Len(t, netChargeRequests(f.pay, invoice), 1, "%s: one charge request (the provider is healthy)", invoice)
+		assert.Len(t, requestsFor(f.pay, invoice), 1, "%s: one charge request (the provider is healthy)", invoice)
 		t.Logf("%s: ledger %s, attempt %d, %d dispatch(es), %d reconciliation(s)", invoice, row.State, row.Attempt, row.Dispatches, row.Reconciliations)
 	}
 	assert.Zero(t, f.pay.DoubleCharges())
@@ -234,7 +233,7 @@ func TestNetworkP2CommitLost(t *testing.T) {
 			invoice := testenv.Unique("INV-P2-" + tc.name)
 			f.pay.Script(invoice, fakeprovider.SlowAnswer)
 			id := f.start(t, invoice, 4400)
-			w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(netCharges(f.pay, invoice)) == 1 })
+			w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(chargesFor(f.pay, invoice)) == 1 })
 			fired := db.LoseOnce("confirm", confirmMarker, tc.loss)
 			t.Cleanup(func() { db.Remove("confirm") })
 			w.note(t, "armed: lose the %s of the confirmed transition on worker->PostgreSQL", tc.name)
@@ -254,7 +253,7 @@ func TestNetworkP2CommitLost(t *testing.T) {
 			row := netLedgerRow(t, f, invoice)
 			assert.Equal(t, tc.want, row.State)
 			assert.Equal(t, 1, row.Dispatches, "never sent twice")
-			assert.Len(t, netChargeRequests(f.pay, invoice), 1, "never sent twice")
+			assert.Len(t, requestsFor(f.pay, invoice), 1, "never sent twice")
 			taskID := netCollectTask(t, f, w, id)
 			fails, err := f.c.ExternalTaskLog(f.ctx, url.Values{"externalTaskId": {taskID}, "failureLog": {"true"}})
 			require.NoError(t, err)
@@ -415,28 +414,6 @@ func netCompleted(f faultEnv, id string) func() bool {
 		h, err := f.c.HistoricProcessInstance(f.ctx, id)
 		return err == nil && h.State == "COMPLETED"
 	}
-}
-
-// netCharges returns the provider's charges for one invoice.
-func netCharges(pay *fakeprovider.Server, invoice string) []fakeprovider.Charge {
-	var out []fakeprovider.Charge
-	for _, ch := range pay.Charges() {
-		if ch.Invoice == invoice {
-			out = append(out, ch)
-		}
-	}
-	return out
-}
-
-// netChargeRequests returns the charge requests the provider received for one invoice.
-func netChargeRequests(pay *fakeprovider.Server, invoice string) []fakeprovider.Request {
-	var out []fakeprovider.Request
-	for _, r := range pay.Log() {
-		if r.Method == http.MethodPost && r.Path == "/v1/charges" && r.Invoice == invoice {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // netCollectTask returns the id of the instance's collect-payment task, and checks the

@@ -62,7 +62,7 @@ func chargesFor(pay *fakeprovider.Server, invoice string) []fakeprovider.Charge 
 func requestsFor(pay *fakeprovider.Server, invoice string) []fakeprovider.Request {
 	var out []fakeprovider.Request
 	for _, r := range pay.Log() {
-		if r.Invoice == invoice && r.Method == http.MethodPost {
+		if r.Method == http.MethodPost && r.Path == "/v1/charges" && r.Invoice == invoice {
 			out = append(out, r)
 		}
 	}
