@@ -318,7 +318,17 @@ func (c config) engineTLS() (*tls.Config, error) {
 // openLedger connects to the ledger database and checks it is migrated (unless migrating
 // is what the caller is about to do).
 func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigrated bool) (*idempotency.Ledger, *pgxpool.Pool, error) {
-	pool, err := pgxpool.New(ctx, c.DatabaseURL)
+	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	// Every running handler may hold a connection for its ledger statements: unless the
+	// URL says otherwise (pool_max_conns), the pool is as large as the concurrency, not
+	// pgx's default of max(4, cores), so handlers do not queue for connections.
+	if !strings.Contains(c.DatabaseURL, "pool_max_conns") && int32(c.MaxConcurrency) > pcfg.MaxConns {
+		pcfg.MaxConns = int32(c.MaxConcurrency)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}
