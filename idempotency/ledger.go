@@ -217,7 +217,8 @@ type attempt struct {
 //   - confirmed now, or earlier (Replayed, the provider not called): the Outcome;
 //   - declined: Effect.OnRejected (default failure.BPMNError with the decline's code);
 //   - same key, different request: failure.Permanent(ErrDigestMismatch), nothing sent;
-//   - another live attempt owns the intent: failure.RetryableAfter(ErrInProgress);
+//   - another live attempt owns the intent: failure.Deferred(ErrInProgress): retried
+//     without spending a retry, since the other attempt's lease ends by itself;
 //   - dispatch ambiguous: the intent is unknown, failure.RetryableAfter(ErrUnknownOutcome);
 //     the next attempt reconciles before anything is sent again;
 //   - not reconcilable, or too many tries: operator hold, failure.UnknownOutcome with what
@@ -401,7 +402,9 @@ func (a *attempt) claim(ctx context.Context) error {
 			return nil
 		case row.LeaseUntil != nil && row.LeaseUntil.After(now):
 			wait := row.LeaseUntil.Sub(now)
-			result = failure.RetryableAfter(fmt.Errorf("%w (attempt %d by %s, lease ends in %v)", ErrInProgress, row.Attempt, deref(row.LeaseOwner), wait.Round(time.Millisecond)),
+			// Waiting for another attempt's lease is not a failure of this task: it must
+			// not use the task's retries up (a crashed worker's lease outlives its lock).
+			result = failure.Deferred(fmt.Errorf("%w (attempt %d by %s, lease ends in %v)", ErrInProgress, row.Attempt, deref(row.LeaseOwner), wait.Round(time.Millisecond)),
 				min(wait, l.cfg.InProgressBackoff))
 			return nil
 		case row.Attempt >= l.cfg.MaxAttempts:
@@ -522,18 +525,23 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 	case reconHold:
 		return false, Outcome{}, a.hold(ctx, how+": "+rec.reason, ErrUnknownOutcome)
 	}
-	n := r.Reconciliations + 1
-	if n >= l.cfg.MaxReconciliations {
+	// Waiting out the index lag is not an inconclusive answer: it does not count towards
+	// MaxReconciliations (the lag bounds it).
+	n, counted := r.Reconciliations+1, 1
+	if lagLeft > 0 {
+		n, counted = r.Reconciliations, 0
+	}
+	if counted == 1 && n >= l.cfg.MaxReconciliations {
 		return false, Outcome{}, a.hold(ctx, fmt.Sprintf("still unknown after %d reconciliations: %s", n, rec.reason), ErrUnknownOutcome)
 	}
 	wctx, wcancel := a.writeCtx(ctx)
 	defer wcancel()
-	if _, err := l.pool.Exec(wctx, `UPDATE extworker_intents SET reconciliations = reconciliations + 1, lease_owner = NULL, lease_until = NULL,
-			updated_at = now() WHERE id = $1 AND attempt = $2`, r.ID, r.Attempt); err != nil {
+	if _, err := l.pool.Exec(wctx, `UPDATE extworker_intents SET reconciliations = reconciliations + $3, lease_owner = NULL, lease_until = NULL,
+			updated_at = now() WHERE id = $1 AND attempt = $2`, r.ID, r.Attempt, counted); err != nil {
 		l.hooks.Observer.DatabaseError("ledger_write", err)
 		return false, Outcome{}, failure.Retryable(err)
 	}
-	backoff := max(l.cfg.ReconcileBackoff<<min(n-1, 10), lagLeft)
+	backoff := max(l.cfg.ReconcileBackoff<<min(max(n-1, 0), 10), lagLeft)
 	return false, Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, n, l.cfg.MaxReconciliations, rec.reason), backoff)
 }
 
@@ -542,7 +550,11 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 	l := a.l
 	failpoint.Inject(failpoint.AfterDispatchMark)
-	dctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
+	// Once the request may leave, it is not abandoned when the handler's context ends (a
+	// lost lock, a cancelled task, shutdown): its answer is waited for, within the lease,
+	// and recorded, rather than turned into an unknown outcome. Cancellation stops an
+	// attempt before dispatch (the fence), not in the middle of one.
+	dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.leaseDeadline())
 	res, derr := a.eff.Dispatch(dctx, a.row.ProviderKey)
 	cancel()
 	var rej *Rejection
@@ -552,6 +564,11 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 		return a.confirm(ctx, StateDispatched, StateConfirmed, res, "confirmed by the provider")
 	case errors.As(derr, &rej):
 		return Outcome{}, a.reject(ctx, StateDispatched, rej, "declined by the provider")
+	case failure.Classify(derr).Kind == failure.KindPermanent:
+		// The provider refused the request outright without acting on it as a decline
+		// (the key is held for a different request: a mismatch that got past the digest
+		// check). Nothing will change by retrying: an operator looks at the key.
+		return Outcome{}, a.hold(ctx, "the provider refused the request: "+derr.Error(), ErrKeyRefused)
 	case IsNotSent(derr):
 		if err := a.move(ctx, StateDispatched, StatePrepared, derr.Error(), ""); err != nil {
 			return Outcome{}, failure.Retryable(err)
