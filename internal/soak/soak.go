@@ -263,6 +263,20 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	points := []string{failpoint.AfterPrepared, failpoint.AfterDispatchMark, failpoint.AfterProviderAnswer,
 		failpoint.AfterConfirm, failpoint.BeforeComplete, failpoint.InExtension}
 	fpRand := rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed+2))
+	// The failpoints rotate through the crash points: each restart that carries one
+	// takes the point armed least often so far (ties in the order above), so every point
+	// is armed about equally often whatever the run's length.
+	armed := make([]int, len(points))
+	nextPoint := func() string {
+		best := 0
+		for i := range points {
+			if armed[i] < armed[best] {
+				best = i
+			}
+		}
+		armed[best]++
+		return points[best]
+	}
 	for slot := 0; slot < cfg.Workers; slot++ {
 		wg.Add(1)
 		go func(slot int) {
@@ -271,8 +285,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 				wenv := append(append([]string{}, env...), fmt.Sprintf("EXTWORKER_WORKER_ID=soak-%d-%d-%d", cfg.Seed, slot, gen))
 				mu.Lock()
 				point := ""
-				if gen > 0 && !draining.Load() && fpRand.IntN(3) == 0 { // about every third restart carries a failpoint
-					point = fmt.Sprintf("%s@%d", points[fpRand.IntN(len(points))], 1+fpRand.IntN(10))
+				if gen > 0 && !draining.Load() && fpRand.IntN(2) == 0 { // about every second restart carries a failpoint
+					point = fmt.Sprintf("%s@%d", nextPoint(), 1+fpRand.IntN(10))
 					wenv = append(wenv, failpoint.Env+"="+point)
 				}
 				mu.Unlock()
