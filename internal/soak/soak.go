@@ -351,12 +351,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 				if errors.Is(err, camunda7.ErrOutcomeUnknown) {
 					// The answer was lost (the engine or its database went away): ask whether
 					// the instance exists before starting it again.
-					if found, ferr := c.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {invoices[i].id}}); ferr == nil {
-						if len(found) > 0 {
-							pi, err = &camunda7.ProcessInstance{ID: found[0].ID}, nil
-						} else {
-							err = fmt.Errorf("%w (not started: safe to send again)", camunda7.ErrNotSent)
+					// The engine may still be down (a restart): keep asking, never resend blindly.
+					for ask := 0; ask < 240 && ctx.Err() == nil; ask++ {
+						found, ferr := c.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {invoices[i].id}})
+						if ferr == nil {
+							if len(found) > 0 {
+								pi, err = &camunda7.ProcessInstance{ID: found[0].ID}, nil
+							} else {
+								err = fmt.Errorf("%w (not started: safe to send again)", camunda7.ErrNotSent)
+							}
+							break
 						}
+						wait := time.NewTimer(250 * time.Millisecond)
+						<-wait.C
 					}
 				}
 				if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {
