@@ -82,10 +82,14 @@ func Check(ctx context.Context, l *idempotency.Ledger, charges []fakeprovider.Ch
 	if err != nil {
 		return append(v, fmt.Sprintf("I4: %s has no ledger row: %v", e.Key, err))
 	}
-	held := e.MayHold && !e.Declined && (row.State == idempotency.StateUnknown || row.State == idempotency.StateOperatorHold)
+	// A stored 500 may come before the provider evaluated the charge at all, so an
+	// invoice meant to be declined can be held too (with no charge).
+	held := e.MayHold && (row.State == idempotency.StateUnknown || row.State == idempotency.StateOperatorHold)
 	switch {
 	case held && !e.Incident:
 		bad("I4: %s left %s without an incident on its instance", e.Key, row.State)
+	case held && e.Declined && len(mine) != 0:
+		bad("I4: declined %s is held but was charged %d times", e.Key, len(mine))
 	case held:
 		// The operator queue: whatever the provider did is for an operator to settle (at
 		// most one effect, checked above).

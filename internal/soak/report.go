@@ -91,7 +91,7 @@ func (r report) write(w io.Writer) error {
 	p("instances       started %d (%d to pay, %d to decline): completed %d, BPMN-error ended %d, held by incidents %d, lost %d, stuck tasks %d",
 		res.Engine.Started, res.Paid, res.Declined, res.Engine.Completed, res.Engine.BPMNErrorEnded, res.Engine.Incidents, res.Engine.Lost, res.Engine.Stuck)
 	held := res.Engine.Incidents // only the undecidable may hold an incident (I3)
-	toPay := res.Paid - held
+	toPay := res.Paid - (held - res.HeldDeclined)
 	p("without operator %d of %d invoices to pay completed (%.2f%%), not counting %d the provider left undecidable (stored 500)",
 		res.Engine.Completed, toPay, 100*float64(res.Engine.Completed)/float64(max(toPay, 1)), held)
 	p("external tasks  created %d, completed %d, failures reported %d, deleted %d (BPMN errors: %d), open incidents %d",

@@ -102,6 +102,9 @@ type Result struct {
 	Engine oracle.InstanceCounts
 	// Leaks is how many canary occurrences I9 found.
 	Leaks int
+	// HeldDeclined counts invoices to decline that the provider left undecidable (a 500
+	// stored under the key before it could decline): held with an incident.
+	HeldDeclined int
 	// RunDir holds the run's history and report.
 	RunDir     string
 	Violations []string
@@ -577,6 +580,9 @@ func check(ctx context.Context, cfg Config, res *Result, began time.Time, in che
 	mayHold := map[string]bool{}
 	for _, e := range exps {
 		mayHold[e.Invoice] = e.MayHold
+		if e.Declined && e.MayHold && e.Incident {
+			res.HeldDeclined++ // a stored 500 before the provider could decline
+		}
 		res.Violations = append(res.Violations, oracle.Check(ctx, in.ledger, charges, e)...)
 	}
 	// I2 over every effect and every intent of the run.
