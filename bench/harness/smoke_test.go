@@ -22,7 +22,7 @@ import (
 func TestSmoke(t *testing.T) {
 	c := testenv.Engine(t) // fails in CI, skips elsewhere, without an engine
 	c.CloseIdleConnections()
-	if testing.Short() {
+	if testing.Short() && !testenv.InCI() { // in CI (CI=true) the smoke run always runs
 		t.Skip("builds and runs worker processes")
 	}
 	out := t.TempDir()
