@@ -1,9 +1,7 @@
 package testenv
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/extworker/extworker/camunda7"
 )
@@ -26,14 +24,6 @@ func AuthEngineURL() string { return env("EXTWORKER_TEST_AUTH_ENGINE_URL", Defau
 // elsewhere when that engine is not there.
 func AuthEngine(t testing.TB) *camunda7.Client {
 	t.Helper()
-	c, err := camunda7.New(camunda7.Config{BaseURL: AuthEngineURL(), Username: AuthEngineUser, Password: AuthEnginePassword})
-	if err != nil {
-		t.Fatalf("engine client: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Version(ctx); err != nil {
-		unavailable(t, "engine with REST authentication at "+AuthEngineURL(), err)
-	}
-	return c
+	return engine(t, "engine with REST authentication",
+		camunda7.Config{BaseURL: AuthEngineURL(), Username: AuthEngineUser, Password: AuthEnginePassword})
 }

@@ -60,14 +60,21 @@ func unavailable(t testing.TB, what string, err error) {
 // Engine returns a client for the engine under test, after checking it answers.
 func Engine(t testing.TB) *camunda7.Client {
 	t.Helper()
-	c, err := camunda7.New(camunda7.Config{BaseURL: EngineURL()})
+	return engine(t, "engine", camunda7.Config{BaseURL: EngineURL()})
+}
+
+// engine returns a client for cfg after checking the engine answers; what names it in
+// the failure or skip.
+func engine(t testing.TB, what string, cfg camunda7.Config) *camunda7.Client {
+	t.Helper()
+	c, err := camunda7.New(cfg)
 	if err != nil {
 		t.Fatalf("engine client: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Version(ctx); err != nil {
-		unavailable(t, "engine at "+EngineURL(), err)
+		unavailable(t, what+" at "+cfg.BaseURL, err)
 	}
 	return c
 }
