@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/stream"
 	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/rs/zerolog"
 )
@@ -254,26 +255,16 @@ type watchToxic struct {
 
 func (x *watchToxic) Pipe(stub *toxics.ToxicStub) {
 	f := lookupFuse(x.Fuse)
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
+	pipeUntil(stub, func(c *stream.StreamChunk) bool {
+		if f != nil && f.state.Load() == fuseArmed && bytes.Contains(c.Data, f.marker) {
+			if f.loss == LoseRequest && f.state.CompareAndSwap(fuseArmed, fuseFired) {
+				f.fire()
+				return true
 			}
-			if f != nil && f.state.Load() == fuseArmed && bytes.Contains(c.Data, f.marker) {
-				if f.loss == LoseRequest && f.state.CompareAndSwap(fuseArmed, fuseFired) {
-					f.fire()
-					dropConnection(stub)
-					return
-				}
-				f.state.CompareAndSwap(fuseArmed, fuseTripped)
-			}
-			stub.Output <- c
+			f.state.CompareAndSwap(fuseArmed, fuseTripped)
 		}
-	}
+		return false
+	})
 }
 
 // answerToxic passes server data downstream, except the first chunk after its fuse
@@ -284,6 +275,18 @@ type answerToxic struct {
 
 func (x *answerToxic) Pipe(stub *toxics.ToxicStub) {
 	f := lookupFuse(x.Fuse)
+	pipeUntil(stub, func(*stream.StreamChunk) bool {
+		if f != nil && f.state.CompareAndSwap(fuseTripped, fuseFired) {
+			f.fire()
+			return true
+		}
+		return false
+	})
+}
+
+// pipeUntil passes the stub's chunks on until drop returns true for one: that chunk is
+// lost and the connection dropped.
+func pipeUntil(stub *toxics.ToxicStub, drop func(*stream.StreamChunk) bool) {
 	for {
 		select {
 		case <-stub.Interrupt:
@@ -293,8 +296,7 @@ func (x *answerToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if f != nil && f.state.CompareAndSwap(fuseTripped, fuseFired) {
-				f.fire()
+			if drop(c) {
 				dropConnection(stub)
 				return
 			}
