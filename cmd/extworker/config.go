@@ -112,14 +112,6 @@ func (e configError) Unwrap() error { return e.err }
 // (systemd: RestartPreventExitStatus=78).
 const exitConfig = 78
 
-// validate lists every problem at once.
-func (c config) validate() error {
-	if errs := c.problems(); len(errs) > 0 {
-		return configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
-	}
-	return nil
-}
-
 // problems returns every problem with c, each naming its variable and never a secret.
 func (c config) problems() []error {
 	var errs []error

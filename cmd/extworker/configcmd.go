@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
@@ -104,11 +102,9 @@ func printConfig(c *config, lookup func(string) (string, bool), asJSON bool, w i
 		for _, v := range vars {
 			m[v.Name] = v.Value
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(m)
+		return printJSON(w, m)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTabWriter(w)
 	fmt.Fprintln(tw, "VARIABLE\tVALUE\tFROM")
 	for _, v := range vars {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Value, v.Source)

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
@@ -31,6 +30,7 @@ const (
 	demoTopicReceipt  = "extworker-demo.send-receipt"
 	demoDeclineLimit  = 10_000_00 // cents
 	demoDeploymentSrc = "extworker demo"
+	demoScope         = "payment.collect" // the intents of collect-payment
 )
 
 const demoBPMN = `<?xml version="1.0" encoding="UTF-8"?>
@@ -92,8 +92,14 @@ func (env *demoEnv) search(invoice string) func(context.Context, idempotency.Que
 		case len(found) > 1:
 			return idempotency.Hold(fmt.Sprintf("the provider has %d charges for this invoice", len(found))), nil
 		}
-		return idempotency.Found(idempotency.Result{ProviderRef: found[0].ID, Values: map[string]any{"paymentRef": found[0].ID}}), nil
+		return idempotency.Found(chargeResult(found[0].ID)), nil
 	}
+}
+
+// chargeResult is the ledger's result of a charge the provider made: its reference, also
+// the task's paymentRef.
+func chargeResult(id string) idempotency.Result {
+	return idempotency.Result{ProviderRef: id, Values: map[string]any{"paymentRef": id}}
 }
 
 // demoHandlers registers the demo topics. Collecting a payment runs through the effect
@@ -113,7 +119,7 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 			return nil, failure.Permanent(fmt.Errorf("invoice %s: %w", invoice, err))
 		}
 		out, err := env.ledger.Do(ctx, idempotency.Intent{
-			Scope:   "payment.collect",
+			Scope:   demoScope,
 			Key:     "invoice:" + invoice + ":v1",
 			Request: map[string]any{"invoice": invoice, "amountCents": amount},
 			Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: t.ProcessInstanceID(), BusinessKey: t.BusinessKey()},
@@ -123,7 +129,7 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 				var decline *fakeprovider.DeclineError
 				switch {
 				case err == nil:
-					return idempotency.Result{ProviderRef: ch.ID, Values: map[string]any{"paymentRef": ch.ID}}, nil
+					return chargeResult(ch.ID), nil
 				case errors.As(err, &decline):
 					return idempotency.Result{}, idempotency.Rejected("PAYMENT_DECLINED", decline.Message)
 				case errors.Is(err, fakeprovider.ErrNotSent):
@@ -140,7 +146,7 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 				var stored *fakeprovider.StoredFailureError
 				switch {
 				case err == nil:
-					return idempotency.Found(idempotency.Result{ProviderRef: ch.ID, Values: map[string]any{"paymentRef": ch.ID}}), nil
+					return idempotency.Found(chargeResult(ch.ID)), nil
 				case errors.Is(err, fakeprovider.ErrNotFound):
 					return idempotency.NotFound(), nil
 				case errors.As(err, &decline):
@@ -400,7 +406,7 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 		return err
 	}
 	st := w.Stats()
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw := newTabWriter(out)
 	fmt.Fprintf(tw, "outcome\texpected\tgot\n")
 	for _, k := range []string{"paid", "declined", "incident"} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", k, expect[k], got[k])
@@ -417,7 +423,7 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 	}
 	// The ledger is the truth about effects, whichever worker performed them (another
 	// worker on the same topics may have served some of this run's invoices).
-	rows, err := env.ledger.List(ctx, idempotency.Filter{Scope: "payment.collect", States: []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, Limit: 100_000})
+	rows, err := env.ledger.List(ctx, idempotency.Filter{Scope: demoScope, States: []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, Limit: 100_000})
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
 )
@@ -221,13 +219,7 @@ func (e *effectsCmd) open(ctx context.Context) (*idempotency.Ledger, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	return l, func() { closePool(pool) }, nil
-}
-
-func closePool(p *pgxpool.Pool) {
-	if p != nil {
-		p.Close()
-	}
+	return l, pool.Close, nil
 }
 
 // ---- list
@@ -836,9 +828,10 @@ func tableCell(s string) string {
 	return oneLine(s)
 }
 
-func oneLine(s string) string {
-	return strings.NewReplacer("\t", " ", "\r\n", " ", "\n", " ", "\r", " ").Replace(s)
-}
+// lineBreaks turns tabs and line breaks into spaces.
+var lineBreaks = strings.NewReplacer("\t", " ", "\r\n", " ", "\n", " ", "\r", " ")
+
+func oneLine(s string) string { return lineBreaks.Replace(s) }
 
 func strOf(s *string) string {
 	if s == nil {
