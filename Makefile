@@ -10,7 +10,7 @@ export ENGINE
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: up down pg-up engine-up test demo vet fmt soak soak-short
+.PHONY: up down pg-up engine-up tools-up test demo vet fmt soak soak-short
 
 up: pg-up engine-up tools-up
 

@@ -50,7 +50,7 @@ command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "engine-up: installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  (flock 9; apt-get update -qq && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null) 9>"$run/apt.lock"
+  (flock 9; apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need_pkgs[@]}" >/dev/null) 9>"$run/apt.lock"
 fi
 
 # One build at a time (make up starts two engines in parallel), into target/<engine>.
