@@ -159,8 +159,9 @@ func New(cfg Config) (*Client, error) {
 		}
 		hc = &http.Client{Transport: tr}
 	}
+	base := strings.TrimRight(cfg.BaseURL, "/")
 	rc := resty.NewWithClient(hc).
-		SetBaseURL(strings.TrimRight(cfg.BaseURL, "/")).
+		SetBaseURL(base).
 		SetDoNotParseResponse(true).
 		SetDisableWarn(true). // its per-request basic-auth-over-HTTP warning; New warns once instead
 		SetLogger(restyLogger{cfg.Logger}).
@@ -177,7 +178,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BearerToken != "" && cfg.TokenSource == nil {
 		rc.SetAuthToken(cfg.BearerToken)
 	}
-	return &Client{cfg: cfg, rc: rc, base: strings.TrimRight(cfg.BaseURL, "/")}, nil
+	return &Client{cfg: cfg, rc: rc, base: base}, nil
 }
 
 // CloseIdleConnections closes kept-alive connections, e.g. before a process exits.

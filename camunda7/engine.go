@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -322,9 +323,7 @@ func (h HistoricVariableInstance) Variable() Variable {
 // HistoricVariableInstances queries GET /history/variable-instance (serialized values).
 func (c *Client) HistoricVariableInstances(ctx context.Context, q url.Values) ([]HistoricVariableInstance, error) {
 	q2 := url.Values{"deserializeValues": {"false"}}
-	for k, v := range q {
-		q2[k] = v
-	}
+	maps.Copy(q2, q)
 	var out []HistoricVariableInstance
 	err := c.do(ctx, call{op: "query historic variable instances", method: http.MethodGet, path: "/history/variable-instance", query: q2, out: &out})
 	return out, err

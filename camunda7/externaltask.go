@@ -2,7 +2,6 @@ package camunda7
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -323,7 +322,7 @@ func (c *Client) ExternalTask(ctx context.Context, taskID string) (*ExternalTask
 		return nil, invalid(op, "task id is empty")
 	}
 	var t ExternalTask
-	err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/external-task/" + url.PathEscape(taskID), out: &t, taskEndpoint: true})
+	err := c.do(ctx, call{op: op, method: http.MethodGet, path: taskPath(taskID, ""), out: &t, taskEndpoint: true})
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +337,7 @@ func (c *Client) ExternalTaskErrorDetails(ctx context.Context, taskID string) (s
 		return "", invalid(op, "task id is empty")
 	}
 	var s string
-	err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/external-task/" + url.PathEscape(taskID) + "/errorDetails", out: &s, taskEndpoint: true})
+	err := c.do(ctx, call{op: op, method: http.MethodGet, path: taskPath(taskID, "errorDetails"), out: &s, taskEndpoint: true})
 	if e, ok := err.(*Error); ok && e.StatusCode == http.StatusInternalServerError && e.Type == "NullValueException" {
 		e.kind = ErrTaskGone // the engine's quirk: "No external task found with id ...: externalTask is null"
 	}
@@ -352,7 +351,7 @@ func (c *Client) SetExternalTaskRetries(ctx context.Context, taskID string, retr
 	if taskID == "" {
 		return invalid(op, "task id is empty")
 	}
-	return c.do(ctx, call{op: op, method: http.MethodPut, path: "/external-task/" + url.PathEscape(taskID) + "/retries",
+	return c.do(ctx, call{op: op, method: http.MethodPut, path: taskPath(taskID, "retries"),
 		body: map[string]int{"retries": retries}, taskEndpoint: true})
 }
 
@@ -362,7 +361,7 @@ func (c *Client) SetExternalTaskPriority(ctx context.Context, taskID string, pri
 	if taskID == "" {
 		return invalid(op, "task id is empty")
 	}
-	return c.do(ctx, call{op: op, method: http.MethodPut, path: "/external-task/" + url.PathEscape(taskID) + "/priority",
+	return c.do(ctx, call{op: op, method: http.MethodPut, path: taskPath(taskID, "priority"),
 		body: map[string]int64{"priority": priority}, taskEndpoint: true})
 }
 
@@ -429,6 +428,14 @@ func checkTask(op, taskID, workerID string) error {
 }
 
 func (c *Client) taskPost(ctx context.Context, op, taskID, action string, body any) error {
-	return c.do(ctx, call{op: op, method: http.MethodPost,
-		path: fmt.Sprintf("/external-task/%s/%s", url.PathEscape(taskID), action), body: body, taskEndpoint: true})
+	return c.do(ctx, call{op: op, method: http.MethodPost, path: taskPath(taskID, action), body: body, taskEndpoint: true})
+}
+
+// taskPath is the path of one external task, or of its sub-resource action when set.
+func taskPath(taskID, action string) string {
+	p := "/external-task/" + url.PathEscape(taskID)
+	if action != "" {
+		p += "/" + action
+	}
+	return p
 }
