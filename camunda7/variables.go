@@ -641,13 +641,22 @@ func isJSONFormat(format string) bool {
 	return err == nil && mt == jsonDataFormat
 }
 
+// checkObjectFormat reports an Object variable whose serialization format is
+// not JSON, the only one this package reads; other types pass.
+func checkObjectFormat(v Variable, canonical string) error {
+	if canonical == TypeObject && !isJSONFormat(v.ValueInfo.SerializationDataFormat) {
+		return fmt.Errorf("%w: Object serialization format %q is not %s", ErrVariableType, v.ValueInfo.SerializationDataFormat, jsonDataFormat)
+	}
+	return nil
+}
+
 // jsonText returns the JSON text of a Json variable or of an Object
 // variable serialized as JSON. Serialized values arrive as a JSON string
 // holding the text; deserialized ones (deserializeValues=true) arrive as
 // the JSON itself, which is returned as is.
 func jsonText(v Variable, canonical string) (json.RawMessage, error) {
-	if canonical == TypeObject && !isJSONFormat(v.ValueInfo.SerializationDataFormat) {
-		return nil, fmt.Errorf("%w: Object serialization format %q is not %s", ErrVariableType, v.ValueInfo.SerializationDataFormat, jsonDataFormat)
+	if err := checkObjectFormat(v, canonical); err != nil {
+		return nil, err
 	}
 	raw := v.rawValue()
 	if raw[0] != '"' {
@@ -709,10 +718,7 @@ func (v Variable) decode() (any, error) {
 		return nil, nil
 	}
 	if v.isNull() {
-		if canonical == TypeObject && !isJSONFormat(v.ValueInfo.SerializationDataFormat) {
-			return nil, fmt.Errorf("%w: Object serialization format %q is not %s", ErrVariableType, v.ValueInfo.SerializationDataFormat, jsonDataFormat)
-		}
-		return nil, nil
+		return nil, checkObjectFormat(v, canonical)
 	}
 	raw := v.rawValue()
 	switch canonical {
@@ -775,6 +781,21 @@ func fail(name string, v Variable, want string, err error) *VariableError {
 	return &VariableError{Name: name, Type: v.Type, Want: want, Err: err}
 }
 
+// read looks up a variable of one of the accepted types and parses its value,
+// reporting every failure as a *VariableError naming the variable.
+func read[T any](vs Variables, name, want string, parse func([]byte) (T, error), accept ...string) (T, error) {
+	var zero T
+	v, _, verr := vs.lookup(name, want, accept...)
+	if verr != nil {
+		return zero, verr
+	}
+	x, err := parse(v.rawValue())
+	if err != nil {
+		return zero, fail(name, v, want, err)
+	}
+	return x, nil
+}
+
 // Has reports whether a variable of that name is present, whatever its
 // type or value.
 func (vs Variables) Has(name string) bool {
@@ -784,28 +805,12 @@ func (vs Variables) Has(name string) bool {
 
 // String returns a String (or Xml) variable's text.
 func (vs Variables) String(name string) (string, error) {
-	v, _, verr := vs.lookup(name, TypeString, TypeString, TypeXML)
-	if verr != nil {
-		return "", verr
-	}
-	s, err := parseString(v.rawValue())
-	if err != nil {
-		return "", fail(name, v, TypeString, err)
-	}
-	return s, nil
+	return read(vs, name, TypeString, parseString, TypeString, TypeXML)
 }
 
 // Bool returns a Boolean variable's value.
 func (vs Variables) Bool(name string) (bool, error) {
-	v, _, verr := vs.lookup(name, TypeBoolean, TypeBoolean)
-	if verr != nil {
-		return false, verr
-	}
-	b, err := parseBool(v.rawValue())
-	if err != nil {
-		return false, fail(name, v, TypeBoolean, err)
-	}
-	return b, nil
+	return read(vs, name, TypeBoolean, parseBool, TypeBoolean)
 }
 
 // integer reads a Short, Integer or Long variable as an integer of at most
@@ -867,28 +872,12 @@ func (vs Variables) Double(name string) (float64, error) {
 // Date returns a Date variable's time, with the offset the engine printed
 // (the server JVM's default zone).
 func (vs Variables) Date(name string) (time.Time, error) {
-	v, _, verr := vs.lookup(name, TypeDate, TypeDate)
-	if verr != nil {
-		return time.Time{}, verr
-	}
-	t, err := parseDate(v.rawValue())
-	if err != nil {
-		return time.Time{}, fail(name, v, TypeDate, err)
-	}
-	return t, nil
+	return read(vs, name, TypeDate, parseDate, TypeDate)
 }
 
 // Bytes returns a Bytes variable's data, decoded from base64.
 func (vs Variables) Bytes(name string) ([]byte, error) {
-	v, _, verr := vs.lookup(name, TypeBytes, TypeBytes)
-	if verr != nil {
-		return nil, verr
-	}
-	b, err := parseBytes(v.rawValue())
-	if err != nil {
-		return nil, fail(name, v, TypeBytes, err)
-	}
-	return b, nil
+	return read(vs, name, TypeBytes, parseBytes, TypeBytes)
 }
 
 // JSON unmarshals a Json variable, or an Object variable serialized as
