@@ -108,10 +108,8 @@ func (c Config) Validate() error {
 
 // Ledger records intents in PostgreSQL and runs effects through them.
 type Ledger struct {
-	pool  *pgxpool.Pool
-	cfg   Config
-	log   *slog.Logger
-	hooks Hooks
+	pool *pgxpool.Pool
+	cfg  Config
 }
 
 // New returns a ledger on pool, whose database must be migrated (package migrations).
@@ -120,7 +118,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{pool: pool, cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks}, nil
+	return &Ledger{pool: pool, cfg: cfg}, nil
 }
 
 // Digest returns the canonical digest of a request: SHA-256 of its JSON with object keys
@@ -236,7 +234,7 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error)
 	}
 	a := &attempt{l: l, in: in, eff: eff, digest: digest}
 	out, err := a.run(ctx)
-	obs := l.hooks.Observer
+	obs := l.cfg.Hooks.Observer
 	switch {
 	case err == nil && out.Replayed:
 		obs.DuplicateSuppressed(in.Scope, "replayed")
@@ -245,7 +243,7 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error)
 	case errors.Is(err, ErrDigestMismatch):
 		obs.DigestMismatch(in.Scope)
 	}
-	if f := l.hooks.Annotate; f != nil && a.row.State != "" {
+	if f := l.cfg.Hooks.Annotate; f != nil && a.row.State != "" {
 		f(ctx, slog.String("idempotency_scope", in.Scope), slog.String("idempotency_key", in.Key), slog.String("ledger_state", string(a.row.State)))
 	}
 	return out, err
@@ -266,7 +264,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	case StateConfirmed, StateReconciled:
 		return a.outcome(true)
 	case StateRejected:
-		a.l.hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
+		a.l.cfg.Hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
 		return Outcome{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
 	case StateUnknown:
 		proceed, out, err := a.reconcile(ctx)
@@ -315,7 +313,6 @@ func (a *attempt) claim(ctx context.Context) error {
 	}
 	fctx, fcancel := a.writeCtx(ctx)
 	var inserted bool
-	var dbNow time.Time
 	found, ferr := scanRowAnd(l.pool.QueryRow(fctx, `WITH ins AS (
 			INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, attempt,
 				lease_owner, lease_until, dispatches, first_dispatched_at, last_dispatched_at, task_id, process_instance_id, business_key)
@@ -327,13 +324,13 @@ func (a *attempt) claim(ctx context.Context) error {
 			SELECT id, NULL, 'prepared', 0, $13, $10, 'intent recorded' FROM ins
 			UNION ALL
 			SELECT id, 'prepared', 'dispatched', 1, $13, $10, 'dispatching with the provider key' FROM ins WHERE $9)
-		SELECT `+rowColumns+`, now(), true FROM ins
+		SELECT `+rowColumns+`, true FROM ins
 		UNION ALL
-		SELECT `+rowColumns+`, now(), false FROM extworker_intents
+		SELECT `+rowColumns+`, false FROM extworker_intents
 		WHERE namespace = $1 AND scope = $2 AND intent_key = $3 AND NOT EXISTS (SELECT FROM ins)`,
 		l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, claimTo, nz(in.Task.Actor), l.cfg.Lease.Microseconds(),
 		claimTo == StateDispatched, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey), actorOf(in.Task.Actor)),
-		&dbNow, &inserted)
+		&inserted)
 	fcancel()
 	switch {
 	case ferr == nil && inserted:
@@ -341,9 +338,7 @@ func (a *attempt) claim(ctx context.Context) error {
 		a.leaseEnd = time.Now().Add(l.cfg.Lease)
 		a.pending = []transition{{"", StatePrepared}}
 		if claimTo == StateDispatched {
-			a.pending = append(a.pending, transition{StatePrepared, StateDispatched})
-			a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(claimTo)),
-				slog.String("from", string(StatePrepared)), slog.String("to", string(claimTo)), slog.Int("ledger_attempt", found.Attempt))
+			a.transitioned(ctx, StatePrepared, StateDispatched)
 		}
 		a.committed(nil)
 		return nil
@@ -448,9 +443,7 @@ func (a *attempt) claim(ctx context.Context) error {
 		lease := now.Add(l.cfg.Lease)
 		a.row.LeaseUntil = &lease
 		if reason != "" {
-			a.pending = append(a.pending, transition{row.State, to})
-			a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
-				slog.String("from", string(row.State)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
+			a.transitioned(ctx, row.State, to)
 		}
 		return nil
 	})
@@ -504,8 +497,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 				since.Round(time.Millisecond), a.eff.SearchLag))
 		}
 	}
-	a.l.hooks.Observer.Reconciled(a.in.Scope, map[reconKind]string{reconFound: "found", reconNotFound: "not_found",
-		reconRejected: "rejected", reconStillUnknown: "still_unknown", reconHold: "hold"}[rec.kind])
+	a.l.cfg.Hooks.Observer.Reconciled(a.in.Scope, reconResults[rec.kind])
 	how := "reconciled"
 	if bySearch {
 		how = "reconciled by business search"
@@ -538,7 +530,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 	defer wcancel()
 	if _, err := l.pool.Exec(wctx, `UPDATE extworker_intents SET reconciliations = reconciliations + $3, lease_owner = NULL, lease_until = NULL,
 			updated_at = now() WHERE id = $1 AND attempt = $2`, r.ID, r.Attempt, counted); err != nil {
-		l.hooks.Observer.DatabaseError("ledger_write", err)
+		l.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
 		return false, Outcome{}, failure.Retryable(err)
 	}
 	backoff := max(l.cfg.ReconcileBackoff<<min(max(n-1, 0), 10), lagLeft)
@@ -720,9 +712,7 @@ func (a *attempt) moveTx(ctx context.Context, tx interface {
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("%w (%s -> %s at attempt %d)", ErrFenced, from, to, a.row.Attempt)
 	}
-	a.pending = append(a.pending, transition{from, to})
-	a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
-		slog.String("from", string(from)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
+	a.transitioned(ctx, from, to)
 	return nil
 }
 
@@ -738,7 +728,7 @@ func (a *attempt) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	wctx, cancel := a.writeCtx(ctx)
 	defer cancel()
 	a.pending = nil
-	err := pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error { return fn(tx) })
+	err := pgx.BeginFunc(wctx, a.l.pool, fn)
 	a.committed(err)
 	return err
 }

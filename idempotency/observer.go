@@ -67,21 +67,33 @@ func (l *Ledger) WithHooks(h Hooks) *Ledger {
 	if h.Observer == nil {
 		h.Observer = NopObserver{}
 	}
-	c.hooks = h
 	c.cfg.Hooks = h
 	return &c
 }
 
-// logger returns the logger for records about this attempt: the task's (ContextLogger)
-// or the ledger's, with idempotency_scope and idempotency_key.
-func (a *attempt) logger(ctx context.Context) *slog.Logger {
-	log := a.l.log
-	if f := a.l.hooks.ContextLogger; f != nil {
+// logger returns the logger for records about an effect run with ctx: the task's
+// (ContextLogger) or the ledger's.
+func (l *Ledger) logger(ctx context.Context) *slog.Logger {
+	if f := l.cfg.Hooks.ContextLogger; f != nil {
 		if tl := f(ctx); tl != nil {
-			log = tl
+			return tl
 		}
 	}
-	return log.With(slog.String("idempotency_scope", a.in.Scope), slog.String("idempotency_key", a.in.Key))
+	return l.cfg.Logger
+}
+
+// logger returns the ledger's logger for this attempt, with idempotency_scope and
+// idempotency_key.
+func (a *attempt) logger(ctx context.Context) *slog.Logger {
+	return a.l.logger(ctx).With(slog.String("idempotency_scope", a.in.Scope), slog.String("idempotency_key", a.in.Key))
+}
+
+// transitioned notes a state change of the transaction in progress, reported to the
+// Observer once it commits, and logs it.
+func (a *attempt) transitioned(ctx context.Context, from, to State) {
+	a.pending = append(a.pending, transition{from, to})
+	a.logger(ctx).Debug("intent transition", slog.String("ledger_state", string(to)),
+		slog.String("from", string(from)), slog.String("to", string(to)), slog.Int("ledger_attempt", a.row.Attempt))
 }
 
 // transition is a state change made in the current transaction, reported to the
@@ -95,12 +107,12 @@ func (a *attempt) committed(err error) {
 	a.pending = nil
 	if err != nil {
 		if !errors.Is(err, ErrFenced) && !errors.Is(err, errLocal) {
-			a.l.hooks.Observer.DatabaseError("ledger_write", err)
+			a.l.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
 		}
 		return
 	}
 	for _, t := range pending {
-		a.l.hooks.Observer.Transition(a.in.Scope, t.from, t.to)
+		a.l.cfg.Hooks.Observer.Transition(a.in.Scope, t.from, t.to)
 	}
 }
 

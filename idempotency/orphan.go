@@ -28,10 +28,11 @@ func (l *Ledger) MarkOrphaned(ctx context.Context, processInstanceID, taskID, re
 			SELECT id, state, state, attempt, 'worker', $3, 'orphaned: ' || $4 FROM o)
 		SELECT scope, intent_key, state FROM o`, l.cfg.Namespace, processInstanceID, taskID, reason)
 	if err != nil {
-		l.hooks.Observer.DatabaseError("ledger_write", err)
+		l.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
 		return 0, fmt.Errorf("idempotency: mark orphaned intents of task %s: %w", taskID, err)
 	}
 	defer rows.Close()
+	log := l.logger(ctx)
 	n := 0
 	for rows.Next() {
 		var scope, key, state string
@@ -39,10 +40,6 @@ func (l *Ledger) MarkOrphaned(ctx context.Context, processInstanceID, taskID, re
 			return n, err
 		}
 		n++
-		log := l.log
-		if f := l.hooks.ContextLogger; f != nil && f(ctx) != nil {
-			log = f(ctx)
-		}
 		log.Warn("intent orphaned: its task was cancelled after the effect was dispatched; an operator must compensate or close it",
 			slog.String("idempotency_scope", scope), slog.String("idempotency_key", key), slog.String("ledger_state", state),
 			slog.String("reason", reason))

@@ -127,6 +127,10 @@ const (
 	reconHold
 )
 
+// reconResults name the kinds as Observer.Reconciled reports them.
+var reconResults = [...]string{reconStillUnknown: "still_unknown", reconFound: "found", reconNotFound: "not_found",
+	reconRejected: "rejected", reconHold: "hold"}
+
 // Found: the provider has the effect; the intent becomes reconciled with this result.
 func Found(r Result) Reconciliation { return Reconciliation{kind: reconFound, result: r} }
 
