@@ -27,6 +27,7 @@ type report struct {
 	version    string
 	log        []fakeprovider.Request
 	charges    []fakeprovider.Charge
+	doubles    int // invoices charged more than once
 	rows       []idempotency.Row
 	hist       engineHistory
 	reconciled reconciliations
@@ -109,18 +110,8 @@ func (r report) write(w io.Writer) error {
 		}
 		outcomes[cmp.Or(q.Outcome, "unfinished")]++
 	}
-	double := map[string]int{}
-	for _, ch := range r.charges {
-		double[ch.Invoice]++
-	}
-	doubles := 0
-	for _, n := range double {
-		if n > 1 {
-			doubles++
-		}
-	}
 	p("provider        %d charge requests, %d lookups, %d effects (charges) for %d invoices to pay, %d invoices charged twice",
-		posts, gets, len(r.charges), res.Paid, doubles)
+		posts, gets, len(r.charges), res.Paid, r.doubles)
 	p("provider says   %s", counts(outcomes))
 
 	// The ledger's side: outcome classes.

@@ -256,6 +256,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	var (
 		mu       sync.Mutex
 		procs    = make([]*exec.Cmd, cfg.Workers)
+		byKiller = map[*exec.Cmd]bool{} // workers the killer sent SIGKILL; under mu
 		stop     atomic.Bool
 		draining atomic.Bool // no more failpoints on restart
 		randomK  atomic.Int64
@@ -311,18 +312,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 				logf.Close()
 				mu.Lock()
 				procs[slot] = nil
+				killedByKiller := byKiller[cmd]
+				delete(byKiller, cmd)
 				mu.Unlock()
 				var exit *exec.ExitError
 				if errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL && point != "" {
 					// Killed at its failpoint, unless the killer got there first.
-					if !killedByKiller(cmd) {
+					if !killedByKiller {
 						fpK.Add(1)
 						name, _, _ := strings.Cut(point, "@")
 						faults.add("failpoint kill " + name)
 					}
 				}
-				t := time.NewTimer(time.Duration(rng2(cfg.Seed, gen, slot)) * time.Millisecond) // restart jitter 0-500ms
-				<-t.C
+				time.Sleep(time.Duration(rng2(cfg.Seed, gen, slot)) * time.Millisecond) // restart jitter 0-500ms
 			}
 		}(slot)
 	}
@@ -345,41 +347,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		t := time.NewTicker(max(every, time.Millisecond))
 		defer t.Stop()
 		for i := range invoices {
-			vars := camunda7.Variables{"invoiceId": camunda7.StringVar(invoices[i].id), "amountCents": camunda7.LongVar(invoices[i].amount),
-				canaryVariable: camunda7.StringVar(canaryPII)}
-			var pi *camunda7.ProcessInstance
-			var err error
-			for try := 0; try < 120; try++ { // a database restart makes the engine refuse for a moment
-				pi, err = c.StartProcess(ctx, processKey, camunda7.StartProcessRequest{BusinessKey: invoices[i].id, Variables: vars})
-				if errors.Is(err, camunda7.ErrOutcomeUnknown) {
-					// The answer was lost (the engine or its database went away): ask whether
-					// the instance exists before starting it again.
-					// The engine may still be down (a restart): keep asking, never resend blindly.
-					for ask := 0; ask < 240 && ctx.Err() == nil; ask++ {
-						found, ferr := c.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {invoices[i].id}})
-						if ferr == nil {
-							if len(found) > 0 {
-								pi, err = &camunda7.ProcessInstance{ID: found[0].ID}, nil
-							} else {
-								err = fmt.Errorf("%w (not started: safe to send again)", camunda7.ErrNotSent)
-							}
-							break
-						}
-						wait := time.NewTimer(250 * time.Millisecond)
-						<-wait.C
-					}
-				}
-				if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {
-					break
-				}
-				backoff := time.NewTimer(250 * time.Millisecond)
-				<-backoff.C
-			}
+			id, err := startInvoice(ctx, c, invoices[i])
 			if err != nil {
 				startErr <- fmt.Errorf("start instance %d: %w", i, err)
 				return
 			}
-			invoices[i].instance = pi.ID
+			invoices[i].instance = id
 			<-t.C
 		}
 		startsTook.Store(int64(time.Since(start)))
@@ -474,7 +447,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		}
 		if len(live) > 0 {
 			victim := live[rng.IntN(len(live))]
-			markKilledByKiller(victim)
+			byKiller[victim] = true
 			_ = victim.Process.Signal(syscall.SIGKILL)
 			randomK.Add(1)
 			faults.add("random SIGKILL")
@@ -508,8 +481,49 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	// Record the history, then check it.
 	octx, ocancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer ocancel()
-	return res, check(octx, cfg, &res, time.Now(), checkInput{c: c, pool: pool, ledger: ledger, pay: pay, ns: ns, run: run,
+	return res, check(octx, cfg, &res, checkInput{c: c, pool: pool, ledger: ledger, pay: pay, ns: ns, run: run,
 		invoices: invoices, start: start, faults: faults.snapshot(), canaries: secrets}, out)
+}
+
+// startInvoice starts an invoice's instance and returns its id, trying again while the
+// engine refuses for a moment (a database restart makes it refuse). A start whose answer
+// was lost is never resent blindly: findStarted asks first.
+func startInvoice(ctx context.Context, c *camunda7.Client, inv invoice) (string, error) {
+	vars := camunda7.Variables{"invoiceId": camunda7.StringVar(inv.id), "amountCents": camunda7.LongVar(inv.amount),
+		canaryVariable: camunda7.StringVar(canaryPII)}
+	var id string
+	var err error
+	for try := 0; try < 120; try++ {
+		var pi *camunda7.ProcessInstance
+		pi, err = c.StartProcess(ctx, processKey, camunda7.StartProcessRequest{BusinessKey: inv.id, Variables: vars})
+		if err == nil {
+			id = pi.ID
+		} else if errors.Is(err, camunda7.ErrOutcomeUnknown) {
+			id, err = findStarted(ctx, c, inv.id, err)
+		}
+		if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return id, err
+}
+
+// findStarted asks the engine whether a start whose answer was lost (the engine or its
+// database went away) created the instance: its id, or ErrNotSent when it did not. The
+// engine may still be down (a restart): it keeps asking for a minute, then returns lost.
+func findStarted(ctx context.Context, c *camunda7.Client, businessKey string, lost error) (string, error) {
+	for ask := 0; ask < 240 && ctx.Err() == nil; ask++ {
+		found, err := c.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {businessKey}})
+		if err == nil {
+			if len(found) > 0 {
+				return found[0].ID, nil
+			}
+			return "", fmt.Errorf("%w (not started: safe to send again)", camunda7.ErrNotSent)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return "", lost
 }
 
 // checkInput is what the recorder and the oracle need of a finished run.
@@ -528,7 +542,8 @@ type checkInput struct {
 // check records the run's history under res.RunDir, runs the oracle over it, writes
 // report.txt (and prints it), and prunes a passing run's history unless asked to keep
 // it. The error sums up the violations.
-func check(ctx context.Context, cfg Config, res *Result, began time.Time, in checkInput, out io.Writer) error {
+func check(ctx context.Context, cfg Config, res *Result, in checkInput, out io.Writer) error {
+	began := time.Now()
 	violate := func(format string, args ...any) {
 		res.Violations = append(res.Violations, fmt.Sprintf(format, args...))
 	}
@@ -620,7 +635,7 @@ func check(ctx context.Context, cfg Config, res *Result, began time.Time, in che
 		}
 	}
 	res.Check = time.Since(began)
-	rep := report{res: res, cfg: cfg, log: log, charges: charges, rows: rows, hist: hist, sources: sources, canaries: len(in.canaries), control: control}
+	rep := report{res: res, cfg: cfg, log: log, charges: charges, doubles: in.pay.DoubleCharges(), rows: rows, hist: hist, sources: sources, canaries: len(in.canaries), control: control}
 	rep.version, _ = in.c.Version(ctx)
 	rep.reconciled, _ = reconcileCounts(ctx, in.pool, in.ns)
 	if err := writeFile(filepath.Join(res.RunDir, reportFile), rep.write); err != nil {
@@ -660,14 +675,6 @@ func signalAll(mu *sync.Mutex, procs []*exec.Cmd, sig syscall.Signal) {
 			_ = p.Process.Signal(sig)
 		}
 	}
-}
-
-var killed sync.Map // *exec.Cmd -> true when the killer sent the signal
-
-func markKilledByKiller(c *exec.Cmd) { killed.Store(c, true) }
-func killedByKiller(c *exec.Cmd) bool {
-	_, ok := killed.Load(c)
-	return ok
 }
 
 // rng2 is the restart jitter, derived from the seed so a replay waits the same.
