@@ -128,40 +128,48 @@ type EngineQuery struct {
 // pageSize is how many rows one history query asks for.
 const pageSize = 2000
 
+// allPages asks fetch for q page by page (firstResult, maxResults) until a page comes
+// back short, and returns every row; on an error, the rows read so far.
+func allPages[T any](ctx context.Context, q url.Values, fetch func(context.Context, url.Values) ([]T, error)) ([]T, error) {
+	var all []T
+	for first := 0; ; first += pageSize {
+		q.Set("firstResult", strconv.Itoa(first))
+		q.Set("maxResults", strconv.Itoa(pageSize))
+		page, err := fetch(ctx, q)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page...)
+		if len(page) < pageSize {
+			return all, nil
+		}
+	}
+}
+
 // ReadEngine reads the engine's state of a run's instances for CheckInstances.
 func ReadEngine(ctx context.Context, c *camunda7.Client, q EngineQuery) (EngineState, error) {
 	st := EngineState{ErrorEnded: map[string]bool{}}
-	for first := 0; ; first += pageSize {
-		page, err := c.HistoricProcessInstances(ctx, url.Values{"processDefinitionKey": {q.ProcessDefinitionKey},
-			"processInstanceBusinessKeyLike": {q.BusinessKeyPrefix + "%"}, "sortBy": {"instanceId"}, "sortOrder": {"asc"},
-			"firstResult": {strconv.Itoa(first)}, "maxResults": {strconv.Itoa(pageSize)}})
-		if err != nil {
-			return st, fmt.Errorf("historic process instances: %w", err)
-		}
-		st.Instances = append(st.Instances, page...)
-		if len(page) < pageSize {
-			break
-		}
+	var err error
+	st.Instances, err = allPages(ctx, url.Values{"processDefinitionKey": {q.ProcessDefinitionKey},
+		"processInstanceBusinessKeyLike": {q.BusinessKeyPrefix + "%"}, "sortBy": {"instanceId"}, "sortOrder": {"asc"}},
+		c.HistoricProcessInstances)
+	if err != nil {
+		return st, fmt.Errorf("historic process instances: %w", err)
 	}
 	ours := make(map[string]bool, len(st.Instances))
 	for _, h := range st.Instances {
 		ours[h.ID] = true
 	}
 	for _, a := range q.ErrorEndActivities {
-		for first := 0; ; first += pageSize {
-			page, err := c.HistoricActivityInstances(ctx, url.Values{"activityId": {a}, "startedAfter": {camunda7.FormatDate(q.Since)},
-				"sortBy": {"activityInstanceId"}, "sortOrder": {"asc"}, "firstResult": {strconv.Itoa(first)}, "maxResults": {strconv.Itoa(pageSize)}})
-			if err != nil {
-				return st, fmt.Errorf("historic activity instances of %s: %w", a, err)
+		ended, err := allPages(ctx, url.Values{"activityId": {a}, "startedAfter": {camunda7.FormatDate(q.Since)},
+			"sortBy": {"activityInstanceId"}, "sortOrder": {"asc"}}, c.HistoricActivityInstances)
+		for _, ai := range ended {
+			if ours[ai.ProcessInstanceID] {
+				st.ErrorEnded[ai.ProcessInstanceID] = true
 			}
-			for _, ai := range page {
-				if ours[ai.ProcessInstanceID] {
-					st.ErrorEnded[ai.ProcessInstanceID] = true
-				}
-			}
-			if len(page) < pageSize {
-				break
-			}
+		}
+		if err != nil {
+			return st, fmt.Errorf("historic activity instances of %s: %w", a, err)
 		}
 	}
 	inc, err := c.Incidents(ctx, url.Values{"processDefinitionKeyIn": {q.ProcessDefinitionKey}})
