@@ -43,8 +43,6 @@ import (
 // is still inside the provider call: a pause the worker cannot notice while it lasts,
 // which is what a GC pause, a VM migration or an overloaded host does to a real worker.
 
-const collectScope = "payment.collect"
-
 // W2: two workers compete for one task. Worker A fetches the task and is inside the
 // provider call (the provider holds its answer 1.5s) when it is frozen; its 2s lock and
 // its 2s ledger lease run out; worker B fetches the task, finds the intent dispatched by
@@ -55,8 +53,8 @@ func TestW2CompetingWorkers(t *testing.T) {
 	f := newFaultEnv(t, "w2", 2*time.Minute)
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
 	invoice := testenv.Unique("INV-W2")
-	key := "invoice:" + invoice + ":v1"
-	pkey := idempotency.ProviderKey(f.ns, collectScope, key)
+	key := demoIntentKey(invoice)
+	pkey := idempotency.ProviderKey(f.ns, demoScope, key)
 	pay.SlowDelay = 1500 * time.Millisecond // under the 1.8s dispatch deadline of a 2s lease: unfrozen, A would confirm
 	pay.Script(invoice, fakeprovider.SlowAnswer)
 
@@ -110,7 +108,7 @@ func TestW2CompetingWorkers(t *testing.T) {
 	// Both sides: one charge, the ledger settled by B's attempt, the engine completed once
 	// by B, and nothing A did reached the engine.
 	oracle(t, ctx, c, ledger, pay, invoice, id)
-	row, err := ledger.Get(ctx, collectScope, key)
+	row, err := ledger.Get(ctx, demoScope, key)
 	require.NoError(t, err)
 	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State)
 	assert.GreaterOrEqual(t, row.Attempt, 2, "B took the intent over with a new attempt (the fencing token)")
@@ -232,7 +230,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	f := newFaultEnv(t, "l1", 2*time.Minute)
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
 	invoice := testenv.Unique("INV-L1")
-	key := "invoice:" + invoice + ":v1"
+	key := demoIntentKey(invoice)
 	pay.SlowDelay = 1500 * time.Millisecond
 	pay.Script(invoice, fakeprovider.SlowAnswer)
 
@@ -259,7 +257,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	requireOwnWorkers(t, c, []string{id}, w.Load())
 
 	oracle(t, ctx, c, ledger, pay, invoice, id)
-	row, err := ledger.Get(ctx, collectScope, key)
+	row, err := ledger.Get(ctx, demoScope, key)
 	require.NoError(t, err)
 	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State)
 	assertNoIncidents(t, c, id)
@@ -286,7 +284,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, successes, "completed once")
-	pkey := idempotency.ProviderKey(f.ns, collectScope, key)
+	pkey := idempotency.ProviderKey(f.ns, demoScope, key)
 	posts := 0
 	for _, r := range tap.requests(pkey) {
 		if r.Method == http.MethodPost {
@@ -388,7 +386,7 @@ func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 	busy := func() []int {
 		var out []int
 		for _, inv := range invoices {
-			row, err := ledger.Get(ctx, collectScope, "invoice:"+inv+":v1")
+			row, err := ledger.Get(ctx, demoScope, demoIntentKey(inv))
 			if err != nil || row.State != idempotency.StateDispatched || row.LeaseOwner == nil {
 				continue
 			}
@@ -448,8 +446,8 @@ func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 	charges := pay.Charges()
 	duplicated, requests := 0, 0
 	for _, inv := range invoices {
-		key := "invoice:" + inv + ":v1"
-		pkey := idempotency.ProviderKey(f.ns, collectScope, key)
+		key := demoIntentKey(inv)
+		pkey := idempotency.ProviderKey(f.ns, demoScope, key)
 		oracle(t, ctx, c, ledger, pay, inv, ids[inv])
 		assertNoIncidents(t, c, ids[inv])
 		assert.Empty(t, tap.overlaps(pkey), "seed %d: %s: same-key requests in flight together", seed, inv)
@@ -574,7 +572,7 @@ func TestO1OptimisticLockOnComplete(t *testing.T) {
 			binv := inv + "-" + branch
 			ref := refs["paymentRef"+strings.ToUpper(branch)]
 			assert.NotEmpty(t, ref, "%s: branch %s completed with its payment reference", inv, branch)
-			for _, v := range invariants.Check(ctx, ledger, charges, invariants.Expect{Scope: collectScope, Key: "invoice:" + binv + ":v1", Invoice: binv, EngineRef: ref}) {
+			for _, v := range invariants.Check(ctx, ledger, charges, invariants.Expect{Scope: demoScope, Key: demoIntentKey(binv), Invoice: binv, EngineRef: ref}) {
 				t.Error(v)
 			}
 		}
@@ -760,7 +758,7 @@ func handlerEnded(r logRecord) bool {
 // eventActors lists the workers that took part in the intent, from its ledger events.
 func eventActors(t *testing.T, l *idempotency.Ledger, key string) []string {
 	t.Helper()
-	events, err := l.Events(testenv.Context(t, 10*time.Second), collectScope, key)
+	events, err := l.Events(testenv.Context(t, 10*time.Second), demoScope, key)
 	require.NoError(t, err)
 	var actors []string
 	for _, e := range events {
