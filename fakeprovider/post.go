@@ -79,6 +79,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any) (answer, bool) {
 	return answer{}, true
 }
 
+func keyTooLong() answer {
+	return badRequest(fmt.Sprintf("the Idempotency-Key is longer than %d characters", maxKeyLen))
+}
+
 func (s *Server) postCharge(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	var req chargeRequest
@@ -88,7 +92,7 @@ func (s *Server) postCharge(w http.ResponseWriter, r *http.Request) {
 	case key == "":
 		refusal, ok = badRequest("an Idempotency-Key header is required"), false
 	case len(key) > maxKeyLen:
-		refusal, ok = badRequest(fmt.Sprintf("the Idempotency-Key is longer than %d characters", maxKeyLen)), false
+		refusal, ok = keyTooLong(), false
 	case req.Invoice == "":
 		refusal, ok = badRequest("invoice is required"), false
 	}
@@ -109,7 +113,7 @@ func (s *Server) postEmail(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !ok:
 	case len(key) > maxKeyLen:
-		refusal, ok = badRequest(fmt.Sprintf("the Idempotency-Key is longer than %d characters", maxKeyLen)), false
+		refusal, ok = keyTooLong(), false
 	case req.To == "" || req.Template == "":
 		refusal, ok = badRequest("to and template are required"), false
 	}
