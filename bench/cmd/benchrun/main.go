@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/bench/harness"
-	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/testenv"
 )
 
 func main() {
@@ -33,8 +33,8 @@ func main() {
 func run() error {
 	def := harness.Options{}.WithDefaults()
 	var o harness.Options
-	flag.StringVar(&o.EngineURL, "engine", envOr("EXTWORKER_TEST_ENGINE_URL", camunda7.DefaultBaseURL), "engine REST root")
-	flag.StringVar(&o.EngineDBURL, "engine-db", envOr("EXTWORKER_TEST_ENGINE_DB_URL", "postgres://camunda:camunda@127.0.0.1:5432/camunda"), "engine's PostgreSQL, read for its version only (empty: skip)")
+	flag.StringVar(&o.EngineURL, "engine", testenv.EngineURL(), "engine REST root")
+	flag.StringVar(&o.EngineDBURL, "engine-db", testenv.EngineDBURL(), "engine's PostgreSQL, read for its version only (empty: skip)")
 	flag.IntVar(&o.EnginePID, "engine-pid", pidFile("testenv/.run/engine.pid"), "the engine's process id, for its CPU time (0: PostgreSQL's only)")
 	flag.StringVar(&o.OutDir, "out", "bench/results", "where RESULTS.md and scenarios.svg go")
 	flag.StringVar(&o.LogDir, "logs", "", "where worker logs and profiles go (default: a new temporary directory)")
@@ -42,7 +42,7 @@ func run() error {
 	flag.IntVar(&o.N1, "n1", def.N1, "scenario 1 instances")
 	flag.IntVar(&o.N2, "n2", def.N2, "scenario 2 instances")
 	flag.IntVar(&o.N4, "n4", 0, "scenario 4 instances per trial (0: as -n1)")
-	flag.StringVar(&o.LedgerDBURL, "ledger-db", envOr("EXTWORKER_TEST_DB_URL", harness.DefaultLedgerDBURL), "scenario 4's effect-ledger database (migrated; trials' rows are deleted at the end)")
+	flag.StringVar(&o.LedgerDBURL, "ledger-db", testenv.DBURL(), "scenario 4's effect-ledger database (migrated; trials' rows are deleted at the end)")
 	flag.DurationVar(&o.IOWait, "io", def.IOWait, "scenario 2 wait per task")
 	flag.IntVar(&o.LatencySamples, "lat", def.LatencySamples, "scenario 3 instances per run")
 	flag.IntVar(&o.LatencyWarmup, "lat-warmup", def.LatencyWarmup, "scenario 3 warm-up instances per run")
@@ -121,11 +121,4 @@ func pidFile(path string) int {
 		return 0
 	}
 	return pid
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
