@@ -188,7 +188,7 @@ func (e *Extender) run() {
 		switch {
 		case e.stopped():
 			return
-		case err != nil && lostAnswer(err):
+		case err != nil && LostAnswer(err):
 			e.end(&LockLostError{TaskID: e.task.ID, Err: err}, slog.Int("failures", failures))
 			return
 		case !maxAt.IsZero() && !time.Now().Before(maxAt):

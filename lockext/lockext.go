@@ -185,9 +185,10 @@ func (e *LockLostError) Unwrap() error { return e.Err }
 // Is matches ErrLockLost.
 func (e *LockLostError) Is(target error) bool { return target == ErrLockLost }
 
-// lostAnswer reports whether an extendLock error proves the lock is gone: the task no
-// longer exists, or another worker (or nobody) holds it, or it already expired.
-// Everything else (not sent, unknown outcome, 5xx, suspended, unauthorized) might pass.
-func lostAnswer(err error) bool {
+// LostAnswer reports whether an engine answer (to extendLock, or to a report such as
+// complete) proves the lock is gone: the task no longer exists, or another worker (or
+// nobody) holds it, or it already expired. Everything else (not sent, unknown outcome,
+// 5xx, suspended, unauthorized) might pass.
+func LostAnswer(err error) bool {
 	return errors.Is(err, camunda7.ErrTaskGone) || errors.Is(err, camunda7.ErrLockLost)
 }

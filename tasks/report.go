@@ -16,6 +16,7 @@ import (
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/failure"
+	"github.com/extworker/extworker/lockext"
 )
 
 // maxErrorMessage keeps errorMessage under the engine's 666-character column.
@@ -61,12 +62,12 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 			if o.KeepRetries {
 				// Deferred: waiting, not failing. The retries stay as they are (a task
 				// never failed before keeps its whole budget).
-				left = t.opts.Retry.WithDefaults().MaxAttempts
+				left = t.opts.Retry.MaxAttempts
 				if r := task.Retries(); r != nil {
 					left = max(*r, 1)
 				}
 				if delay == 0 {
-					delay = t.opts.Retry.WithDefaults().InitialDelay
+					delay = t.opts.Retry.InitialDelay
 				}
 			}
 			if left > 0 && o.RetryDelay > 0 {
@@ -105,7 +106,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		w.stats.ReportErrors.Add(1)
 		level := slog.LevelError
 		observed := "report-failed"
-		if errors.Is(err, camunda7.ErrLockLost) || errors.Is(err, camunda7.ErrTaskGone) {
+		if lockext.LostAnswer(err) {
 			w.stats.LockLost.Add(1)
 			level = slog.LevelWarn
 			observed = "lock-lost"
@@ -142,8 +143,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 // answer by asking the engine. Resending a report is safe: a second complete or
 // bpmnError finds the task gone (404), a second failure sets the same values.
 func (w *Worker) deliver(ctx context.Context, id string, send func(context.Context) error, log *slog.Logger) error {
-	b := retry.WithMaxRetries(uint64(w.cfg.ReportAttempts-1), retry.WithJitterPercent(20, retry.NewExponential(100*time.Millisecond)))
-	return retry.Do(ctx, b, func(ctx context.Context) error {
+	return retry.Do(ctx, w.reportBackoff(), func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 		w.changes.Add(1)
 		err := send(rctx)

@@ -169,7 +169,7 @@ type Worker struct {
 	changes atomic.Int64 // reports and unlocks sent: each may wake an abandoned long poll
 }
 
-// Stats counts what a worker did, for tests and the demo; metrics come later.
+// Stats counts what a worker did, for tests and the demo; metrics go through Config.Observer.
 type Stats struct {
 	Fetched, Completed, BPMNErrors, Failures, Incidents, LockLost, Unlocked, ReportErrors atomic.Int64
 	// Orphans counts tasks found locked for this worker that no handler here runs (a
@@ -345,7 +345,7 @@ func (w *Worker) plan() (camunda7.FetchAndLockRequest, bool) {
 	}
 	req := camunda7.FetchAndLockRequest{WorkerID: w.cfg.WorkerID, MaxTasks: global, UsePriority: !w.cfg.IgnorePriority,
 		AsyncResponseTimeout: w.cfg.AsyncResponseTimeout}
-	for _, name := range w.reg.Topics() {
+	for _, name := range w.reg.names { // sorted, without Topics' copy: plan runs before every poll
 		t := w.reg.topics[name]
 		free := global
 		if t.opts.MaxConcurrency > 0 {
@@ -472,7 +472,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime, Logger: log,
 			OnExtend: func(err error) {
 				w.obs.LockExtended(raw.TopicName, err)
-				if err != nil && !errors.Is(err, camunda7.ErrTaskGone) && !errors.Is(err, camunda7.ErrLockLost) {
+				if err != nil && !lockext.LostAnswer(err) {
 					w.obs.EngineError("extend_lock", err)
 				}
 			},
@@ -530,8 +530,7 @@ func runHandler(ctx context.Context, h Handler, t *Task) (vars camunda7.Variable
 
 func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
 	ctx := context.WithoutCancel(workCtx)
-	b := retry.WithMaxRetries(uint64(w.cfg.ReportAttempts-1), retry.WithJitterPercent(20, retry.NewExponential(100*time.Millisecond)))
-	err := retry.Do(ctx, b, func(ctx context.Context) error {
+	err := retry.Do(ctx, w.reportBackoff(), func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 		defer cancel()
 		w.changes.Add(1)
@@ -547,4 +546,9 @@ func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
 		return
 	}
 	w.stats.Unlocked.Add(1)
+}
+
+// reportBackoff paces the resending of a report or unlock: ReportAttempts tries in all.
+func (w *Worker) reportBackoff() retry.Backoff {
+	return retry.WithMaxRetries(uint64(w.cfg.ReportAttempts-1), retry.WithJitterPercent(20, retry.NewExponential(100*time.Millisecond)))
 }
