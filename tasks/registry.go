@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
@@ -99,6 +99,7 @@ func (o TopicOptions) fetchTopic(name string) camunda7.FetchTopic {
 // Registry maps topics to handlers. Register everything before the worker starts.
 type Registry struct {
 	topics map[string]*topic
+	names  []string // the keys of topics, sorted
 }
 
 type topic struct {
@@ -131,15 +132,10 @@ func (r *Registry) Register(name string, h Handler, opts TopicOptions) error {
 		return fmt.Errorf("register topic %q: %w", name, errors.Join(errs...))
 	}
 	r.topics[name] = &topic{name: name, handler: h, opts: opts}
+	i, _ := slices.BinarySearch(r.names, name)
+	r.names = slices.Insert(r.names, i, name)
 	return nil
 }
 
 // Topics lists the registered topic names, sorted.
-func (r *Registry) Topics() []string {
-	out := make([]string, 0, len(r.topics))
-	for n := range r.topics {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (r *Registry) Topics() []string { return append(make([]string, 0, len(r.names)), r.names...) }
