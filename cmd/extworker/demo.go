@@ -96,9 +96,6 @@ func (env *demoEnv) search(invoice string) func(context.Context, idempotency.Que
 	}
 }
 
-// demoIntentKey is the collect-payment intent's key for an invoice.
-func demoIntentKey(invoice string) string { return "invoice:" + invoice + ":v1" }
-
 // chargeResult is the ledger's result of a charge the provider made: its reference, also
 // the task's paymentRef.
 func chargeResult(id string) idempotency.Result {
@@ -123,7 +120,7 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 		}
 		out, err := env.ledger.Do(ctx, idempotency.Intent{
 			Scope:   demoScope,
-			Key:     demoIntentKey(invoice),
+			Key:     "invoice:" + invoice + ":v1",
 			Request: map[string]any{"invoice": invoice, "amountCents": amount},
 			Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: t.ProcessInstanceID(), BusinessKey: t.BusinessKey()},
 		}, idempotency.Effect{

@@ -151,11 +151,11 @@ func oracle(t *testing.T, ctx context.Context, c *camunda7.Client, l *idempotenc
 	require.Len(t, hv, 1)
 	ref, err := camunda7.Variables{"v": hv[0].Variable()}.String("v")
 	require.NoError(t, err)
-	key := demoIntentKey(invoice)
-	for _, v := range invariants.Check(ctx, l, pay.Charges(), invariants.Expect{Scope: demoScope, Key: key, Invoice: invoice, EngineRef: ref}) {
+	key := "invoice:" + invoice + ":v1"
+	for _, v := range invariants.Check(ctx, l, pay.Charges(), invariants.Expect{Scope: "payment.collect", Key: key, Invoice: invoice, EngineRef: ref}) {
 		t.Error(v)
 	}
-	events, err := l.Events(ctx, demoScope, key)
+	events, err := l.Events(ctx, "payment.collect", key)
 	require.NoError(t, err)
 	var trail []string
 	for _, e := range events {
@@ -195,7 +195,7 @@ func TestDeclineAndDigestMismatch(t *testing.T) {
 	acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {bID}, "activityId": {"invoiceDeclined"}})
 	require.NoError(t, err)
 	assert.Len(t, acts, 1, "B1: the declined path")
-	row, err := ledger.Get(ctx, demoScope, demoIntentKey(declined))
+	row, err := ledger.Get(ctx, "payment.collect", "invoice:"+declined+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateRejected, row.State)
 	log, err := c.ExternalTaskLog(ctx, url.Values{"processInstanceId": {bID}, "failureLog": {"true"}})
@@ -250,7 +250,7 @@ func TestProviderRateLimitedAndUnavailable(t *testing.T) {
 		assert.Empty(t, inc, "%s: no incident", invoice)
 		if strings.HasPrefix(invoice, "INV-T1") {
 			// Each retry after a 429 waited out the provider's Retry-After (1s).
-			events, err := ledger.Events(ctx, demoScope, demoIntentKey(invoice))
+			events, err := ledger.Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
 			require.NoError(t, err)
 			var last time.Time
 			for _, e := range events {

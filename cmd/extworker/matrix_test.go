@@ -43,6 +43,8 @@ import (
 // is still inside the provider call: a pause the worker cannot notice while it lasts,
 // which is what a GC pause, a VM migration or an overloaded host does to a real worker.
 
+const collectScope = "payment.collect"
+
 // W2: two workers compete for one task. Worker A fetches the task and is inside the
 // provider call (the provider holds its answer 1.5s) when it is frozen; its 2s lock and
 // its 2s ledger lease run out; worker B fetches the task, finds the intent dispatched by
@@ -53,8 +55,8 @@ func TestW2CompetingWorkers(t *testing.T) {
 	f := newFaultEnv(t, "w2", 2*time.Minute)
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
 	invoice := testenv.Unique("INV-W2")
-	key := demoIntentKey(invoice)
-	pkey := idempotency.ProviderKey(f.ns, demoScope, key)
+	key := "invoice:" + invoice + ":v1"
+	pkey := idempotency.ProviderKey(f.ns, collectScope, key)
 	pay.SlowDelay = 1500 * time.Millisecond // under the 1.8s dispatch deadline of a 2s lease: unfrozen, A would confirm
 	pay.Script(invoice, fakeprovider.SlowAnswer)
 
@@ -108,7 +110,7 @@ func TestW2CompetingWorkers(t *testing.T) {
 	// Both sides: one charge, the ledger settled by B's attempt, the engine completed once
 	// by B, and nothing A did reached the engine.
 	oracle(t, ctx, c, ledger, pay, invoice, id)
-	row, err := ledger.Get(ctx, demoScope, key)
+	row, err := ledger.Get(ctx, collectScope, key)
 	require.NoError(t, err)
 	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State)
 	assert.GreaterOrEqual(t, row.Attempt, 2, "B took the intent over with a new attempt (the fencing token)")
@@ -230,7 +232,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	f := newFaultEnv(t, "l1", 2*time.Minute)
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
 	invoice := testenv.Unique("INV-L1")
-	key := demoIntentKey(invoice)
+	key := "invoice:" + invoice + ":v1"
 	pay.SlowDelay = 1500 * time.Millisecond
 	pay.Script(invoice, fakeprovider.SlowAnswer)
 
@@ -257,7 +259,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	requireOwnWorkers(t, c, []string{id}, w.Load())
 
 	oracle(t, ctx, c, ledger, pay, invoice, id)
-	row, err := ledger.Get(ctx, demoScope, key)
+	row, err := ledger.Get(ctx, collectScope, key)
 	require.NoError(t, err)
 	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State)
 	assertNoIncidents(t, c, id)
@@ -284,7 +286,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, successes, "completed once")
-	pkey := idempotency.ProviderKey(f.ns, demoScope, key)
+	pkey := idempotency.ProviderKey(f.ns, collectScope, key)
 	posts := 0
 	for _, r := range tap.requests(pkey) {
 		if r.Method == http.MethodPost {
@@ -386,7 +388,7 @@ func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 	busy := func() []int {
 		var out []int
 		for _, inv := range invoices {
-			row, err := ledger.Get(ctx, demoScope, demoIntentKey(inv))
+			row, err := ledger.Get(ctx, collectScope, "invoice:"+inv+":v1")
 			if err != nil || row.State != idempotency.StateDispatched || row.LeaseOwner == nil {
 				continue
 			}
@@ -446,8 +448,8 @@ func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 	charges := pay.Charges()
 	duplicated, requests := 0, 0
 	for _, inv := range invoices {
-		key := demoIntentKey(inv)
-		pkey := idempotency.ProviderKey(f.ns, demoScope, key)
+		key := "invoice:" + inv + ":v1"
+		pkey := idempotency.ProviderKey(f.ns, collectScope, key)
 		oracle(t, ctx, c, ledger, pay, inv, ids[inv])
 		assertNoIncidents(t, c, ids[inv])
 		assert.Empty(t, tap.overlaps(pkey), "seed %d: %s: same-key requests in flight together", seed, inv)
@@ -572,7 +574,7 @@ func TestO1OptimisticLockOnComplete(t *testing.T) {
 			binv := inv + "-" + branch
 			ref := refs["paymentRef"+strings.ToUpper(branch)]
 			assert.NotEmpty(t, ref, "%s: branch %s completed with its payment reference", inv, branch)
-			for _, v := range invariants.Check(ctx, ledger, charges, invariants.Expect{Scope: demoScope, Key: demoIntentKey(binv), Invoice: binv, EngineRef: ref}) {
+			for _, v := range invariants.Check(ctx, ledger, charges, invariants.Expect{Scope: collectScope, Key: "invoice:" + binv + ":v1", Invoice: binv, EngineRef: ref}) {
 				t.Error(v)
 			}
 		}
@@ -758,7 +760,7 @@ func handlerEnded(r logRecord) bool {
 // eventActors lists the workers that took part in the intent, from its ledger events.
 func eventActors(t *testing.T, l *idempotency.Ledger, key string) []string {
 	t.Helper()
-	events, err := l.Events(testenv.Context(t, 10*time.Second), demoScope, key)
+	events, err := l.Events(testenv.Context(t, 10*time.Second), collectScope, key)
 	require.NoError(t, err)
 	var actors []string
 	for _, e := range events {

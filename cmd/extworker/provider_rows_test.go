@@ -71,7 +71,7 @@ func requestsFor(pay *fakeprovider.Server, invoice string) []fakeprovider.Reques
 
 func trail(t *testing.T, ctx context.Context, l *idempotency.Ledger, invoice string) []idempotency.Event {
 	t.Helper()
-	events, err := l.Events(ctx, demoScope, demoIntentKey(invoice))
+	events, err := l.Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	return events
 }
@@ -96,7 +96,7 @@ func TestS1AnswerSlowerThanTheClient(t *testing.T) {
 	id := f.start(t, invoice, 4100)
 	assert.Zero(t, supervise(t, f.bin, f.ns, pay.URL(), "", func() bool { return completed(f.ctx, f, id) }))
 	oracle(t, f.ctx, f.c, f.ledger, pay, invoice, id)
-	row, err := f.ledger.Get(f.ctx, demoScope, demoIntentKey(invoice))
+	row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, row.State, "unknown, then reconciled (found)")
 	assert.Len(t, requestsFor(pay, invoice), 1, "never sent again")
@@ -122,7 +122,7 @@ func TestT2Stored500(t *testing.T) {
 				inc, err := f.c.Incidents(f.ctx, url.Values{"processInstanceId": {id}})
 				return err == nil && len(inc) == 1
 			}))
-			row, err := f.ledger.Get(f.ctx, demoScope, demoIntentKey(invoice))
+			row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 			require.NoError(t, err)
 			if stored {
 				assert.Equal(t, idempotency.StateOperatorHold, row.State)
@@ -167,7 +167,7 @@ func TestT4KeyInUse(t *testing.T) {
 	}
 	t.Logf("provider record for %s: %v", invoice, all)
 	assert.Len(t, requestsFor(pay, invoice), 1, "never resent while the first was in flight")
-	row, err := f.ledger.Get(f.ctx, demoScope, demoIntentKey(invoice))
+	row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, row.State)
 }
@@ -182,7 +182,7 @@ func TestK2MismatchAtTheProvider(t *testing.T) {
 			f := newFaultEnv(t, "k2", 3*time.Minute)
 			pay := withProvider(t, &f, fakeprovider.Options{Dialect: d})
 			invoice := testenv.Unique("INV-K2")
-			key := idempotency.ProviderKey(f.ns, demoScope, demoIntentKey(invoice))
+			key := idempotency.ProviderKey(f.ns, "payment.collect", "invoice:"+invoice+":v1")
 			// Somebody else used the key first, with another amount.
 			_, err := (&fakeprovider.Client{BaseURL: pay.URL()}).Charge(f.ctx, key, invoice, 1)
 			require.NoError(t, err)
@@ -252,7 +252,7 @@ func TestRetentionWindow(t *testing.T) {
 			}))
 			took := time.Since(start)
 			events := trail(t, f.ctx, f.ledger, invoice)
-			row, err := f.ledger.Get(f.ctx, demoScope, demoIntentKey(invoice))
+			row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 			require.NoError(t, err)
 			switch r.name {
 			case "R1":
@@ -298,14 +298,14 @@ func TestX1InstanceCancelledMidDispatch(t *testing.T) {
 	invoice := testenv.Unique("INV-X1")
 	pay.Script(invoice, fakeprovider.SlowAnswer)
 	id := f.start(t, invoice, 4600)
-	key := demoIntentKey(invoice)
+	key := "invoice:" + invoice + ":v1"
 	deleted := false
 	assert.Zero(t, supervise(t, f.bin, f.ns, pay.URL(), "", func() bool {
 		if !deleted && len(requestsFor(pay, invoice)) > 0 {
 			require.NoError(t, f.c.DeleteProcessInstance(f.ctx, id))
 			deleted = true
 		}
-		row, err := f.ledger.Get(f.ctx, demoScope, key)
+		row, err := f.ledger.Get(f.ctx, "payment.collect", key)
 		return deleted && err == nil && row.OrphanedAt != nil
 	}))
 	for _, e := range trail(t, f.ctx, f.ledger, invoice) {
@@ -316,7 +316,7 @@ func TestX1InstanceCancelledMidDispatch(t *testing.T) {
 			t.Logf("provider: %s %s %s %s", r.Method, r.Outcome, r.Fault, r.Fate)
 		}
 	}
-	row, err := f.ledger.Get(f.ctx, demoScope, key)
+	row, err := f.ledger.Get(f.ctx, "payment.collect", key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, row.State, "the in-flight charge's answer was recorded")
 	assert.Contains(t, *row.OrphanReason, "cancelled")
