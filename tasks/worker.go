@@ -46,11 +46,28 @@ type Config struct {
 	// ReportTimeout bounds each complete/failure/bpmnError call. Default 10s.
 	ReportTimeout time.Duration
 	// ReportAttempts is how often a report certainly not delivered (or resolved as not
-	// applied) is sent. Default 5.
+	// applied) is sent at least, however short ReportRetryFor is. Default 5.
 	ReportAttempts int
+	// ReportRetryFor bounds how long a report (complete, failure, bpmnError) that was
+	// certainly not sent, or whose answer was lost, is sent again with backoff, for as
+	// long as it can still take effect: the lock is ours, or the engine shows the task
+	// still ours or unlocked and not taken. The lock is kept alive meanwhile and the task
+	// is not run again here. It is what lets a report outlast an engine restart.
+	// Default 5m.
+	ReportRetryFor time.Duration
+	// IdlePollInterval is the least time between the starts of two fetches when the first
+	// one came back empty: with AsyncResponseTimeout 0 (no long poll), or an engine that
+	// answers a long poll early, idle polls wait instead of running back to back.
+	// Default 1s.
+	IdlePollInterval time.Duration
 	// ShutdownGrace is how long Run waits, once its context ends, for running handlers
 	// to finish before cancelling them with ErrShutdown. Default 30s.
 	ShutdownGrace time.Duration
+	// ShutdownTimeout bounds Run's shutdown as a whole: once its context has ended for
+	// this long, Run returns even if a handler that ignores its context is still running
+	// (that task's lock then runs out and the engine hands it to another worker). It must
+	// be longer than ShutdownGrace. Default ShutdownGrace + 15s.
+	ShutdownTimeout time.Duration
 	// Logger receives the worker's records; every record about a task carries the same
 	// fields (see package doc). Default discard.
 	Logger *slog.Logger
@@ -108,8 +125,17 @@ func (c Config) WithDefaults() Config {
 	if c.ReportAttempts == 0 {
 		c.ReportAttempts = 5
 	}
+	if c.ReportRetryFor == 0 {
+		c.ReportRetryFor = 5 * time.Minute
+	}
+	if c.IdlePollInterval == 0 {
+		c.IdlePollInterval = time.Second
+	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = c.ShutdownGrace + 15*time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -138,8 +164,17 @@ func (c Config) Validate() error {
 	if c.ReportAttempts < 1 {
 		errs = append(errs, fmt.Errorf("ReportAttempts %d: must be at least 1", c.ReportAttempts))
 	}
+	if c.ReportRetryFor < 0 {
+		errs = append(errs, fmt.Errorf("ReportRetryFor %v: must not be negative", c.ReportRetryFor))
+	}
+	if c.IdlePollInterval < 0 {
+		errs = append(errs, fmt.Errorf("IdlePollInterval %v: must not be negative", c.IdlePollInterval))
+	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("ShutdownGrace %v: must not be negative", c.ShutdownGrace))
+	}
+	if c.ShutdownTimeout <= c.ShutdownGrace {
+		errs = append(errs, fmt.Errorf("ShutdownTimeout %v: must be longer than ShutdownGrace %v", c.ShutdownTimeout, c.ShutdownGrace))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("tasks config: %w", errors.Join(errs...))
