@@ -522,6 +522,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 	defer ext.Stop() // after the report: the lock stays alive while the result is reported
 
 	start := time.Now()
+	log.Debug("handler started")
 	hctx, tl := withTaskLog(ext.Context(), log)
 	vars, herr := runHandler(hctx, t.handler, task)
 	took := time.Since(start)
