@@ -295,20 +295,33 @@ func (c *Client) do(ctx context.Context, k call) error {
 	defer raw.Close()
 	status := resp.StatusCode()
 	ctype := resp.Header().Get("Content-Type")
+	ok := status >= 200 && status < 300
+	var retryAfter time.Duration
+	if !ok {
+		retryAfter = parseRetryAfter(resp.Header().Get("Retry-After"), time.Now())
+	}
 	data, rerr := io.ReadAll(io.LimitReader(raw, c.cfg.MaxResponseBytes+1))
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "engine request",
 		slog.String("op", k.op), slog.Int("status", status), slog.Duration("took", time.Since(start)))
 	if rerr != nil {
-		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, Err: fmt.Errorf("read body: %w", rerr)}
+		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, RetryAfter: retryAfter,
+			Err: fmt.Errorf("read body: %w", rerr)}
 	}
 	if int64(len(data)) > c.cfg.MaxResponseBytes {
-		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype,
-			Err: fmt.Errorf("body exceeds the %d-byte limit (Config.MaxResponseBytes)", c.cfg.MaxResponseBytes)}
+		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, RetryAfter: retryAfter,
+			Err: fmt.Errorf("body exceeds the %d-byte limit (Config.MaxResponseBytes): %w", c.cfg.MaxResponseBytes, ErrResponseTooLarge)}
 	}
-	if status >= 200 && status < 300 {
+	if ok {
 		return decodeAnswer(k, status, ctype, data)
 	}
-	return answerError(k, status, ctype, data)
+	err = answerError(k, status, ctype, data)
+	switch e := err.(type) {
+	case *Error:
+		e.RetryAfter = retryAfter
+	case *ResponseError:
+		e.RetryAfter = retryAfter
+	}
+	return err
 }
 
 // decodeAnswer decodes a 2xx body into k.out.

@@ -373,7 +373,7 @@ func TestAnswerBodies(t *testing.T) {
 		{name: "400 extend an expired lock", call: extendLock, status: 400, typ: "RestException", code: ptr(0),
 			msg:    "Cannot extend a lock that expired: lockExpirationTime is not greater than or equal to 1700000000000",
 			handle: jsonAnswer(400, `{"type":"RestException","message":"Cannot extend a lock that expired: lockExpirationTime is not greater than or equal to 1700000000000","code":0}`),
-			is:     []error{ErrLockLost}},
+			is:     []error{ErrLockExpired, ErrLockLost, ErrBadRequest}},
 		{name: "400 suspended", call: complete, status: 400, typ: "RestException", code: ptr(0),
 			msg:    "ENGINE-03043 ExternalTask with id '1' is suspended.",
 			handle: jsonAnswer(400, `{"type":"RestException","message":"ENGINE-03043 ExternalTask with id '1' is suspended.","code":0}`),
@@ -407,7 +407,7 @@ func TestAnswerBodies(t *testing.T) {
 			isNot:  []error{ErrOptimisticLock, ErrBadRequest}},
 		{name: "413 from a proxy", call: complete, status: 413, msg: "Request Entity Too Large",
 			handle: answer(413, "text/html", "<html><body>413 Request Entity Too Large</body></html>"),
-			isNot:  []error{ErrBadRequest, ErrUnauthorized}},
+			is:     []error{ErrThrottled}, isNot: []error{ErrBadRequest, ErrUnauthorized}},
 	}
 	for _, tc := range engineCases {
 		t.Run(tc.name, func(t *testing.T) {

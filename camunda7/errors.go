@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Sentinel errors, matched with errors.Is against what a Client method returns.
@@ -22,8 +24,14 @@ var (
 	ErrTaskGone = errors.New("camunda7: external task does not exist")
 	// ErrLockLost matches a 400 from complete, failure, bpmnError, extendLock or lock that
 	// says the task is locked by another worker (or by nobody, after an unlock), or that
-	// the lock being extended has already expired.
+	// the lock being extended has already expired (then ErrLockExpired matches too).
 	ErrLockLost = errors.New("camunda7: lock lost or held by another worker")
+	// ErrLockExpired matches extendLock's 400 "Cannot extend a lock that expired": the
+	// lock ran out, and nobody else has fetched or locked the task since (that would be
+	// "It is locked by worker '...'", which matches ErrLockLost only). The task is still
+	// the worker's to take back: Lock succeeds, and so do complete, failure and
+	// bpmnError. It also matches ErrLockLost, as it did before it had a name of its own.
+	ErrLockExpired = errors.New("camunda7: lock expired, not taken by another worker")
 	// ErrSuspended matches a 400 for a task whose process instance is suspended.
 	ErrSuspended = errors.New("camunda7: external task is suspended")
 	// ErrOptimisticLock matches the engine's OptimisticLockingException (a concurrent
@@ -32,8 +40,14 @@ var (
 	// ErrUnauthorized matches 401 and 403 answers.
 	ErrUnauthorized = errors.New("camunda7: unauthorized")
 	// ErrBadRequest matches every 400 answer, including those classified more precisely
-	// (ErrLockLost, ErrSuspended).
+	// (ErrLockLost, ErrLockExpired, ErrSuspended).
 	ErrBadRequest = errors.New("camunda7: bad request")
+	// ErrThrottled matches a 429 Too Many Requests or a 413 Payload Too Large, with or
+	// without an engine body (an *Error or a *ResponseError), as a proxy or gateway in
+	// front of the engine answers when it rations requests. The request was refused, not acted on; wait
+	// RetryAfter(err) when it says how long. A 413 is temporary only when it carries a
+	// Retry-After; without one, the same body will most likely be refused again.
+	ErrThrottled = errors.New("camunda7: throttled")
 
 	// ErrNotSent matches a request that certainly never reached the engine: the connection
 	// could not be made, the request could not be written in full, or the context ended
@@ -46,6 +60,10 @@ var (
 	// ErrMalformedResponse matches an answer that could not be read: not JSON where JSON
 	// was due, truncated, or larger than Config.MaxResponseBytes.
 	ErrMalformedResponse = errors.New("camunda7: malformed response")
+	// ErrResponseTooLarge matches an answer larger than Config.MaxResponseBytes (it also
+	// matches ErrMalformedResponse). For fetchAndLock it means the engine locked tasks
+	// whose answer the client would not read: fetch fewer, or fewer variables.
+	ErrResponseTooLarge = errors.New("camunda7: response larger than MaxResponseBytes")
 	// ErrInvalidArgument matches a request rejected by the client before sending.
 	ErrInvalidArgument = errors.New("camunda7: invalid argument")
 )
@@ -66,6 +84,9 @@ type Error struct {
 	// Code is the engine's error code: 0 for ordinary errors, 1 for optimistic locking,
 	// 10000+ for database errors; nil when the engine sent null or no body.
 	Code *int
+	// RetryAfter is the delay the answer's Retry-After header asked for (see RetryAfter);
+	// zero without one.
+	RetryAfter time.Duration
 
 	kind error // the sentinel this answer is classified as; see classify
 }
@@ -82,6 +103,9 @@ func (e *Error) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.Message)
 	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
+	}
 	return b.String()
 }
 
@@ -95,6 +119,8 @@ func (e *Error) Is(target error) bool {
 		return e.StatusCode == http.StatusNotFound
 	case ErrBadRequest:
 		return e.StatusCode == http.StatusBadRequest
+	case ErrLockLost:
+		return e.kind == ErrLockExpired
 	}
 	return false
 }
@@ -112,6 +138,8 @@ func newError(op string, taskEndpoint bool, status int, typ, msg string, code *i
 // Each message matched here is pinned by a conformance test against the real engine.
 func classify(taskEndpoint bool, status int, typ, msg string, code *int) error {
 	switch {
+	case isThrottled(status):
+		return ErrThrottled
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return ErrUnauthorized
 	case status == http.StatusNotFound && taskEndpoint:
@@ -124,7 +152,8 @@ func classify(taskEndpoint bool, status int, typ, msg string, code *int) error {
 		// complete, failure, bpmnError, extendLock and lock by a worker that does not hold the lock.
 		return ErrLockLost
 	case status == http.StatusBadRequest && taskEndpoint && strings.HasPrefix(msg, "Cannot extend a lock that expired"):
-		return ErrLockLost
+		// extendLock by the lock's own worker after it ran out, before anyone else took it.
+		return ErrLockExpired
 	case status == http.StatusBadRequest && strings.Contains(msg, "is suspended"):
 		return ErrSuspended
 	case status == http.StatusBadRequest:
@@ -169,6 +198,9 @@ type ResponseError struct {
 	// help tell a proxy page from a broken engine answer.
 	Snippet string
 	Err     error
+	// RetryAfter is the delay the answer's Retry-After header asked for (see RetryAfter);
+	// zero without one.
+	RetryAfter time.Duration
 }
 
 func (e *ResponseError) Error() string {
@@ -176,21 +208,79 @@ func (e *ResponseError) Error() string {
 	if e.Snippet != "" {
 		s += fmt.Sprintf("; body starts %q", e.Snippet)
 	}
+	if e.RetryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	}
 	return s
 }
 
 func (e *ResponseError) Unwrap() error { return e.Err }
 
-// Is matches ErrMalformedResponse always, and ErrOutcomeUnknown unless the status was a
-// 4xx (which no engine or proxy sends after acting on a request).
+// Is matches ErrMalformedResponse always, ErrOutcomeUnknown unless the status was a
+// 4xx (which no engine or proxy sends after acting on a request), and ErrThrottled for
+// a 429 or 413.
 func (e *ResponseError) Is(target error) bool {
 	switch target {
 	case ErrMalformedResponse:
 		return true
 	case ErrOutcomeUnknown:
 		return e.StatusCode < 400 || e.StatusCode >= 500
+	case ErrThrottled:
+		return isThrottled(e.StatusCode)
 	}
 	return false
+}
+
+// isThrottled reports whether status is one a proxy uses to push back: 429 or 413.
+func isThrottled(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusRequestEntityTooLarge
+}
+
+// MaxRetryAfter caps the delay RetryAfter returns: a longer Retry-After (or a date
+// further ahead) is cut to it, so a misconfigured proxy cannot park a worker for hours.
+const MaxRetryAfter = 5 * time.Minute
+
+// RetryAfter returns the delay the Retry-After header of the answer in err asked for,
+// when err is (or wraps) an *Error or *ResponseError whose answer had one. The header
+// may hold delay-seconds ("120") or an HTTP-date, counted from the local clock when the
+// answer arrived; the delay is capped at MaxRetryAfter. ok is false without the header,
+// with one that cannot be parsed, or with one that asks for no wait (0, a date already
+// past). Any error status may carry it: a 429 or 413 (ErrThrottled), and a proxy's 503.
+func RetryAfter(err error) (d time.Duration, ok bool) {
+	var ee *Error
+	var re *ResponseError
+	switch {
+	case errors.As(err, &ee):
+		d = ee.RetryAfter
+	case errors.As(err, &re):
+		d = re.RetryAfter
+	}
+	return d, d > 0
+}
+
+// parseRetryAfter reads a Retry-After header value (RFC 9110 §10.2.3) received at now:
+// delay-seconds or an HTTP-date. It returns 0 for an empty, invalid or past value, and
+// at most MaxRetryAfter.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter // all digits, so only too large to parse
+		}
+		d = time.Duration(secs) * time.Second
+	} else {
+		at, err := http.ParseTime(v)
+		if err != nil {
+			return 0
+		}
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), MaxRetryAfter)
 }
 
 // SafeToRetry reports whether err proves that the request had no effect on the engine:

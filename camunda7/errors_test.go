@@ -8,19 +8,21 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // answerSentinels are the sentinels that classify an engine answer.
-var answerSentinels = []error{ErrNotFound, ErrTaskGone, ErrLockLost, ErrSuspended, ErrOptimisticLock, ErrUnauthorized, ErrBadRequest}
+var answerSentinels = []error{ErrNotFound, ErrTaskGone, ErrLockLost, ErrLockExpired, ErrSuspended, ErrOptimisticLock, ErrUnauthorized, ErrBadRequest, ErrThrottled}
 
 // transportSentinels never match an engine answer.
 var transportSentinels = []error{ErrNotSent, ErrOutcomeUnknown, ErrMalformedResponse, ErrInvalidArgument}
 
-// TestClassify pins classify against every engine message of the error matrix in
-// /work/shared/reference/camunda7-rest.md §1.5 (verbatim, including the engine's quirks).
+// TestClassify pins classify against every engine message of the error matrix that the
+// conformance suite pins against the real engine (verbatim, including the engine's quirks;
+// see docs/engine-facts.md).
 func TestClassify(t *testing.T) {
 	code0, code1 := ptr(0), ptr(1)
 	cases := []struct {
@@ -46,7 +48,11 @@ func TestClassify(t *testing.T) {
 		{"extendLock of a never-locked task", true, 400, "RestException",
 			"The lock of the External Task 1 cannot be extended by worker 'a''. It is locked by worker 'null'.", code0, ErrLockLost},
 		{"extendLock after expiry", true, 400, "RestException",
-			"Cannot extend a lock that expired: lockExpirationTime is not greater than or equal to 1700000000000", code0, ErrLockLost},
+			"Cannot extend a lock that expired: lockExpirationTime is not greater than or equal to 1700000000000", code0, ErrLockExpired},
+		{"extendLock after expiry, refetched by another worker", true, 400, "RestException",
+			"The lock of the External Task 1 cannot be extended by worker 'a''. It is locked by worker 'b'.", code0, ErrLockLost},
+		{"expired-lock message on a non-task endpoint", false, 400, "RestException",
+			"Cannot extend a lock that expired: lockExpirationTime is not greater than or equal to 1700000000000", code0, ErrBadRequest},
 		{"lock held by another worker", true, 400, "RestException",
 			"External Task 1 cannot be locked by worker 'a'. It is locked by worker 'b'.", code0, ErrLockLost},
 		{"worker id with quotes and spaces", true, 400, "RestException",
@@ -83,7 +89,9 @@ func TestClassify(t *testing.T) {
 		{"failure with negative retries", true, 500, "ProcessEngineException", "retries is not greater than or equal to 0", code0, nil},
 		{"database deadlock", true, 500, "ProcessEngineException", "deadlock", ptr(10000), nil},
 		{"continuation failed", true, 500, "ScriptEvaluationException", "Unable to evaluate script", code0, nil},
-		{"413 from a proxy", true, 413, "", "Request Entity Too Large", nil, nil},
+		{"413 from a proxy", true, 413, "", "Request Entity Too Large", nil, ErrThrottled},
+		{"429 from a proxy", true, 429, "", "Too Many Requests", nil, ErrThrottled},
+		{"429 with a JSON body, not a task endpoint", false, 429, "RestException", "rate limited", code0, ErrThrottled},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +101,8 @@ func TestClassify(t *testing.T) {
 			for _, s := range answerSentinels {
 				want := s == tc.want ||
 					(s == ErrNotFound && tc.status == http.StatusNotFound) ||
-					(s == ErrBadRequest && tc.status == http.StatusBadRequest)
+					(s == ErrBadRequest && tc.status == http.StatusBadRequest) ||
+					(s == ErrLockLost && tc.want == ErrLockExpired)
 				assert.Equal(t, want, errors.Is(e, s), "errors.Is(%v)", s)
 			}
 			for _, s := range transportSentinels {
@@ -155,10 +164,14 @@ func TestErrorKindsMatchTheirSentinels(t *testing.T) {
 		assert.NotErrorIs(t, re, ErrNotSent, "%d", status)
 		assert.ErrorIs(t, re, io.ErrUnexpectedEOF, "%d", status)
 	}
-	for _, status := range []int{400, 404, 413, 499} {
+	for _, status := range []int{400, 404, 413, 429, 499} {
 		re := &ResponseError{Op: "op", StatusCode: status, Err: io.ErrUnexpectedEOF}
 		assert.ErrorIs(t, re, ErrMalformedResponse, "%d", status)
 		assert.NotErrorIs(t, re, ErrOutcomeUnknown, "a %d proves the request was refused", status)
+		assert.Equal(t, status == 413 || status == 429, errors.Is(re, ErrThrottled), "%d throttled", status)
+	}
+	for _, status := range []int{200, 500, 502, 503} {
+		assert.NotErrorIs(t, &ResponseError{Op: "op", StatusCode: status, Err: io.EOF}, ErrThrottled, "%d", status)
 	}
 
 	ae := invalid("op", "bad %s", "thing")
@@ -217,4 +230,186 @@ func TestSnippet(t *testing.T) {
 	many := snippet([]byte(strings.Repeat("ż", 200)))
 	require.Len(t, []rune(many), 120)
 	assert.Equal(t, strings.Repeat("ż", 120), many)
+}
+
+// ErrLockExpired is a kind of ErrLockLost that says more: the lock ran out and nobody
+// else took the task. "It is locked by worker ..." (another worker, or nobody after an
+// unlock) is ErrLockLost only.
+func TestErrLockExpiredIsDistinctFromLockedByAnother(t *testing.T) {
+	expired := newError("extend lock of external task 1", true, 400, "RestException",
+		"Cannot extend a lock that expired: lockExpirationTime is not greater than or equal to 1764597600000", ptr(0))
+	for _, err := range []error{expired, fmt.Errorf("extender: %w", expired)} {
+		assert.ErrorIs(t, err, ErrLockExpired)
+		assert.ErrorIs(t, err, ErrLockLost, "backward compatible: an expired lock is still a lost lock")
+		assert.ErrorIs(t, err, ErrBadRequest)
+		assert.NotErrorIs(t, err, ErrTaskGone)
+		assert.NotErrorIs(t, err, ErrThrottled)
+		assert.True(t, SafeToRetry(err))
+	}
+	for _, msg := range []string{
+		"The lock of the External Task 1 cannot be extended by worker 'a''. It is locked by worker 'b'.",
+		"The lock of the External Task 1 cannot be extended by worker 'a''. It is locked by worker 'null'.",
+		"External Task 1 cannot be locked by worker 'a'. It is locked by worker 'b'.",
+		"External Task 1 cannot be completed by worker 'a'. It is locked by worker 'b'.",
+	} {
+		err := newError("op", true, 400, "RestException", msg, ptr(0))
+		assert.ErrorIs(t, err, ErrLockLost, msg)
+		assert.NotErrorIs(t, err, ErrLockExpired, msg)
+	}
+	// The sentinels themselves stay apart: neither wraps the other.
+	assert.NotErrorIs(t, ErrLockExpired, ErrLockLost)
+	assert.NotErrorIs(t, ErrLockLost, ErrLockExpired)
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
+	cases := []struct {
+		name, header string
+		want         time.Duration
+	}{
+		{"absent", "", 0},
+		{"seconds", "120", 2 * time.Minute},
+		{"seconds with spaces", " 7 ", 7 * time.Second},
+		{"zero asks for no wait", "0", 0},
+		{"at the cap", "300", MaxRetryAfter},
+		{"above the cap", "301", MaxRetryAfter},
+		{"far above the cap", "86400", MaxRetryAfter},
+		{"too many digits for an int64", "99999999999999999999999", MaxRetryAfter},
+		{"negative", "-5", 0},
+		{"fractional", "1.5", 0},
+		{"garbage", "soon", 0},
+		{"IMF-fixdate", "Sat, 14 Mar 2026 09:28:23 GMT", 90 * time.Second},
+		{"obsolete RFC 850 date", "Saturday, 14-Mar-26 09:27:03 GMT", 10 * time.Second},
+		{"obsolete asctime date", "Sat Mar 14 09:27:53 2026", time.Minute},
+		{"date already past", "Sat, 14 Mar 2026 09:00:00 GMT", 0},
+		{"date an hour ahead", "Sat, 14 Mar 2026 10:26:53 GMT", MaxRetryAfter},
+		{"date not in GMT", "Sat, 14 Mar 2026 11:28:23 +0200", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, parseRetryAfter(tc.header, now))
+		})
+	}
+}
+
+// A 429 or 413 from a proxy is ErrThrottled whatever its body, and RetryAfter reads
+// its Retry-After header in either form.
+func TestThrottledAnswersAndRetryAfter(t *testing.T) {
+	const engineBody = `{"type":"RestException","message":"rate limit exceeded","code":0}`
+	page := func(status int) string {
+		return fmt.Sprintf("<html><body><h1>%d %s</h1></body></html>", status, http.StatusText(status))
+	}
+	seconds := func(time.Time) string { return "30" }
+	httpDate := func(now time.Time) string { return now.Add(2 * time.Minute).UTC().Format(http.TimeFormat) }
+	none := func(time.Time) string { return "" }
+	cases := []struct {
+		name     string
+		status   int
+		ctype    string
+		body     string
+		cfg      Config
+		header   func(now time.Time) string
+		want     time.Duration // 0: no Retry-After
+		engine   bool          // *Error (else *ResponseError)
+		typ      string
+		tolerate time.Duration // an HTTP-date has whole seconds
+	}{
+		{name: "429 engine body, seconds", status: 429, ctype: "application/json", body: engineBody, header: seconds,
+			want: 30 * time.Second, engine: true, typ: "RestException"},
+		{name: "429 engine body, HTTP-date", status: 429, ctype: "application/json", body: engineBody, header: httpDate,
+			want: 2 * time.Minute, engine: true, typ: "RestException", tolerate: 2 * time.Second},
+		{name: "429 engine body, no header", status: 429, ctype: "application/json", body: engineBody, header: none,
+			engine: true, typ: "RestException"},
+		{name: "429 proxy page, seconds", status: 429, ctype: "text/html", body: page(429), header: seconds,
+			want: 30 * time.Second, engine: true},
+		{name: "429 proxy page, HTTP-date", status: 429, ctype: "text/html", body: page(429), header: httpDate,
+			want: 2 * time.Minute, engine: true, tolerate: 2 * time.Second},
+		{name: "429 proxy page, no header", status: 429, ctype: "text/html", body: page(429), header: none, engine: true},
+		{name: "413 proxy page, seconds", status: 413, ctype: "text/html", body: page(413), header: seconds,
+			want: 30 * time.Second, engine: true},
+		{name: "413 proxy page, no header", status: 413, ctype: "text/html", body: page(413), header: none, engine: true},
+		{name: "429 unreadable body, seconds", status: 429, ctype: "text/html", body: page(429), header: seconds,
+			cfg: Config{MaxResponseBytes: 16}, want: 30 * time.Second},
+		{name: "429 unreadable body, HTTP-date", status: 429, ctype: "text/html", body: page(429), header: httpDate,
+			cfg: Config{MaxResponseBytes: 16}, want: 2 * time.Minute, tolerate: 2 * time.Second},
+		{name: "413 unreadable body, no header", status: 413, ctype: "text/html", body: page(413), header: none,
+			cfg: Config{MaxResponseBytes: 16}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+				if h := tc.header(time.Now()); h != "" {
+					w.Header().Set("Retry-After", h)
+				}
+				w.Header().Set("Content-Type", tc.ctype)
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			})
+			err := completeCall(t.Context(), f.client(t, tc.cfg))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrThrottled)
+			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a 4xx is a refusal")
+			assert.NotErrorIs(t, err, ErrBadRequest)
+			assert.NotErrorIs(t, err, ErrLockLost)
+			assert.True(t, SafeToRetry(err))
+
+			var field time.Duration
+			if tc.engine {
+				var ee *Error
+				require.ErrorAs(t, err, &ee)
+				assert.Equal(t, tc.status, ee.StatusCode)
+				assert.Equal(t, tc.typ, ee.Type)
+				field = ee.RetryAfter
+			} else {
+				var re *ResponseError
+				require.ErrorAs(t, err, &re)
+				assert.Equal(t, tc.status, re.StatusCode)
+				assert.ErrorIs(t, err, ErrMalformedResponse)
+				field = re.RetryAfter
+			}
+			d, ok := RetryAfter(fmt.Errorf("worker: %w", err))
+			assert.Equal(t, field, d, "RetryAfter returns the stored field")
+			if tc.want == 0 {
+				assert.False(t, ok)
+				assert.Zero(t, d)
+				assert.NotContains(t, err.Error(), "retry after")
+				return
+			}
+			assert.True(t, ok)
+			assert.InDelta(t, tc.want, d, float64(tc.tolerate), "got %v", d)
+			assert.Contains(t, err.Error(), "(retry after ")
+		})
+	}
+}
+
+// Retry-After is kept on any refused or unreadable answer (a proxy's 503 says it too),
+// and never read from a success.
+func TestRetryAfterOnOtherAnswers(t *testing.T) {
+	proxy503 := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Retry-After", "12")
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "<html>maintenance</html>")
+	})
+	err := completeCall(t.Context(), proxy503.client(t, Config{}))
+	var re *ResponseError
+	require.ErrorAs(t, err, &re)
+	assert.NotErrorIs(t, err, ErrThrottled)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	d, ok := RetryAfter(err)
+	assert.True(t, ok)
+	assert.Equal(t, 12*time.Second, d)
+
+	success := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Retry-After", "12")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	require.NoError(t, completeCall(t.Context(), success.client(t, Config{})))
+
+	for _, err := range []error{nil, errors.New("other"), &TransportError{Op: "op", Err: io.EOF},
+		newError("op", true, 400, "RestException", "m", ptr(0))} {
+		d, ok := RetryAfter(err)
+		assert.False(t, ok, "%v", err)
+		assert.Zero(t, d)
+	}
 }

@@ -43,18 +43,28 @@
 // before. The next extension goes out Interval (default LockDuration/3) after the
 // latest grant.
 //
+// The local deadline decides when to extend, never that the lock is lost. The engine
+// hands a task to a pending long poll at the poll's end or at the next notification
+// (docs/engine-facts.md), and locks it from that moment: a task whose lock expired, or
+// whose retry timeout ended, while a 20-second poll was pending can arrive with its whole
+// local deadline spent although the engine's lock is fresh. Such a late task is extended
+// at once, in Start, before its handler runs. And while the engine cannot be reached,
+// extending goes on with backoff for as long as it takes: a lock that ran out meanwhile
+// is answered "Cannot extend a lock that expired" (camunda7.ErrLockExpired), which means
+// nobody else has taken the task yet, so the extender locks it again (Locker.Lock) and
+// the handler never notices.
+//
 // # Why the context ends
 //
 // context.Cause(ext.Context()) says why, matched with errors.Is:
 //
 //   - ErrLockLost, as a *LockLostError: the engine answered that the task is gone
 //     (camunda7.ErrTaskGone: completed elsewhere, cancelled, instance deleted) or that
-//     the lock is not ours (camunda7.ErrLockLost: another worker holds it, it was
-//     unlocked, or it already expired); Expired is false. Or extendLock failed with
-//     transient errors (not sent, outcome unknown, 5xx, suspended, unauthorized),
-//     retried with doubling backoff, until the local deadline passed; Expired is true
-//     and Err is the last error. Either way the handler's work may now be done by
-//     someone else: it should stop, and its result will likely be refused.
+//     the lock is not ours (camunda7.ErrLockLost: another worker holds it, or it was
+//     unlocked). Nothing else ends a lock: transient errors (not sent, outcome unknown,
+//     5xx, suspended, unauthorized) are retried with doubling backoff up to Interval,
+//     and an expired lock nobody took is locked again. The handler's work may now be
+//     done by someone else: it should stop, and its result will likely be refused.
 //   - ErrMaxRunTime: Config.MaxRunTime passed since Start. Extending stops, so the lock
 //     runs out and another worker may take the task: a stuck handler cannot hold it
 //     forever.

@@ -18,6 +18,10 @@ func (goneLocker) ExtendLock(_ context.Context, taskID, _ string, _ time.Duratio
 	return fmt.Errorf("extend lock of external task %s: %w", taskID, camunda7.ErrTaskGone)
 }
 
+func (goneLocker) Lock(_ context.Context, taskID, _ string, _ time.Duration) error {
+	return fmt.Errorf("lock external task %s: %w", taskID, camunda7.ErrTaskGone)
+}
+
 // A handler runs with the extender's context and learns through it, with a cause, that
 // its task is gone.
 func Example() {
@@ -39,7 +43,7 @@ func Example() {
 	var lost *lockext.LockLostError
 	fmt.Println("lock lost:", errors.Is(err, lockext.ErrLockLost))
 	fmt.Println("task gone:", errors.Is(err, camunda7.ErrTaskGone))
-	fmt.Println("engine said so:", errors.As(err, &lost) && !lost.Expired)
+	fmt.Println("engine said so:", errors.As(err, &lost) && lost.Err != nil)
 	// Output:
 	// lock lost: true
 	// task gone: true

@@ -2,10 +2,12 @@ package lockext
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failpoint"
 )
 
@@ -30,16 +32,25 @@ type Extender struct {
 	stopCh    chan struct{} // closed by Stop
 	stopOnce  sync.Once
 	done      chan struct{} // closed when the goroutine has exited
+	ready     chan struct{} // closed once Start may return: at once, or after a late task's first extension
+	readyOnce sync.Once
 
 	mu         sync.Mutex
 	deadline   time.Time
 	extensions int
+	relocks    int
 	lost       error
 }
 
-// Start begins extending t's lock in a new goroutine and returns at once. The first
-// extension goes out at t.GrantedAt+Interval. The returned extender's Context, derived
-// from parent, is the one to run the handler with.
+// Start begins extending t's lock in a new goroutine. The first extension goes out at
+// t.GrantedAt+Interval. When that moment has already passed (the engine handed the task
+// over late in a long poll, so little or none of the local lock is left), Start sends
+// it at once and returns only after its answer, so the handler never starts on a lock
+// nobody has confirmed: if the engine answers that the lock is lost, Context is already
+// cancelled (check Lost) when Start returns; if the engine cannot be reached, the
+// extending goes on in the background and Start returns after one RequestTimeout at
+// most. The returned extender's Context, derived from parent, is the one to run the
+// handler with.
 //
 // parent ending (worker shutdown) cancels Context with parent's cause but does not stop
 // the extending: the runtime still needs the lock to report the result. Only Stop, a
@@ -62,11 +73,17 @@ func Start(parent context.Context, l Locker, t Task, cfg Config) (*Extender, err
 		startedAt: time.Now(),
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
+		ready:     make(chan struct{}),
 		deadline:  t.GrantedAt.Add(cfg.LockDuration),
 	}
 	e.ctx, e.cancel = context.WithCancelCause(parent)
 	e.reqCtx, e.cancelReq = context.WithCancel(context.WithoutCancel(parent))
+	late := !e.startedAt.Before(t.GrantedAt.Add(cfg.Interval))
+	if !late {
+		e.setReady()
+	}
 	go e.run()
+	<-e.ready
 	return e, nil
 }
 
@@ -77,7 +94,8 @@ func (e *Extender) Context() context.Context { return e.ctx }
 
 // Deadline returns the current local lock deadline: when the latest successful
 // extension (or the fetch) was sent, plus LockDuration. The engine's lock lasts at
-// least until then.
+// least until then. A deadline in the past does not mean the lock is lost: only the
+// engine says that (Lost).
 func (e *Extender) Deadline() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -89,6 +107,15 @@ func (e *Extender) Extensions() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.extensions
+}
+
+// Relocks returns how often the lock had expired (the engine was unreachable for longer
+// than the lock, or the task arrived late) and was locked again with Lock, nobody else
+// having taken the task meanwhile. Relocks are also counted in Extensions.
+func (e *Extender) Relocks() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.relocks
 }
 
 // Lost returns nil while the lock is held (and after a normal Stop), or the
@@ -125,16 +152,17 @@ func (e *Extender) stopped() bool {
 }
 
 // run is the extender's one goroutine: wait until the next extension is due, send it,
-// and classify the answer, until Stop, a lost lock or MaxRunTime.
+// and classify the answer, until Stop, a lost lock or MaxRunTime. Only the engine's
+// answer ends it as lost; transient errors are retried with backoff for as long as it
+// takes, whatever the local deadline says.
 func (e *Extender) run() {
 	defer close(e.done)
 	defer e.cancelReq()
+	defer e.setReady()
 
 	var (
-		deadline = e.Deadline()
 		next     = e.task.GrantedAt.Add(e.cfg.Interval)
 		backoff  = time.Duration(0) // 0: the last attempt succeeded (or none was made)
-		lastErr  error
 		failures int
 		maxAt    time.Time // zero: no MaxRunTime
 		maxC     <-chan time.Time
@@ -160,26 +188,20 @@ func (e *Extender) run() {
 		if e.stopped() {
 			return
 		}
-		now := time.Now()
-		if !maxAt.IsZero() && !now.Before(maxAt) {
+		if !maxAt.IsZero() && !time.Now().Before(maxAt) {
 			e.end(ErrMaxRunTime, slog.Int("extensions", e.Extensions()))
 			return
 		}
-		if !now.Before(deadline) {
-			e.end(&LockLostError{TaskID: e.task.ID, Err: lastErr, Expired: true}, slog.Int("failures", failures))
-			return
-		}
 
-		// The call ends by RequestTimeout, and never after the local deadline (an answer
-		// after it comes too late to save the handler) or MaxRunTime.
+		// The call ends by RequestTimeout, and never after MaxRunTime.
 		sentAt := time.Now()
-		callEnd := earliest(sentAt.Add(e.cfg.RequestTimeout), deadline)
+		callEnd := sentAt.Add(e.cfg.RequestTimeout)
 		if !maxAt.IsZero() {
 			callEnd = earliest(callEnd, maxAt)
 		}
 		ctx, cancel := context.WithDeadline(e.reqCtx, callEnd)
 		failpoint.Inject(failpoint.InExtension)
-		err := e.l.ExtendLock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration)
+		relocked, err := e.extend(ctx)
 		cancel()
 
 		if !e.stopped() && e.cfg.OnExtend != nil {
@@ -195,30 +217,52 @@ func (e *Extender) run() {
 			e.end(ErrMaxRunTime, slog.Int("extensions", e.Extensions()))
 			return
 		case err == nil:
-			deadline = sentAt.Add(e.cfg.LockDuration)
 			next = sentAt.Add(e.cfg.Interval)
-			backoff, lastErr, failures = 0, nil, 0
+			backoff, failures = 0, 0
 			e.mu.Lock()
-			e.deadline = deadline
+			e.deadline = sentAt.Add(e.cfg.LockDuration)
 			e.extensions++
+			if relocked {
+				e.relocks++
+			}
 			e.mu.Unlock()
+			if relocked {
+				e.cfg.Logger.LogAttrs(e.reqCtx, slog.LevelInfo, "lockext: the lock had expired and nobody had taken the task; locked it again",
+					slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID))
+			}
 		default:
-			lastErr = err
 			failures++
 			if backoff == 0 {
 				backoff = e.cfg.RetryInitial
 			} else {
 				backoff = min(2*backoff, e.cfg.Interval)
 			}
-			next = earliest(time.Now().Add(backoff), deadline)
+			next = time.Now().Add(backoff)
 			e.cfg.Logger.LogAttrs(e.reqCtx, slog.LevelDebug, "lockext: extend lock failed, retrying",
 				slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID),
-				slog.Int("failures", failures), slog.Duration("retry_in", time.Until(next)),
-				slog.Time("deadline", deadline), slog.Any("error", err))
+				slog.Int("failures", failures), slog.Duration("retry_in", backoff),
+				slog.Time("local_deadline", e.Deadline()), slog.Any("error", err))
 		}
+		e.setReady() // a late task's first answer is in: its handler may start
 		timer.Reset(time.Until(next))
 	}
 }
+
+// extend sends one extendLock. When the engine answers that this worker's own lock has
+// expired (it cannot extend an expired lock), nobody else has taken the task yet: lock
+// it again, which fails only if another worker holds it by now.
+func (e *Extender) extend(ctx context.Context) (relocked bool, err error) {
+	err = e.l.ExtendLock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration)
+	if !errors.Is(err, camunda7.ErrLockExpired) {
+		return false, err
+	}
+	if err := e.l.Lock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (e *Extender) setReady() { e.readyOnce.Do(func() { close(e.ready) }) }
 
 // end records why the extending ended, logs it and cancels the handler's context.
 func (e *Extender) end(cause error, attrs ...slog.Attr) {

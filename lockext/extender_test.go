@@ -42,13 +42,30 @@ type fakeCall struct {
 	newDuration            time.Duration
 }
 
-// fakeLocker answers ExtendLock from a script; past its end, every call gets rest.
+// fakeLocker answers ExtendLock from a script; past its end, every call gets rest. Lock
+// answers lockErr and is counted in locks.
 type fakeLocker struct {
-	t0     time.Time
-	rest   step
-	mu     sync.Mutex
-	script []step
-	calls  []fakeCall
+	t0      time.Time
+	rest    step
+	mu      sync.Mutex
+	script  []step
+	calls   []fakeCall
+	lockErr error
+	locks   []time.Duration // when Lock was called, since t0
+}
+
+func (f *fakeLocker) Lock(_ context.Context, _, _ string, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.locks = append(f.locks, time.Since(f.t0))
+	return f.lockErr
+}
+
+// setRest changes the answer to every call past the script.
+func (f *fakeLocker) setRest(s step) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rest = s
 }
 
 func newFake(t0 time.Time, rest step, script ...step) *fakeLocker {
@@ -114,7 +131,7 @@ var (
 	errUnauth    = fmt.Errorf("extend lock of external task t1: engine answered 401: %w", camunda7.ErrUnauthorized)
 	errGone      = fmt.Errorf("extend lock of external task t1: engine answered 404 RestException: External task with id t1 does not exist: %w", camunda7.ErrTaskGone)
 	errOther     = fmt.Errorf("extend lock of external task t1: engine answered 400 RestException: ... It is locked by worker 'other'.: %w", camunda7.ErrLockLost)
-	errExpired   = fmt.Errorf("extend lock of external task t1: engine answered 400 RestException: Cannot extend a lock that expired: ...: %w", camunda7.ErrLockLost)
+	errExpired   = fmt.Errorf("extend lock of external task t1: engine answered 400 RestException: Cannot extend a lock that expired: ...: %w %w", camunda7.ErrLockExpired, camunda7.ErrLockLost)
 )
 
 // base is the configuration most timing tests use: lock 3s, extend every 1s.
@@ -242,56 +259,94 @@ func TestTransientErrorsRetriedWithBackoff(t *testing.T) {
 	}
 }
 
-func TestTransientErrorsUntilDeadlineExpire(t *testing.T) {
+// Transient errors never end the lock, however long they last past the local deadline:
+// only the engine can say it is lost. Once the engine answers again, extending goes on.
+func TestTransientErrorsNeverEndTheLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		f := newFake(t0, step{err: errUnknown})
 		ext := startExt(t, t.Context(), f, t0, base())
 
-		at := waitDone(ext, t0)
-		assert.Equal(t, 3*time.Second, at, "lost exactly at the local deadline GrantedAt+LockDuration")
-		// Backoff 100, 200, 400, 800ms, then capped at Interval (1s) and at the deadline.
-		assert.Equal(t, durations(1000*ms, 1100*ms, 1300*ms, 1700*ms, 2500*ms), f.times())
-
-		cause := context.Cause(ext.Context())
-		assert.ErrorIs(t, cause, lockext.ErrLockLost)
-		assert.ErrorIs(t, cause, camunda7.ErrOutcomeUnknown, "Err is the last transient error")
-		var lost *lockext.LockLostError
-		require.ErrorAs(t, cause, &lost)
-		assert.True(t, lost.Expired)
-		assert.Equal(t, "t1", lost.TaskID)
-		assert.Same(t, errUnknown, lost.Err)
-		assert.Equal(t, cause, ext.Lost())
-		assert.Equal(t, 0, ext.Extensions())
-
 		sleepTo(t0, 10*time.Second)
-		assert.Len(t, f.snapshot(), 5, "no extension after the lock is lost")
-		ext.Stop()
-		assert.Equal(t, cause, context.Cause(ext.Context()), "Stop keeps the first cause")
+		assert.NoError(t, ext.Context().Err(), "still running at 10s, long past the local deadline of 3s")
+		assert.NoError(t, ext.Lost())
+		// Backoff 100, 200, 400, 800ms, then capped at Interval (1s), past the deadline too.
+		assert.Equal(t, durations(1000*ms, 1100*ms, 1300*ms, 1700*ms, 2500*ms, 3500*ms, 4500*ms, 5500*ms, 6500*ms,
+			7500*ms, 8500*ms, 9500*ms), f.times())
+		assert.Equal(t, 0, ext.Extensions())
+		assert.Equal(t, t0.Add(3*time.Second), ext.Deadline(), "the local deadline stays where the last grant put it")
+
+		f.setRest(step{})
+		sleepTo(t0, 10500*ms)
+		assert.Equal(t, 1, ext.Extensions(), "extended as soon as the engine answers")
+		assert.Equal(t, t0.Add(13500*ms), ext.Deadline())
+		assert.NoError(t, ext.Context().Err())
 	})
 }
 
 // An engine that accepts connections but never answers: each call is cut at
-// RequestTimeout, and the last one at the local deadline, so the handler hears of the
-// loss when the lock may run out, not RequestTimeout later.
-func TestHangingEngineCutAtDeadline(t *testing.T) {
+// RequestTimeout and retried; the lock is not declared lost.
+func TestHangingEngineCutAtRequestTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		f := newFake(t0, step{took: time.Hour})
 		ext := startExt(t, t.Context(), f, t0, base())
 
-		assert.Equal(t, 3*time.Second, waitDone(ext, t0))
+		sleepTo(t0, 6*time.Second)
 		calls := f.snapshot()
-		require.Len(t, calls, 2)
+		require.GreaterOrEqual(t, len(calls), 3)
 		assert.Equal(t, fakeCall{at: 1000 * ms, deadline: 2000 * ms, returned: 2000 * ms, ctxErr: context.DeadlineExceeded,
 			taskID: "t1", workerID: "w1", newDuration: 3 * time.Second}, calls[0])
 		assert.Equal(t, 2100*ms, calls[1].at)
-		assert.Equal(t, 3000*ms, calls[1].deadline, "cut at the local deadline, before RequestTimeout")
+		assert.Equal(t, 3100*ms, calls[1].deadline, "cut at RequestTimeout, also past the local deadline")
+		assert.NoError(t, ext.Context().Err())
+		assert.NoError(t, ext.Lost())
+	})
+}
 
+// The engine answers "Cannot extend a lock that expired": the lock ran out (the engine
+// was unreachable for longer than it) but nobody took the task, so the extender locks it
+// again and the handler never notices.
+func TestExpiredLockLockedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		var logs testenv.Buffer
+		cfg := base()
+		cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		f := newFake(t0, step{}, step{err: errExpired})
+		ext := startExt(t, t.Context(), f, t0, cfg)
+
+		sleepTo(t0, 1500*ms)
+		assert.Equal(t, durations(1000*ms), f.locks, "locked again right after the refusal")
+		assert.NoError(t, ext.Context().Err())
+		assert.NoError(t, ext.Lost())
+		assert.Equal(t, 1, ext.Extensions())
+		assert.Equal(t, 1, ext.Relocks())
+		assert.Equal(t, t0.Add(4*time.Second), ext.Deadline())
+		assert.Contains(t, logs.String(), "locked it again")
+
+		sleepTo(t0, 2500*ms)
+		assert.Equal(t, 2, ext.Extensions(), "extending goes on as before")
+		assert.Len(t, f.locks, 1)
+	})
+}
+
+// The lock expired and another worker took the task before the extender could lock it
+// again: that is a loss, with the engine's answer to the lock.
+func TestExpiredLockTakenMeanwhile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		f := newFake(t0, step{err: errExpired})
+		f.lockErr = errOther
+		ext := startExt(t, t.Context(), f, t0, base())
+
+		assert.Equal(t, time.Second, waitDone(ext, t0))
 		var lost *lockext.LockLostError
 		require.ErrorAs(t, context.Cause(ext.Context()), &lost)
-		assert.True(t, lost.Expired)
-		assert.ErrorIs(t, lost, context.DeadlineExceeded)
+		assert.Same(t, errOther, lost.Err)
+		assert.ErrorIs(t, ext.Lost(), camunda7.ErrLockLost)
+		assert.NotErrorIs(t, ext.Lost(), camunda7.ErrLockExpired)
+		assert.Equal(t, 0, ext.Relocks())
 	})
 }
 
@@ -303,7 +358,6 @@ func TestLostAnswerEndsAtOnce(t *testing.T) {
 	}{
 		{"task gone", errGone, camunda7.ErrTaskGone},
 		{"locked by another worker", errOther, camunda7.ErrLockLost},
-		{"lock expired on the engine", errExpired, camunda7.ErrLockLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -320,7 +374,6 @@ func TestLostAnswerEndsAtOnce(t *testing.T) {
 				assert.ErrorIs(t, cause, tc.is)
 				var lost *lockext.LockLostError
 				require.ErrorAs(t, cause, &lost)
-				assert.False(t, lost.Expired)
 				assert.Same(t, tc.err, lost.Err)
 				assert.Equal(t, cause, ext.Lost())
 				assert.Equal(t, 1, ext.Extensions())
@@ -425,6 +478,8 @@ func (v valueLocker) ExtendLock(ctx context.Context, _, _ string, _ time.Duratio
 	return nil
 }
 
+func (valueLocker) Lock(context.Context, string, string, time.Duration) error { return nil }
+
 func TestCallsKeepParentValues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
@@ -509,22 +564,58 @@ func TestStopWaitsForInFlightCall(t *testing.T) {
 	})
 }
 
-// A task handed over too late (its local deadline already passed) is lost at once.
-func TestStartAfterDeadline(t *testing.T) {
+// A task handed over late in a long poll (its local deadline already passed, though the
+// engine's lock is fresh) is extended at once, and Start returns only after the answer:
+// the handler starts on a confirmed lock.
+func TestLateTaskExtendedBeforeStartReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		f := newFake(t0, step{})
+		f := newFake(t0, step{took: 50 * ms})
 		ext, err := lockext.Start(t.Context(), f, task(t0.Add(-4*time.Second)), base())
 		require.NoError(t, err)
 		defer ext.Stop()
 
-		assert.Equal(t, time.Duration(0), waitDone(ext, t0))
-		var lost *lockext.LockLostError
-		require.ErrorAs(t, context.Cause(ext.Context()), &lost)
-		assert.True(t, lost.Expired)
-		assert.NoError(t, lost.Err)
-		assert.Contains(t, lost.Error(), "expired locally before it could be extended")
-		assert.Empty(t, f.snapshot())
+		assert.Equal(t, 50*ms, time.Since(t0), "Start waited for the first extension's answer")
+		assert.Equal(t, durations(0), f.times())
+		assert.Equal(t, 1, ext.Extensions())
+		assert.NoError(t, ext.Context().Err())
+		assert.Equal(t, t0.Add(3*time.Second), ext.Deadline(), "counted from the extension, not the fetch")
+
+		sleepTo(t0, 1500*ms)
+		assert.Equal(t, durations(0, 1000*ms), f.times(), "then the usual cadence from the extension")
+	})
+}
+
+// A late task whose first extension the engine refuses: Start returns with the context
+// already cancelled, so the handler never runs.
+func TestLateTaskRefusedOnArrival(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		f := newFake(t0, step{err: errOther})
+		ext, err := lockext.Start(t.Context(), f, task(t0.Add(-2*time.Second)), base())
+		require.NoError(t, err)
+		defer ext.Stop()
+
+		require.Error(t, ext.Context().Err(), "cancelled before Start returned")
+		assert.ErrorIs(t, ext.Lost(), camunda7.ErrLockLost)
+	})
+}
+
+// A late task while the engine is unreachable: Start returns after the first attempt's
+// timeout, the handler may run (the engine's lock is likely fresh), and extending goes on.
+func TestLateTaskEngineUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		f := newFake(t0, step{took: time.Hour})
+		ext, err := lockext.Start(t.Context(), f, task(t0.Add(-4*time.Second)), base())
+		require.NoError(t, err)
+		defer ext.Stop()
+
+		assert.Equal(t, time.Second, time.Since(t0), "one RequestTimeout")
+		assert.NoError(t, ext.Context().Err())
+		f.setRest(step{})
+		sleepTo(t0, 1500*ms)
+		assert.Equal(t, 1, ext.Extensions())
 	})
 }
 
@@ -586,7 +677,8 @@ func TestLockLostErrorMatching(t *testing.T) {
 	assert.NotErrorIs(t, err, lockext.ErrMaxRunTime)
 	assert.NotErrorIs(t, err, camunda7.ErrLockLost)
 	assert.Equal(t, "handle task t1: lockext: lock of task t1 lost: "+errGone.Error(), err.Error())
-	exp := &lockext.LockLostError{TaskID: "t1", Err: errNotSent, Expired: true}
-	assert.Equal(t, "lockext: lock of task t1 expired locally, last extension error: "+errNotSent.Error(), exp.Error())
-	assert.ErrorIs(t, exp, camunda7.ErrNotSent)
+	assert.False(t, lockext.LostAnswer(errExpired), "one's own expired lock is not lost: nobody took the task")
+	assert.True(t, lockext.LostAnswer(errOther))
+	assert.True(t, lockext.LostAnswer(errGone))
+	assert.False(t, lockext.LostAnswer(errUnknown))
 }

@@ -10,10 +10,14 @@ import (
 	"github.com/extworker/extworker/camunda7"
 )
 
-// Locker is the part of *camunda7.Client the extender needs: one call that sets a task's
-// lock to expire newDuration from the engine's now. Tests substitute a fake.
+// Locker is the part of *camunda7.Client the extender needs: ExtendLock sets a task's
+// lock to expire newDuration from the engine's now; Lock locks it again for the same
+// worker after that worker's own lock expired and nobody else took the task (the
+// engine refuses to extend an expired lock, but lets it be locked anew; engine 7.15+).
+// Tests substitute a fake.
 type Locker interface {
 	ExtendLock(ctx context.Context, taskID, workerID string, newDuration time.Duration) error
+	Lock(ctx context.Context, taskID, workerID string, lockDuration time.Duration) error
 }
 
 // *camunda7.Client is the Locker the runtime uses.
@@ -41,16 +45,15 @@ type Config struct {
 	// forever (the lock then runs out and another worker may fetch the task). Zero, the
 	// default, means unlimited.
 	MaxRunTime time.Duration
-	// RequestTimeout bounds each extendLock call (it is also cut short at the local lock
-	// deadline, past which an answer would come too late). Default min(Interval, 10s).
+	// RequestTimeout bounds each extendLock call. Default min(Interval, 10s).
 	RequestTimeout time.Duration
 	// RetryInitial is the first pause after a transient extendLock error; each further
-	// failure doubles it, up to Interval, and no pause runs past the local lock deadline.
-	// Default 100ms.
+	// failure doubles it, up to Interval. Transient errors never end the extending, however
+	// long they last: only the engine's answer can say the lock is lost. Default 100ms.
 	RetryInitial time.Duration
 	// Logger receives a Warn record when a lock is lost or MaxRunTime is exceeded (with
-	// task id, worker id and reason) and a Debug record per transient error. Default
-	// discards.
+	// task id, worker id and reason), an Info record when an expired lock was locked
+	// again, and a Debug record per transient error. Default discards.
 	Logger *slog.Logger
 	// OnExtend, if set, is called after every extendLock call with its error (nil on
 	// success), from the extender's goroutine: for metrics, so keep it quick. Not called
@@ -117,8 +120,10 @@ type Task struct {
 	WorkerID string
 	// GrantedAt is the local time (time.Now(), monotonic) when the fetchAndLock request
 	// that locked the task was SENT: the engine set expiry = its now + LockDuration at
-	// some moment after that, so GrantedAt+LockDuration is a safe, conservative local
-	// deadline that needs no agreement with the engine's wall clock. Required.
+	// some moment after that, so GrantedAt+LockDuration is a conservative local deadline
+	// that needs no agreement with the engine's wall clock. It decides when to extend,
+	// never that the lock is lost: a task the engine locked late in a long poll arrives
+	// with its local deadline near or past, and is extended at once. Required.
 	GrantedAt time.Time
 }
 
@@ -142,8 +147,8 @@ func (t Task) validate() error {
 // Causes with which Extender.Context is cancelled, matched with errors.Is against
 // context.Cause(ctx) or Extender.Lost.
 var (
-	// ErrLockLost matches every *LockLostError: the task's lock is gone or can no longer
-	// be shown to be held, so the handler's work may be done twice or thrown away.
+	// ErrLockLost matches every *LockLostError: the engine answered that the task's lock
+	// is gone, so the handler's work may be done twice or thrown away.
 	ErrLockLost = errors.New("lockext: lock lost")
 	// ErrMaxRunTime is the cause once Config.MaxRunTime has passed since Start.
 	ErrMaxRunTime = errors.New("lockext: maximum run time exceeded")
@@ -156,26 +161,13 @@ var (
 type LockLostError struct {
 	// TaskID is the task whose lock was lost.
 	TaskID string
-	// Err is the engine's answer (Expired false), or the last transient error seen before
-	// the local deadline passed (Expired true; nil if the deadline had passed before any
-	// extension was tried, i.e. Start came too late).
+	// Err is the engine's answer: the task is gone (completed, cancelled, its instance
+	// deleted) or another worker holds it (or nobody, after an unlock).
 	Err error
-	// Expired tells "the local deadline passed while the engine was unreachable or
-	// failing" (true: the lock may still be held by the engine, but nothing shows it) from
-	// "the engine said the lock is gone" (false: task completed/cancelled, or locked by
-	// another worker, or unlocked).
-	Expired bool
 }
 
-// Error says whose lock was lost and how: the engine's answer, or the last error before
-// the local deadline passed.
+// Error says whose lock was lost and the engine's answer.
 func (e *LockLostError) Error() string {
-	if e.Expired {
-		if e.Err == nil {
-			return fmt.Sprintf("lockext: lock of task %s expired locally before it could be extended", e.TaskID)
-		}
-		return fmt.Sprintf("lockext: lock of task %s expired locally, last extension error: %v", e.TaskID, e.Err)
-	}
 	return fmt.Sprintf("lockext: lock of task %s lost: %v", e.TaskID, e.Err)
 }
 
@@ -185,10 +177,14 @@ func (e *LockLostError) Unwrap() error { return e.Err }
 // Is matches ErrLockLost.
 func (e *LockLostError) Is(target error) bool { return target == ErrLockLost }
 
-// LostAnswer reports whether an engine answer (to extendLock, or to a report such as
-// complete) proves the lock is gone: the task no longer exists, or another worker (or
-// nobody) holds it, or it already expired. Everything else (not sent, unknown outcome,
-// 5xx, suspended, unauthorized) might pass.
+// LostAnswer reports whether an engine answer (to extendLock or lock, or to a report
+// such as complete) proves the lock is gone: the task no longer exists, or another
+// worker (or nobody) holds it. An expired lock of one's own (camunda7.ErrLockExpired)
+// is not lost: nobody else has taken the task, and Lock takes it again. Everything else
+// (not sent, unknown outcome, 5xx, suspended, unauthorized) might pass.
 func LostAnswer(err error) bool {
+	if errors.Is(err, camunda7.ErrLockExpired) {
+		return false
+	}
 	return errors.Is(err, camunda7.ErrTaskGone) || errors.Is(err, camunda7.ErrLockLost)
 }

@@ -27,7 +27,7 @@
 //	extworker_tasks_failed_total{topic,classification}      counter   failures reported (retryable, permanent, unknown-outcome)
 //	extworker_incidents_total{topic,classification}         counter   failures with retries 0: incidents (retryable = retries exhausted)
 //	extworker_tasks_handled_total{topic,outcome}            counter   every task run, by outcome (completed, bpmn-error, retryable,
-//	                                                                  incident, unlocked, lock-lost, report-failed)
+//	                                                                  incident, deferred, unlocked, lock-lost, report-failed)
 //	extworker_handler_duration_seconds{topic,outcome}       histogram handler run time
 //	extworker_fetch_duration_seconds                        histogram fetchAndLock latency, including the long poll's wait
 //	extworker_fetch_polls_total                             counter   fetchAndLock calls
@@ -37,7 +37,7 @@
 //	extworker_slots_max                                     gauge     MaxConcurrency
 //	extworker_lock_extensions_total{topic}                  counter   successful extendLock calls
 //	extworker_lock_extension_failures_total{topic}          counter   failed extendLock calls
-//	extworker_locks_lost_total{topic,reason}                counter   locks lost: gone, taken, expired, max_run_time
+//	extworker_locks_lost_total{topic,reason}                counter   locks lost: gone, taken, max_run_time
 //	extworker_engine_errors_total{operation}                counter   failed engine calls: fetch_and_lock, complete, failure,
 //	                                                                  bpmn_error, unlock, extend_lock, query, version (readyz)
 //

@@ -85,7 +85,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		extensions:     counter("lock_extensions_total", "Successful extendLock calls for running tasks.", "topic"),
 		extensionFails: counter("lock_extension_failures_total", "Failed extendLock calls (transient errors and lost locks).", "topic"),
 		locksLost: counter("locks_lost_total",
-			"Locks lost while a task ran or was reported: reason gone, taken, expired or max_run_time.", "topic", "reason"),
+			"Locks lost while a task ran or was reported: reason gone, taken or max_run_time.", "topic", "reason"),
 		engineErrors: counter("engine_errors_total",
 			"Failed engine calls: operation fetch_and_lock, complete, failure, bpmn_error, unlock, extend_lock, query, version.", "operation"),
 		dbErrors: counter("database_errors_total",

@@ -52,7 +52,7 @@
 // Every record about a task carries worker_id, topic, external_task_id,
 // process_instance_id, process_definition_key, activity_id, business_key and attempt;
 // records about its result add outcome (completed, bpmn-error, retryable, incident,
-// unlocked, lock-lost) and, for failures, classification, retries_left, retry_timeout
+// deferred, unlocked, lock-lost) and, for failures, classification, retries_left, retry_timeout
 // and error.
 //
 // A handler's context carries the task's logger: Logger(ctx) returns it, and

@@ -54,7 +54,7 @@ func TestPlanAsksOnlyForFreeSlots(t *testing.T) {
 				w.perTopic[topic] = n
 				w.inflight += n
 			}
-			req, ok := w.plan()
+			req, ok := w.plan(0)
 			require.Equal(t, tc.wantOK, ok)
 			if !ok {
 				return

@@ -39,8 +39,8 @@ type Observer interface {
 	// success.
 	LockExtended(topic string, err error)
 	// LockLost is called when a running task's lock is lost: reason "gone" (the task no
-	// longer exists), "taken" (locked by another worker, or by nobody), "expired" (the
-	// local lock deadline passed while extensions failed) or "max_run_time".
+	// longer exists), "taken" (locked by another worker, or by nobody) or
+	// "max_run_time". The engine says which; the local clock never declares a lock lost.
 	LockLost(topic, reason string)
 	// EngineError is called for every failed engine call the worker makes on its own
 	// behalf: operation fetch_and_lock, complete, failure, bpmn_error, unlock,
@@ -63,12 +63,9 @@ func (NopObserver) EngineError(string, error)                     {}
 
 // lockLostReason names why a lock ended, for Observer.LockLost.
 func lockLostReason(cause error) string {
-	var lost *lockext.LockLostError
 	switch {
 	case errors.Is(cause, lockext.ErrMaxRunTime):
 		return "max_run_time"
-	case errors.As(cause, &lost) && lost.Expired:
-		return "expired"
 	case errors.Is(cause, camunda7.ErrTaskGone):
 		return "gone"
 	}

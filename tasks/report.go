@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/sethvargo/go-retry"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failpoint"
@@ -82,10 +81,13 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 			return w.c.Failure(ctx, id, camunda7.FailureRequest{WorkerID: w.cfg.WorkerID, ErrorMessage: msg, ErrorDetails: details, Retries: left, RetryTimeout: delay})
 		}
 		outcome, op, class = o.Kind.String(), "failure", o.Kind.String()
-		if left == 0 {
+		switch {
+		case o.KeepRetries:
+			outcome, class = "deferred", "deferred"
+		case left == 0:
 			outcome = "incident"
 		}
-		attrs = append(attrs, slog.String("classification", o.Kind.String()), slog.Int("retries_left", left),
+		attrs = append(attrs, slog.String("classification", class), slog.Int("retries_left", left),
 			slog.Duration("retry_timeout", delay), slog.String("error", errorText(o)))
 	}
 
@@ -93,13 +95,14 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		failpoint.Inject(failpoint.BeforeComplete)
 	}
 	err := w.deliver(ctx, id, send, log)
-	var ee *camunda7.Error
-	if err != nil && o.Kind == failure.KindNone && errors.As(err, &ee) && ee.StatusCode >= 500 && !errors.Is(err, camunda7.ErrOptimisticLock) {
-		// The engine rolled the completion back (e.g. a following synchronous step threw):
-		// the task is still ours. Report it as a retryable failure so it shows in Cockpit.
-		log.Warn("complete rejected by the engine; reporting a failure instead", slog.Any("error", err))
-		w.report(workCtx, t, task, failure.Classify(fmt.Errorf("complete rejected by the engine: %w", err)), nil, took, log)
-		return
+	if o.Kind == failure.KindNone || o.Kind == failure.KindBPMNError {
+		if fo, ok := refusedReport(op, err); ok {
+			// The engine answered and will answer the same again: report a failure instead,
+			// so the task shows in Cockpit rather than cycling through lock expiries.
+			log.Warn("the engine refused the report; reporting a failure instead", slog.String("refused", op), slog.Any("error", err))
+			w.report(workCtx, t, task, fo, nil, took, log)
+			return
+		}
 	}
 	attrs = append(attrs, slog.Duration("took", took))
 	if err != nil {
@@ -128,6 +131,8 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		w.stats.BPMNErrors.Add(1)
 	case outcome == "incident":
 		w.stats.Incidents.Add(1)
+	case outcome == "deferred":
+		w.stats.Deferred.Add(1)
 	default:
 		w.stats.Failures.Add(1)
 	}
@@ -139,43 +144,118 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 	log.LogAttrs(ctx, level, "task handled", append(attrs, slog.String("outcome", outcome))...)
 }
 
-// deliver sends a report, resending what certainly did not arrive and resolving a lost
-// answer by asking the engine. Resending a report is safe: a second complete or
-// bpmnError finds the task gone (404), a second failure sets the same values.
+// Pacing of report resends: doubling from reportRetryInitial up to reportRetryMax, with
+// 20% jitter, or the engine's (a proxy's) Retry-After when it is longer.
+const (
+	reportRetryInitial = 100 * time.Millisecond
+	reportRetryMax     = 5 * time.Second
+)
+
+// deliver sends a report until the engine answers it, resending what certainly did not
+// arrive (not sent, a concurrent modification, throttled) and resolving a lost answer by
+// asking the engine, for as long as the report can still take effect: ReportRetryFor in
+// all (and at least ReportAttempts sends). The caller's extender keeps the lock alive
+// meanwhile, and the task stays active here, so it is not run again. Resending a report
+// is safe: a second complete or bpmnError finds the task gone (404), a second failure
+// sets the same values. It returns the last error when it gives up.
 func (w *Worker) deliver(ctx context.Context, id string, send func(context.Context) error, log *slog.Logger) error {
-	return retry.Do(ctx, w.reportBackoff(), func(ctx context.Context) error {
+	start := time.Now()
+	pause := reportRetryInitial
+	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 		w.changes.Add(1)
 		err := send(rctx)
 		cancel()
+		again, wait := false, time.Duration(0)
 		switch {
 		case err == nil:
+			if attempt > 1 {
+				log.Info("report delivered", slog.Int("attempts", attempt), slog.Duration("after", time.Since(start).Round(time.Millisecond)))
+			}
 			return nil
 		case errors.Is(err, camunda7.ErrNotSent), errors.Is(err, camunda7.ErrOptimisticLock):
-			return retry.RetryableError(err)
+			again = true
+		case errors.Is(err, camunda7.ErrThrottled):
+			again = true
+			wait, _ = camunda7.RetryAfter(err)
 		case errors.Is(err, camunda7.ErrOutcomeUnknown):
-			return w.resolve(ctx, id, err, log)
+			var done bool
+			done, again, err = w.resolve(ctx, id, err, log)
+			if done {
+				return nil
+			}
 		}
-		return err
-	})
+		if !again {
+			return err
+		}
+		if attempt >= w.cfg.ReportAttempts && time.Since(start) >= w.cfg.ReportRetryFor {
+			return fmt.Errorf("gave up after %d attempts over %v (ReportRetryFor %v): %w", attempt,
+				time.Since(start).Round(time.Millisecond), w.cfg.ReportRetryFor, err)
+		}
+		if attempt == 1 {
+			log.Warn("reporting the result failed; sending it again until the engine answers",
+				slog.Duration("for_at_most", w.cfg.ReportRetryFor), slog.Any("error", err))
+		} else {
+			log.Debug("reporting the result failed again", slog.Int("attempts", attempt), slog.Any("error", err))
+		}
+		d := max(jitter(pause), wait)
+		pause = min(2*pause, reportRetryMax)
+		t := time.NewTimer(d)
+		<-t.C // ctx never ends (the caller detached it): a report outlasts a shutdown
+	}
 }
 
-// resolve finds out what became of a report whose answer was lost.
-func (w *Worker) resolve(ctx context.Context, id string, sendErr error, log *slog.Logger) error {
+// jitter spreads d by ±20%, so workers that lost the engine together do not come back
+// in step.
+func jitter(d time.Duration) time.Duration {
+	return d - d/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
+}
+
+// resolve finds out what became of a report whose answer was lost: done when the task is
+// gone (the report took effect, or the task ended otherwise), again when it is still
+// locked for this worker (or the engine cannot be asked): sending it again is safe.
+func (w *Worker) resolve(ctx context.Context, id string, sendErr error, log *slog.Logger) (done, again bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 	defer cancel()
 	t, err := w.c.ExternalTask(rctx, id)
 	switch {
 	case errors.Is(err, camunda7.ErrTaskGone):
 		log.Info("report answer was lost; the task is gone, so the report took effect", slog.Any("lost_answer", sendErr))
-		return nil
+		return true, false, nil
 	case err != nil:
-		return retry.RetryableError(fmt.Errorf("%w; asking the engine failed too: %w", sendErr, err))
+		return false, true, fmt.Errorf("%w; asking the engine failed too: %w", sendErr, err)
 	case t.WorkerID == w.cfg.WorkerID:
-		return retry.RetryableError(sendErr) // still ours: sending again is safe
+		return false, true, sendErr // still ours (its lock may have run out, but nobody took it)
 	default:
-		return fmt.Errorf("%w; the task is now locked by %q", sendErr, t.WorkerID)
+		return false, false, fmt.Errorf("%w; the task is now locked by %q", sendErr, t.WorkerID)
 	}
+}
+
+// refusedReport turns the engine's refusal of a complete or bpmnError into the failure
+// to report instead, if the refusal is one that sending again cannot change:
+//   - a 5xx answer from the engine (not a concurrent modification): it rolled the
+//     completion back, e.g. a following synchronous step threw; retryable, as a later
+//     attempt may pass;
+//   - a 4xx refusal of the request itself (a badly formatted Date variable, a variable
+//     the engine cannot deserialize): permanent, with the engine's message, for an
+//     operator to fix the handler or the data;
+//   - throttling (429 or 413 from a proxy) that outlasted ReportRetryFor: retryable.
+//
+// A lost or taken lock, a gone task, a suspended instance, refused credentials and
+// answers never received are not turned into failures (the failure would meet the same).
+func refusedReport(op string, err error) (failure.Outcome, bool) {
+	var ee *camunda7.Error
+	switch {
+	case err == nil, lockext.LostAnswer(err), errors.Is(err, camunda7.ErrSuspended), errors.Is(err, camunda7.ErrUnauthorized):
+		return failure.Outcome{}, false
+	case errors.Is(err, camunda7.ErrThrottled):
+		return failure.Classify(fmt.Errorf("%s throttled by the engine or a proxy: %w", op, err)), true
+	case errors.As(err, &ee) && ee.StatusCode >= 500 && !errors.Is(err, camunda7.ErrOptimisticLock):
+		return failure.Classify(fmt.Errorf("%s rejected by the engine: %w", op, err)), true
+	case errors.As(err, &ee) && ee.StatusCode >= 400 && ee.StatusCode < 500:
+		return failure.Classify(failure.Permanent(fmt.Errorf("%s refused by the engine: %w", op, err))), true
+	}
+	return failure.Outcome{}, false
 }
 
 // taskGone tells Config.OnTaskGone about a task that answered 404 if the engine's history
@@ -210,6 +290,9 @@ func (w *Worker) taskGone(ctx context.Context, task *Task, cause error, log *slo
 // in Cockpit (documented in the package doc): a one-line message, and details as
 // "key: value" lines followed by the error and, for a panic, its stack.
 func describeFailure(workerID string, t *topic, task *Task, o failure.Outcome, left int, delay time.Duration) (string, string) {
+	if o.KeepRetries {
+		return describeDeferral(workerID, task, o, left, delay)
+	}
 	msg := fmt.Sprintf("%s: %s", o.Kind, errorText(o))
 	if left > 0 {
 		msg += fmt.Sprintf(" (attempt %d of %d, retrying in %v)", task.Attempt(), t.opts.Retry.MaxAttempts, delay)
@@ -228,16 +311,7 @@ func describeFailure(workerID string, t *topic, task *Task, o failure.Outcome, l
 	} else {
 		line("retries left", "0: incident raised")
 	}
-	line("worker", workerID)
-	line("topic", task.Topic())
-	line("external task", task.ID())
-	line("process instance", task.ProcessInstanceID())
-	line("process definition", task.ProcessDefinitionKey())
-	line("activity", task.ActivityID())
-	if bk := task.BusinessKey(); bk != "" {
-		line("business key", bk)
-	}
-	line("reported at", time.Now().UTC().Format(time.RFC3339Nano))
+	taskLines(line, workerID, task)
 	switch o.Kind {
 	case failure.KindUnknownOutcome:
 		line("operator action", "the side effect may or may not have happened: check with the provider before retrying (set retries > 0 to run the handler again)")
@@ -259,6 +333,38 @@ func describeFailure(workerID string, t *topic, task *Task, o failure.Outcome, l
 		b.Write(o.Panic.Stack)
 	}
 	return msg, b.String()
+}
+
+// describeDeferral renders a deferred attempt (failure.Deferred: another live attempt
+// owns the work, say): not a failure, so no attempt count and no retry spent; the task
+// comes back after delay with its retries unchanged.
+func describeDeferral(workerID string, task *Task, o failure.Outcome, left int, delay time.Duration) (string, string) {
+	msg := truncate(strings.ReplaceAll(fmt.Sprintf("deferred: %s (not a failure: retries unchanged at %d, trying again in %v)",
+		errorText(o), left, delay), "\n", " "), maxErrorMessage)
+	var b strings.Builder
+	line := func(k, v string) { fmt.Fprintf(&b, "%s: %s\n", k, v) }
+	line("extworker", "failure report v1")
+	line("classification", "deferred")
+	line("retries left", fmt.Sprintf("%d (unchanged), next attempt in %v", left, delay))
+	taskLines(line, workerID, task)
+	line("operator action", "none: the task waits for work in progress elsewhere and comes back by itself")
+	b.WriteString("\nreason: ")
+	b.WriteString(errorText(o))
+	return msg, b.String()
+}
+
+// taskLines writes the lines that name the task, shared by every report.
+func taskLines(line func(k, v string), workerID string, task *Task) {
+	line("worker", workerID)
+	line("topic", task.Topic())
+	line("external task", task.ID())
+	line("process instance", task.ProcessInstanceID())
+	line("process definition", task.ProcessDefinitionKey())
+	line("activity", task.ActivityID())
+	if bk := task.BusinessKey(); bk != "" {
+		line("business key", bk)
+	}
+	line("reported at", time.Now().UTC().Format(time.RFC3339Nano))
 }
 
 func errorText(o failure.Outcome) string {

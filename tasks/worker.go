@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,13 +193,14 @@ type Worker struct {
 
 	running atomic.Bool
 
-	mu       sync.Mutex
-	inflight int
-	perTopic map[string]int
-	active   map[string]bool      // ids of tasks whose handler runs here
-	held     map[string]time.Time // ids reported as failed, locked for us until their retry timeout ends
-	freed    chan struct{}        // a slot came free: poll again
-	handlers sync.WaitGroup
+	mu          sync.Mutex
+	inflight    int
+	perTopic    map[string]int
+	active      map[string]bool      // ids of tasks whose handler runs here
+	held        map[string]time.Time // ids reported as failed, locked for us until their retry timeout ends
+	heldPurgeAt int                  // held's size at which holdForRetry next drops expired entries
+	freed       chan struct{}        // a slot came free: poll again
+	handlers    sync.WaitGroup
 
 	stats   Stats
 	changes atomic.Int64 // reports and unlocks sent: each may wake an abandoned long poll
@@ -207,6 +209,9 @@ type Worker struct {
 // Stats counts what a worker did, for tests and the demo; metrics go through Config.Observer.
 type Stats struct {
 	Fetched, Completed, BPMNErrors, Failures, Incidents, LockLost, Unlocked, ReportErrors atomic.Int64
+	// Deferred counts attempts reported as deferred (failure.Deferred): waiting for work in
+	// progress elsewhere, with the task's retries unchanged. They are not Failures.
+	Deferred atomic.Int64
 	// Orphans counts tasks found locked for this worker that no handler here runs (a
 	// fetch whose answer was lost locked them), unlocked so they need not wait out their lock.
 	Orphans atomic.Int64
@@ -243,9 +248,17 @@ func (w *Worker) InFlight() int {
 	return w.inflight
 }
 
-// Run fetches and handles tasks until ctx ends. Then it aborts the pending long poll at
-// once, waits up to ShutdownGrace for running handlers, cancels the rest with
-// ErrShutdown, and returns once every handler's result has been reported. Results are
+// ErrShutdownTimeout is returned by Run when handlers were still running
+// Config.ShutdownTimeout after its context ended: Run left them, and their tasks return
+// to the engine when their locks run out.
+var ErrShutdownTimeout = errors.New("tasks: handlers still running at the shutdown timeout")
+
+// Run fetches and handles tasks until ctx ends. Then it stops polling: a long poll
+// pending on the engine is not abandoned (the engine would go on locking tasks for it,
+// for a worker that is gone) but waited for, and whatever it returns is unlocked at once.
+// Running handlers get ShutdownGrace to finish, then are cancelled with ErrShutdown (their
+// tasks unlocked, no retry spent); Run returns once every result has been reported, and
+// at the latest ShutdownTimeout after ctx ended (then with ErrShutdownTimeout). Results are
 // reported with their own timeouts, never cut short by the shutdown.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
@@ -253,55 +266,117 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(ErrShutdown)
+	// pollCtx outlives ctx, so that a pending long poll ends on the engine's side and
+	// returns what it locked; it ends at the shutdown timeout.
+	pollCtx, cancelPoll := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelPoll()
 	w.log.Info("worker started", slog.Any("topics", w.reg.Topics()), slog.Int("max_concurrency", w.cfg.MaxConcurrency),
 		slog.Duration("long_poll", w.cfg.AsyncResponseTimeout))
 
-	pollEnd := w.fetchLoop(ctx, workCtx)
+	// The watcher starts the shutdown clocks when ctx ends: ShutdownGrace for handlers,
+	// ShutdownTimeout for Run as a whole.
+	var (
+		runDone   = make(chan struct{})
+		watchDone = make(chan struct{})
+		stopping  = make(chan struct{})
+		hardOver  = make(chan struct{})
+	)
+	go func() {
+		defer close(watchDone)
+		select {
+		case <-ctx.Done():
+		case <-runDone:
+			return
+		}
+		close(stopping)
+		w.log.Info("worker stopping", slog.Int("running_handlers", w.InFlight()), slog.Duration("grace", w.cfg.ShutdownGrace),
+			slog.Duration("timeout", w.cfg.ShutdownTimeout))
+		grace := time.NewTimer(w.cfg.ShutdownGrace)
+		defer grace.Stop()
+		hard := time.NewTimer(w.cfg.ShutdownTimeout)
+		defer hard.Stop()
+		for {
+			select {
+			case <-grace.C:
+				if n := w.InFlight(); n > 0 {
+					w.log.Warn("grace period over; cancelling running handlers", slog.Int("running_handlers", n))
+				}
+				stopWork(ErrShutdown)
+			case <-hard.C:
+				cancelPoll()
+				close(hardOver)
+				return
+			case <-runDone:
+				return
+			}
+		}
+	}()
+	defer func() { close(runDone); <-watchDone }()
+
+	pollEnd := w.fetchLoop(ctx, pollCtx, workCtx)
+	<-stopping
 	changes := w.changes.Load()
 
-	n := w.InFlight()
-	w.log.Info("worker stopping", slog.Int("running_handlers", n), slog.Duration("grace", w.cfg.ShutdownGrace))
 	done := make(chan struct{})
 	go func() { w.handlers.Wait(); close(done) }()
-	grace := time.NewTimer(w.cfg.ShutdownGrace)
-	defer grace.Stop()
 	select {
 	case <-done:
-	case <-grace.C:
-		w.log.Warn("grace period over; cancelling running handlers", slog.Int("running_handlers", w.InFlight()))
-		stopWork(ErrShutdown)
-		<-done
+	case <-hardOver:
+		running := w.activeIDs()
+		w.log.Error("shutdown timeout: handlers still running; leaving them, their tasks return when their locks run out",
+			slog.Duration("timeout", w.cfg.ShutdownTimeout), slog.Any("external_task_ids", running))
+		return fmt.Errorf("%w: %d after %v (%v)", ErrShutdownTimeout, len(running), w.cfg.ShutdownTimeout, running)
 	}
-	// The engine keeps an abandoned long poll until its timeout and locks for it any task
-	// that appears meanwhile (our own completions create the next tasks of their
-	// processes, our unlocks wake it). If we changed anything since the abort, wait for
-	// that poll to end on the engine and release what it locked.
+	// A poll that failed without an answer may still be pending on the engine, which locks
+	// for it any task that appears meanwhile (our own completions create the next tasks of
+	// their processes, our unlocks wake it). If we changed anything since, wait for that
+	// poll to end on the engine and release what it locked.
 	if wait := time.Until(pollEnd); wait > 0 && w.changes.Load() != changes {
-		w.log.Info("waiting for the engine to drop the aborted long poll", slog.Duration("wait", wait))
+		w.log.Info("waiting for the engine to drop a long poll whose answer was lost", slog.Duration("wait", wait))
 		t := time.NewTimer(wait)
-		<-t.C
+		select {
+		case <-t.C:
+		case <-hardOver:
+		}
+		t.Stop()
 	}
 	w.sweepOrphans(context.WithoutCancel(workCtx))
 	w.log.Info("worker stopped")
 	return nil
 }
 
+// activeIDs returns the ids of the tasks whose handlers run here, sorted.
+func (w *Worker) activeIDs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.active))
+	for id := range w.active {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // fetchLoop polls while ctx lives, asking only for as many tasks as there are free slots.
+// Each poll runs on pollCtx, which outlives ctx: the engine does not notice a client
+// leaving a long poll, and would go on locking tasks for it, so a poll pending at
+// shutdown is waited for and what it returns unlocked at once.
 //
-// It returns when the aborted long poll (if one was pending at shutdown) ends on the
-// engine: the engine does not notice a client leaving.
-func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
+// It returns the time by which a poll that failed without an answer has surely ended on
+// the engine (zero if none may be pending).
+func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.Time) {
 	var (
 		backoff   retry.Backoff
 		failures  int
 		failSince time.Time
 		sweepAt   time.Time // when to look for orphaned locks; zero: no need
+		limit     int       // maxTasks cap after answers too large to read; 0: none
 	)
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
 	for ctx.Err() == nil {
-		req, ok := w.plan()
+		req, ok := w.plan(limit)
 		if !ok {
 			select {
 			case <-w.freed:
@@ -313,13 +388,31 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 			sweepAt = time.Time{}
 		}
 		sentAt := time.Now()
-		got, err := w.c.FetchAndLock(ctx, req)
+		got, err := w.c.FetchAndLock(pollCtx, req)
 		if err != nil {
 			if ctx.Err() != nil {
+				if errors.Is(err, camunda7.ErrNotSent) {
+					return time.Time{}
+				}
 				return sentAt.Add(req.AsyncResponseTimeout + 500*time.Millisecond)
 			}
 			w.obs.Polled(0, time.Since(sentAt), err)
 			w.obs.EngineError("fetch_and_lock", err)
+			if errors.Is(err, camunda7.ErrResponseTooLarge) {
+				// The engine locked the tasks but its answer was too large to read. Fetching
+				// the same number again would only repeat it: ask for fewer, and give back
+				// what this poll locked; a single task too large to receive is failed with
+				// an incident instead of cycling through its lock forever.
+				if req.MaxTasks > 1 {
+					limit = max(1, req.MaxTasks/2)
+					w.log.Warn("the engine's answer was larger than the client accepts; fetching fewer tasks at a time",
+						slog.Int("max_tasks", limit), slog.Any("error", err))
+					w.sweepOrphans(ctx)
+				} else {
+					w.failOversized(workCtx, err)
+				}
+				continue
+			}
 			if !errors.Is(err, camunda7.ErrNotSent) {
 				// The engine may still hold this poll and lock tasks for it that will never
 				// arrive. Once the poll has surely ended there, release such locks.
@@ -342,6 +435,11 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 			}
 			continue
 		}
+		if limit > 0 && len(got) > 0 {
+			if limit *= 2; limit >= w.cfg.MaxConcurrency {
+				limit = 0
+			}
+		}
 		if failures > 0 {
 			w.log.Info("fetching tasks recovered", slog.Int("failures", failures), slog.Duration("after", time.Since(failSince)))
 			failures = 0
@@ -363,6 +461,18 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 		for _, t := range got {
 			w.start(workCtx, t, sentAt)
 		}
+		if len(got) == 0 {
+			// Idle: with no long poll (or an engine answering early), the next poll waits
+			// until IdlePollInterval after this one was sent, instead of following at once.
+			if wait := time.Until(sentAt.Add(w.cfg.IdlePollInterval)); wait > 0 {
+				timer.Reset(wait)
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					timer.Stop()
+				}
+			}
+		}
 	}
 	return time.Time{}
 }
@@ -371,10 +481,15 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context) (pollEnd time.Time) {
 // the free count can only grow between plan and start. With per-topic limits the one
 // request asks for the smallest free count among the topics it includes: the engine's
 // maxTasks is shared by all topics, and no topic may get more tasks than it can start.
-func (w *Worker) plan() (camunda7.FetchAndLockRequest, bool) {
+//
+// limit, if positive, caps maxTasks further (after answers too large to read).
+func (w *Worker) plan(limit int) (camunda7.FetchAndLockRequest, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	global := w.cfg.MaxConcurrency - w.inflight
+	if limit > 0 {
+		global = min(global, limit)
+	}
 	if global <= 0 {
 		return camunda7.FetchAndLockRequest{}, false
 	}
@@ -415,6 +530,7 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 		return
 	}
 	w.active[raw.ID] = true
+	delete(w.held, raw.ID) // back from its retry timeout
 	w.inflight++
 	w.perTopic[t.name]++
 	if n := int64(w.inflight); n > w.stats.MaxInFlight.Load() {
@@ -460,21 +576,87 @@ func (w *Worker) sweepOrphans(ctx context.Context) bool {
 		w.stats.Orphans.Add(1)
 	}
 	w.mu.Lock()
-	for id, until := range w.held {
-		if time.Now().After(until) {
-			delete(w.held, id)
-		}
-	}
+	w.dropExpiredHolds()
 	w.mu.Unlock()
 	return true
 }
 
+// failOversized fails, with an incident, the task that a fetch of maxTasks 1 locked for
+// this worker but whose answer was too large to read (its variables exceed the client's
+// MaxResponseBytes): no fetch could ever hand it over, and an unlock would only let the
+// next poll lock it again.
+func (w *Worker) failOversized(workCtx context.Context, fetchErr error) {
+	ctx := context.WithoutCancel(workCtx)
+	qctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+	defer cancel()
+	locked, err := w.c.ExternalTasks(qctx, camunda7.ExternalTaskQuery{WorkerID: w.cfg.WorkerID, Locked: true})
+	if err != nil {
+		w.obs.EngineError("query", err)
+		w.log.Warn("cannot find the task whose answer was too large; its lock will run out", slog.Any("error", err))
+		return
+	}
+	for _, t := range locked {
+		w.mu.Lock()
+		skip := w.active[t.ID]
+		if until, ok := w.held[t.ID]; ok {
+			skip = skip || time.Now().Before(until)
+		}
+		w.mu.Unlock()
+		if skip {
+			continue
+		}
+		log := w.log.With(slog.String("topic", t.TopicName), slog.String("external_task_id", t.ID), slog.String("process_instance_id", t.ProcessInstanceID))
+		msg := "permanent: the task's variables make the engine's answer larger than the worker accepts (camunda7.Config.MaxResponseBytes): fetch fewer or smaller variables, or raise the limit"
+		details := fmt.Sprintf("extworker: failure report v1\nclassification: permanent\nretries left: 0: incident raised\nworker: %s\ntopic: %s\nexternal task: %s\nprocess instance: %s\noperator action: limit the topic's variables (TopicOptions.Variables) or raise MaxResponseBytes, then set retries > 0\n\nerror: %s\n",
+			w.cfg.WorkerID, t.TopicName, t.ID, t.ProcessInstanceID, fetchErr)
+		err := w.deliver(ctx, t.ID, func(ctx context.Context) error {
+			return w.c.Failure(ctx, t.ID, camunda7.FailureRequest{WorkerID: w.cfg.WorkerID, ErrorMessage: msg, ErrorDetails: details})
+		}, log)
+		if err != nil {
+			w.obs.EngineError("failure", err)
+			log.Warn("failing a task too large to receive failed; its lock will run out", slog.Any("error", err))
+			continue
+		}
+		w.stats.Incidents.Add(1)
+		w.obs.Handled(t.TopicName, "incident", failure.KindPermanent.String(), 0)
+		log.Warn("task too large to receive failed with an incident", slog.String("outcome", "incident"))
+	}
+}
+
+// minHeldPurge is the size of the held map below which holdForRetry does not look for
+// expired entries.
+const minHeldPurge = 256
+
 // holdForRetry remembers a task reported as failed: the engine keeps it locked for us
-// until its retry timeout ends, and sweepOrphans must leave it alone.
+// until its retry timeout ends, and sweepOrphans must leave it alone. The map stays
+// bounded by the tasks actually waiting out a retry timeout: an entry goes when the task
+// comes back (start), and expired entries are dropped whenever the map has doubled since
+// the last purge, as well as by every sweep.
 func (w *Worker) holdForRetry(id string, d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.held[id] = time.Now().Add(d + time.Second)
+	if len(w.held) >= max(w.heldPurgeAt, minHeldPurge) {
+		w.dropExpiredHolds()
+		w.heldPurgeAt = 2 * len(w.held)
+	}
+}
+
+// dropExpiredHolds deletes the holds whose retry timeout has ended. w.mu must be held.
+func (w *Worker) dropExpiredHolds() {
+	now := time.Now()
+	for id, until := range w.held {
+		if now.After(until) {
+			delete(w.held, id)
+		}
+	}
+}
+
+// Held returns how many tasks this worker remembers as waiting out a retry timeout.
+func (w *Worker) Held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.held)
 }
 
 func (w *Worker) release(topic, id string) {
@@ -520,6 +702,14 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		return
 	}
 	defer ext.Stop() // after the report: the lock stays alive while the result is reported
+	if cause := ext.Lost(); cause != nil {
+		// Handed over late in a long poll, and the extension sent at once on arrival was
+		// refused: another worker has it, or it is gone. Nothing ran, nothing to report.
+		w.stats.LockLost.Add(1)
+		log.Warn("lock lost before the handler started; not running it", slog.String("outcome", "lock-lost"), slog.Any("cause", cause))
+		w.obs.Handled(raw.TopicName, "lock-lost", "", 0)
+		return
+	}
 
 	start := time.Now()
 	log.Debug("handler started")
@@ -531,7 +721,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 	cause := context.Cause(hctx)
 	var lost *lockext.LockLostError
 	switch {
-	case hctx.Err() != nil && errors.As(cause, &lost) && !lost.Expired:
+	case hctx.Err() != nil && errors.As(cause, &lost):
 		// The engine said another worker has the task, or it is gone: nothing to report.
 		w.stats.LockLost.Add(1)
 		log.Warn("lock lost while the handler ran; result discarded", slog.String("outcome", "lock-lost"),
