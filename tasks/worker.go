@@ -25,6 +25,9 @@ import (
 // period for running handlers has passed.
 var ErrShutdown = errors.New("tasks: worker shutting down")
 
+// NoLongPoll, as Config.AsyncResponseTimeout, turns long polling off.
+const NoLongPoll time.Duration = -1
+
 // Config configures a Worker. Zero values take the documented defaults.
 type Config struct {
 	// WorkerID is the id tasks are locked for. Default DefaultWorkerID(): host, pid and a
@@ -34,7 +37,10 @@ type Config struct {
 	// than it has free slots. Default 16.
 	MaxConcurrency int
 	// AsyncResponseTimeout is the long poll: how long the engine holds a fetch with
-	// nothing to return. Keep it below any proxy's idle timeout. Default 20s.
+	// nothing to return. Keep it below any proxy's idle timeout. Default 20s; NoLongPoll
+	// (any negative value) turns long polling off, and idle polls are then paced by
+	// IdlePollInterval. A long poll as long as the lock, or longer, is safe: a task the
+	// engine hands over late in a poll is extended before its handler starts.
 	AsyncResponseTimeout time.Duration
 	// IgnorePriority fetches without usePriority (by default higher-priority tasks come
 	// first, as in the official clients).
@@ -57,7 +63,7 @@ type Config struct {
 	// Default 5m.
 	ReportRetryFor time.Duration
 	// IdlePollInterval is the least time between the starts of two fetches when the first
-	// one came back empty: with AsyncResponseTimeout 0 (no long poll), or an engine that
+	// one came back empty: with NoLongPoll, or an engine that
 	// answers a long poll early, idle polls wait instead of running back to back.
 	// Default 1s.
 	IdlePollInterval time.Duration
@@ -153,8 +159,8 @@ func (c Config) Validate() error {
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("MaxConcurrency %d: must be at least 1", c.MaxConcurrency))
 	}
-	if c.AsyncResponseTimeout < 0 || c.AsyncResponseTimeout > camunda7.MaxAsyncResponseTimeout {
-		errs = append(errs, fmt.Errorf("AsyncResponseTimeout %v: must be between 0 and %v", c.AsyncResponseTimeout, camunda7.MaxAsyncResponseTimeout))
+	if c.AsyncResponseTimeout > camunda7.MaxAsyncResponseTimeout {
+		errs = append(errs, fmt.Errorf("AsyncResponseTimeout %v: must be at most %v (or NoLongPoll)", c.AsyncResponseTimeout, camunda7.MaxAsyncResponseTimeout))
 	}
 	if c.FetchBackoffInitial <= 0 || c.FetchBackoffMax < c.FetchBackoffInitial {
 		errs = append(errs, fmt.Errorf("FetchBackoffInitial %v and FetchBackoffMax %v: need 0 < initial <= max", c.FetchBackoffInitial, c.FetchBackoffMax))
@@ -416,7 +422,7 @@ func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.
 			if !errors.Is(err, camunda7.ErrNotSent) {
 				// The engine may still hold this poll and lock tasks for it that will never
 				// arrive. Once the poll has surely ended there, release such locks.
-				sweepAt = time.Now().Add(w.cfg.AsyncResponseTimeout + time.Second)
+				sweepAt = time.Now().Add(max(w.cfg.AsyncResponseTimeout, 0) + time.Second)
 			}
 			if failures == 0 {
 				failSince = time.Now()
@@ -494,7 +500,7 @@ func (w *Worker) plan(limit int) (camunda7.FetchAndLockRequest, bool) {
 		return camunda7.FetchAndLockRequest{}, false
 	}
 	req := camunda7.FetchAndLockRequest{WorkerID: w.cfg.WorkerID, MaxTasks: global, UsePriority: !w.cfg.IgnorePriority,
-		AsyncResponseTimeout: w.cfg.AsyncResponseTimeout}
+		AsyncResponseTimeout: max(w.cfg.AsyncResponseTimeout, 0)}
 	for _, name := range w.reg.names { // sorted, without Topics' copy: plan runs before every poll
 		t := w.reg.topics[name]
 		free := global
