@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +102,23 @@ func TestToVariables(t *testing.T) {
 	}
 	_, err = toVariables(map[string]any{"ch": make(chan int)})
 	assert.Error(t, err)
+}
+
+// The held map (tasks waiting out a retry timeout) stays bounded by the tasks actually
+// waiting: expired entries go whenever the map has doubled since the last purge. It used
+// to shrink only in the orphan sweep, which runs only after a failed poll.
+func TestHeldMapBounded(t *testing.T) {
+	w := testWorker(t, 4, map[string]int{"t": 0})
+	for i := range 100_000 {
+		w.holdForRetry(fmt.Sprintf("task-%d", i), -2*time.Second) // already over
+		require.LessOrEqual(t, w.Held(), 2*minHeldPurge, "after %d holds", i+1)
+	}
+	for i := range 300 {
+		w.holdForRetry(fmt.Sprintf("waiting-%d", i), time.Hour)
+	}
+	for i := range 10_000 {
+		w.holdForRetry(fmt.Sprintf("late-%d", i), -2*time.Second)
+	}
+	assert.GreaterOrEqual(t, w.Held(), 300, "tasks still waiting are kept")
+	assert.LessOrEqual(t, w.Held(), 4*300+minHeldPurge)
 }

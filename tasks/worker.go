@@ -46,8 +46,9 @@ type Config struct {
 	// first, as in the official clients).
 	IgnorePriority bool
 	// FetchBackoffInitial and FetchBackoffMax bound the jittered exponential backoff
-	// after a failed fetch. Defaults 500ms and 30s. An empty result is not a failure:
-	// the long poll already waits for work.
+	// after a failed fetch. Defaults 500ms and 10s: after an engine restart the worker
+	// is back within 10s, at the cost of one small request per 10s per worker while the
+	// engine is down. An empty result is not a failure: the long poll already waits.
 	FetchBackoffInitial time.Duration
 	FetchBackoffMax     time.Duration
 	// ReportTimeout bounds each complete/failure/bpmnError call. Default 10s.
@@ -124,7 +125,7 @@ func (c Config) WithDefaults() Config {
 		c.FetchBackoffInitial = 500 * time.Millisecond
 	}
 	if c.FetchBackoffMax == 0 {
-		c.FetchBackoffMax = 30 * time.Second
+		c.FetchBackoffMax = 10 * time.Second
 	}
 	if c.ReportTimeout == 0 {
 		c.ReportTimeout = 10 * time.Second
