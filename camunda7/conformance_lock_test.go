@@ -23,12 +23,16 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// Timings of the hand-over tests.
+// Timings of the hand-over tests. The task becomes fetchable about unfetchableFor after
+// the poll was sent; a shorter poll in the timeout variant leaves other clients of the
+// engine less time to disturb the measurement (see untilUndisturbed).
 const (
-	handoverPoll   = 6 * time.Second        // the pending poll's asyncResponseTimeout
-	handoverLock   = 2 * time.Second        // the lock the poll asks for
-	unfetchableFor = 2 * time.Second        // the first lock, or the retry timeout
-	quietBeforeTug = 1500 * time.Millisecond // how long the fetchable task is left to the poll before the notification
+	notifiedPoll      = 6 * time.Second // the pending poll's asyncResponseTimeout, notification variant
+	timedOutPoll      = 4 * time.Second // the same, timeout variant
+	handoverLock      = 2 * time.Second // the lock the poll asks for
+	unfetchableFor    = 2 * time.Second // the first lock, or the retry timeout
+	quietBeforeNotify = 1 * time.Second // how long the fetchable task is left to the poll before the notification
+	nearExpiry        = 150 * time.Millisecond
 )
 
 // serialEnv is newEnv without t.Parallel. The engine has one long-poll handler for all
@@ -72,11 +76,21 @@ func (e *env) pendingPoll(ctx context.Context, worker string, lock, timeout time
 	return ch, sent
 }
 
-// unlockedAt polls the engine until it reports the task unlocked (its lockExpirationTime
-// passed on the engine's clock) and returns when it first did. It gives up after 15 s.
+// in returns a copy of e that fails t, for use in t's subtests.
+func (e *env) in(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
+}
+
+// unlockedAt polls the engine every 20 ms until it reports the task unlocked (its
+// lockExpirationTime passed on the engine's clock) and returns when it first did. It
+// fails the test after 15 s.
 func (e *env) unlockedAt(taskID string) time.Time {
 	e.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		got, err := e.c.ExternalTasks(e.ctx, camunda7.ExternalTaskQuery{ExternalTaskID: taskID, NotLocked: true})
 		require.NoError(e.t, err)
@@ -84,59 +98,84 @@ func (e *env) unlockedAt(taskID string) time.Time {
 			return time.Now()
 		}
 		require.True(e.t, time.Now().Before(deadline), "task %s still locked after 15s", taskID)
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 }
 
-// untilUndisturbed runs attempt up to three times, until one is not disturbed. Another
+// disturbance is why an attempt could not time a hand-over.
+type disturbance struct {
+	why string
+	// atExpiry: the poll got the task within nearExpiry of the engine reporting it
+	// unlocked, as it would every time if a lock running out woke pending polls.
+	atExpiry bool
+}
+
+// untilUndisturbed runs attempt up to six times, until one is not disturbed. Another
 // client of the engine (another package's tests, a worker) can wake its long-poll
-// handler at any moment, which hands our expired task over before the moment an attempt
-// times: attempt then returns why, after asserting what holds anyway. When every attempt
-// is disturbed the test is skipped, not failed: the engine was too busy to time.
-func untilUndisturbed(t *testing.T, attempt func(t *testing.T) (disturbed string)) {
+// handler at any moment, which hands our task over before the moment an attempt times:
+// attempt then says so, after asserting what holds anyway. When every attempt is
+// disturbed the test fails if each got the task right as it became fetchable (the fact
+// pinned here would have changed), and is skipped otherwise: the engine was too busy.
+func untilUndisturbed(t *testing.T, attempt func(t *testing.T) *disturbance) {
 	t.Helper()
-	for i := 1; i <= 3; i++ {
-		why := attempt(t)
-		if why == "" {
+	const attempts = 6
+	atExpiry := 0
+	for i := 1; i <= attempts; i++ {
+		d := attempt(t)
+		if d == nil {
 			return
 		}
-		t.Logf("attempt %d disturbed: %s", i, why)
+		if d.atExpiry {
+			atExpiry++
+		}
+		t.Logf("attempt %d disturbed: %s", i, d.why)
+	}
+	if atExpiry == attempts {
+		t.Fatalf("in all %d attempts the pending poll got the task within %v of it becoming fetchable: does the engine now wake pending polls when a lock runs out?", attempts, nearExpiry)
 	}
 	t.Skip("every attempt was disturbed: other clients woke the engine's long-poll handler (see the log); run again on a quieter engine")
 }
 
 // handover is one expired-task-meets-pending-poll scenario.
 type handover struct {
-	// block makes the new task unfetchable for unfetchableFor, locked for e.worker, and
-	// returns it.
+	// fetchLock is the lock e.worker fetches the task with.
+	fetchLock time.Duration
+	// block, when set, then keeps the task unfetchable for unfetchableFor.
 	block func(e *env, task camunda7.LockedExternalTask)
 	// notify, when set, wakes the engine's long-poll handler (a task created elsewhere)
-	// quietBeforeTug after the task became fetchable; otherwise nothing does until the
+	// quietBeforeNotify after the task became fetchable; otherwise nothing does until the
 	// poll's timeout.
 	notify bool
 }
 
 // run runs one attempt: a task becomes fetchable while another worker's long poll is
 // pending, and the test measures when the poll gets it and how long it is locked for.
-func (h handover) run(t *testing.T) (disturbed string) {
+func (h handover) run(t *testing.T) *disturbance {
 	e := serialEnv(t)
 	notifier := testenv.Deploy(t, e.c, testenv.ModelOptions{})
 	e.start("", nil)
-	tasks := e.fetch(e.worker, 1, e.topic(time.Minute))
+	tasks := e.fetch(e.worker, 1, e.topic(h.fetchLock))
 	require.Len(t, tasks, 1)
 	task := tasks[0]
-	h.block(e, task)
+	if h.block != nil {
+		h.block(e, task)
+	}
 	blocked, err := e.c.ExternalTask(e.ctx, task.ID)
 	require.NoError(t, err)
 
 	poller := e.worker + "-poller"
-	ch, sent := e.pendingPoll(e.ctx, poller, handoverLock, handoverPoll)
+	pollTimeout := timedOutPoll
+	if h.notify {
+		pollTimeout = notifiedPoll
+	}
+	ch, sent := e.pendingPoll(e.ctx, poller, handoverLock, pollTimeout)
 
 	// The engine reports the task unlocked: nothing has handed it to the pending poll.
 	fetchable := e.unlockedAt(task.ID)
 	select {
 	case r := <-ch:
-		return fmt.Sprintf("the poll answered (%d tasks) %v after the send, before the engine reported the task unlocked", len(r.tasks), r.at.Sub(sent))
+		return &disturbance{why: fmt.Sprintf("the poll answered (%d tasks) %v after the send, before the engine reported the task unlocked",
+			len(r.tasks), r.at.Sub(sent)), atExpiry: true}
 	default:
 	}
 	t.Logf("%s's lock ran out on the engine at %s; the engine reported the task unlocked %v after the poll was sent; the poll is still pending",
@@ -146,8 +185,9 @@ func (h handover) run(t *testing.T) (disturbed string) {
 	if h.notify {
 		select {
 		case r := <-ch:
-			return fmt.Sprintf("the poll got the task %v after it became fetchable, before the notification", r.at.Sub(fetchable))
-		case <-time.After(quietBeforeTug):
+			return &disturbance{why: fmt.Sprintf("the poll got the task %v after it became fetchable, before the notification", r.at.Sub(fetchable)),
+				atExpiry: r.at.Sub(fetchable) < nearExpiry}
+		case <-time.After(quietBeforeNotify):
 		}
 		nudged = time.Now()
 		_, err := e.c.StartProcess(e.ctx, notifier.Key, camunda7.StartProcessRequest{})
@@ -158,7 +198,7 @@ func (h handover) run(t *testing.T) (disturbed string) {
 	var r pollResult
 	select {
 	case r = <-ch:
-	case <-time.After(handoverPoll + 10*time.Second):
+	case <-time.After(pollTimeout + 10*time.Second):
 		t.Fatal("the long poll did not answer")
 	}
 	require.NoError(t, r.err)
@@ -166,6 +206,8 @@ func (h handover) run(t *testing.T) (disturbed string) {
 	got := r.tasks[0]
 	require.Equal(t, task.ID, got.ID)
 	assert.Equal(t, poller, got.WorkerID)
+	assert.Equal(t, blocked.Retries, got.Retries, "a failure's retries and message travel with the task")
+	assert.Equal(t, blocked.ErrorMessage, got.ErrorMessage)
 
 	// The lock runs from the hand-over (the engine's now when it fetched for the poll),
 	// not from when the poll was sent.
@@ -182,24 +224,19 @@ func (h handover) run(t *testing.T) (disturbed string) {
 
 	if h.notify {
 		if r.at.Before(nudged) {
-			return fmt.Sprintf("the poll answered %v before the notification", nudged.Sub(r.at))
+			return &disturbance{why: fmt.Sprintf("the poll answered %v before the notification", nudged.Sub(r.at))}
 		}
 		assert.Less(t, r.at.Sub(nudgedAfter), time.Second, "the notification wakes the poll at once")
 		t.Logf("a task created elsewhere woke the poll: it answered %v after the start call returned", r.at.Sub(nudgedAfter))
-		return ""
+		return nil
 	}
-	if took := r.at.Sub(sent); took < handoverPoll-100*time.Millisecond {
-		return fmt.Sprintf("the poll answered %v after the send, before its %v timeout", took, handoverPoll)
+	if took := r.at.Sub(sent); took < pollTimeout-100*time.Millisecond {
+		return &disturbance{why: fmt.Sprintf("the poll answered %v after the send (%v after the task became fetchable), before its %v timeout",
+			took, r.at.Sub(fetchable), pollTimeout), atExpiry: r.at.Sub(fetchable) < nearExpiry}
 	}
-	assert.Less(t, r.at.Sub(sent), handoverPoll+2*time.Second, "answered at the poll's timeout")
-	t.Logf("nothing woke the poll: at its %v timeout the engine fetched once more and handed the task over", handoverPoll)
-	return ""
-}
-
-// expireLock: the task was fetched with a lock of unfetchableFor.
-func expireLock(e *env, task camunda7.LockedExternalTask) {
-	e.t.Helper()
-	require.NoError(e.t, e.c.Lock(e.ctx, task.ID, e.worker, unfetchableFor))
+	assert.Less(t, r.at.Sub(sent), pollTimeout+2*time.Second, "answered at the poll's timeout")
+	t.Logf("nothing woke the poll: at its %v timeout the engine fetched once more and handed the task over", pollTimeout)
+	return nil
 }
 
 // failWithRetryTimeout: a failure with retries left and a retry timeout of unfetchableFor.
@@ -222,20 +259,20 @@ func failWithRetryTimeout(e *env, task camunda7.LockedExternalTask) {
 // runs from the hand-over.
 func TestConformanceExpiredLockHandedToPendingPoll(t *testing.T) {
 	t.Run("at the next notification", func(t *testing.T) {
-		untilUndisturbed(t, handover{block: expireLock, notify: true}.run)
+		untilUndisturbed(t, handover{fetchLock: unfetchableFor, notify: true}.run)
 	})
 	t.Run("at the poll's timeout", func(t *testing.T) {
-		untilUndisturbed(t, handover{block: expireLock}.run)
+		untilUndisturbed(t, handover{fetchLock: unfetchableFor}.run)
 	})
 }
 
 // The end of a failure's retry timeout does not wake a pending long poll either.
 func TestConformanceRetryTimeoutEndHandedToPendingPoll(t *testing.T) {
 	t.Run("at the next notification", func(t *testing.T) {
-		untilUndisturbed(t, handover{block: failWithRetryTimeout, notify: true}.run)
+		untilUndisturbed(t, handover{fetchLock: time.Minute, block: failWithRetryTimeout, notify: true}.run)
 	})
 	t.Run("at the poll's timeout", func(t *testing.T) {
-		untilUndisturbed(t, handover{block: failWithRetryTimeout}.run)
+		untilUndisturbed(t, handover{fetchLock: time.Minute, block: failWithRetryTimeout}.run)
 	})
 }
 
@@ -298,7 +335,7 @@ func TestConformanceExtendLockAfterExpiry(t *testing.T) {
 	t.Run("another worker refetched", func(t *testing.T) {
 		id := tasks[1].ID
 		thief := e.worker + "-B"
-		require.Equal(t, id, e.refetch(thief, "bk-2").ID)
+		require.Equal(t, id, e.in(t).refetch(thief, "bk-2").ID)
 		err := e.c.ExtendLock(e.ctx, id, e.worker, time.Minute)
 		engineError(t, err, 400, "RestException", q(fmt.Sprintf("The lock of the External Task %s cannot be extended by worker '%s''. It is locked by worker '%s'.", id, e.worker, thief)))
 		assert.ErrorIs(t, err, camunda7.ErrLockLost)
@@ -329,7 +366,9 @@ func TestConformanceLockAfterOwnLockExpired(t *testing.T) {
 		got, err = e.c.ExternalTask(e.ctx, id)
 		require.NoError(t, err)
 		assert.WithinDuration(t, before.Add(2*time.Minute), got.LockExpirationTime.Time, 5*time.Second)
-		assert.Empty(t, e.fetch(e.worker+"-B", 5), "nobody else can fetch it")
+		topic := e.topic(time.Minute)
+		topic.BusinessKey = "bk-1"
+		assert.Empty(t, e.in(t).fetch(e.worker+"-B", 5, topic), "nobody else can fetch it")
 	})
 	t.Run("nobody refetched: any other worker may lock it too", func(t *testing.T) {
 		id := tasks[2].ID
@@ -342,7 +381,7 @@ func TestConformanceLockAfterOwnLockExpired(t *testing.T) {
 	t.Run("another worker holds it", func(t *testing.T) {
 		id := tasks[1].ID
 		thief := e.worker + "-B"
-		require.Equal(t, id, e.refetch(thief, "bk-2").ID)
+		require.Equal(t, id, e.in(t).refetch(thief, "bk-2").ID)
 		err := e.c.Lock(e.ctx, id, e.worker, time.Minute)
 		engineError(t, err, 400, "RestException", q(fmt.Sprintf("External Task %s cannot be locked by worker '%s'. It is locked by worker '%s'.", id, e.worker, thief)))
 		assert.ErrorIs(t, err, camunda7.ErrLockLost)
@@ -351,6 +390,24 @@ func TestConformanceLockAfterOwnLockExpired(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, thief, got.WorkerID, "the holder keeps it")
 	})
+}
+
+// failure and bpmnError, like complete (TestConformanceExpiredLock), succeed after one's
+// own lock ran out while nobody refetched the task: the engine checks the worker id, not
+// the expiry.
+func TestConformanceFailureAndBPMNErrorAfterOwnLockExpired(t *testing.T) {
+	e := newEnv(t, testenv.ModelOptions{})
+	tasks := e.startLocked(time.Second, "bk-1", "bk-2")
+	for _, tk := range tasks {
+		e.unlockedAt(tk.ID)
+	}
+	require.NoError(t, e.c.Failure(e.ctx, tasks[0].ID, camunda7.FailureRequest{WorkerID: e.worker, ErrorMessage: "late", Retries: 1, RetryTimeout: time.Minute}))
+	got, err := e.c.ExternalTask(e.ctx, tasks[0].ID)
+	require.NoError(t, err)
+	assert.Equal(t, "late", got.ErrorMessage)
+	require.NoError(t, e.c.BPMNError(e.ctx, tasks[1].ID, camunda7.BPMNErrorRequest{WorkerID: e.worker, ErrorCode: "BUSINESS_ERROR"}))
+	_, err = e.c.ExternalTask(e.ctx, tasks[1].ID)
+	assert.ErrorIs(t, err, camunda7.ErrTaskGone, "the BPMN error ended the task")
 }
 
 // A long poll the client gave up on still takes the next task: the engine does not

@@ -30,8 +30,10 @@
 //
 //   - *Error: the engine answered with an error. Nothing happened; errors.Is matches
 //     ErrTaskGone (404: completed, cancelled or deleted), ErrLockLost (locked by
-//     another worker, unlocked, or an expired lock being extended), ErrSuspended,
-//     ErrOptimisticLock, ErrUnauthorized, ErrBadRequest, ErrNotFound.
+//     another worker, unlocked, or an expired lock being extended), ErrLockExpired
+//     (only the last: extendLock after the lock ran out and before anyone else took
+//     the task, which Lock can then take back), ErrSuspended, ErrOptimisticLock,
+//     ErrUnauthorized, ErrBadRequest, ErrNotFound.
 //   - ErrNotSent (a *TransportError with Sent false, or an argument the client refused):
 //     the request never reached the engine, so it is safe to send again.
 //   - ErrOutcomeUnknown (a *TransportError with Sent true, or a *ResponseError): the
@@ -41,11 +43,21 @@
 //
 // SafeToRetry tells the first two from the third, like pgconn.SafeToRetry.
 //
+// ErrThrottled matches a 429 or 413, as a proxy in front of the engine answers when it
+// rations requests: an *Error, or a *ResponseError when its body could not be read, and
+// a refusal either way. RetryAfter returns the delay its Retry-After header asked for
+// (seconds or an HTTP-date, capped at MaxRetryAfter).
+//
 // # Known engine behaviour
 //
-// The conformance suite (conformance_test.go) pins the engine facts this package relies
-// on, among them: complete, failure and bpmnError succeed after one's own lock expired
-// as long as nobody refetched the task, while extendLock after expiry always fails;
-// unlock lets anyone release a lock and wakes pending long polls, as does a new task;
-// errorDetails is text/plain and an unknown id there is a 500, not a 404.
+// The conformance suite (conformance*_test.go) pins the engine facts this package relies
+// on; docs/engine-facts.md lists them with the tests that pin them. Among them: complete,
+// failure, bpmnError and lock succeed after one's own lock expired as long as nobody
+// refetched the task, while extendLock after expiry always fails (ErrLockExpired); unlock
+// lets anyone release a lock and wakes pending long polls, as does a new task, but a
+// lock or retry timeout running out wakes nothing: a pending poll gets such a task at
+// the next wake-up or at its own timeout, locked from that moment; a poll the client
+// abandoned still locks the next task, for lockDuration; a complete with an unparsable
+// Date variable is a 400 that leaves the lock alone; errorDetails is text/plain and an
+// unknown id there is a 500, not a 404.
 package camunda7

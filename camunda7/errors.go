@@ -28,9 +28,10 @@ var (
 	ErrLockLost = errors.New("camunda7: lock lost or held by another worker")
 	// ErrLockExpired matches extendLock's 400 "Cannot extend a lock that expired": the
 	// lock ran out, and nobody else has fetched or locked the task since (that would be
-	// "It is locked by worker '...'", which matches ErrLockLost only). The task is still
-	// the worker's to take back: Lock succeeds, and so do complete, failure and
-	// bpmnError. It also matches ErrLockLost, as it did before it had a name of its own.
+	// "It is locked by worker '...'", which matches ErrLockLost only). Until someone
+	// does, the worker can take the task back with Lock (as any worker could) or report
+	// its result: complete, failure and bpmnError still succeed. It also matches
+	// ErrLockLost, as it did before it had a name of its own.
 	ErrLockExpired = errors.New("camunda7: lock expired, not taken by another worker")
 	// ErrSuspended matches a 400 for a task whose process instance is suspended.
 	ErrSuspended = errors.New("camunda7: external task is suspended")

@@ -281,7 +281,8 @@ func (c *Client) BPMNError(ctx context.Context, taskID string, r BPMNErrorReques
 }
 
 // ExtendLock sets the lock to expire newDuration from now (not from the old expiry).
-// A lock that already expired cannot be extended (ErrLockLost).
+// A lock that already expired cannot be extended: ErrLockExpired (which also matches
+// ErrLockLost) while nobody else has taken the task, and Lock can then take it back.
 func (c *Client) ExtendLock(ctx context.Context, taskID, workerID string, newDuration time.Duration) error {
 	op := "extend lock of external task " + taskID
 	if err := checkTask(op, taskID, workerID); err != nil {
