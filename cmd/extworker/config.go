@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,9 +53,14 @@ type config struct {
 
 	// DatabaseURL is the ledger's PostgreSQL (pgx URL; TLS with sslmode=verify-full and
 	// sslrootcert=..., client certificates with sslcert/sslkey).
-	DatabaseURL     string        `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker" secret:"url"`
-	LedgerNamespace string        `envconfig:"LEDGER_NAMESPACE" default:"default"`
-	LedgerLease     time.Duration `envconfig:"LEDGER_LEASE" default:"2m"`
+	DatabaseURL     string `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker" secret:"url"`
+	LedgerNamespace string `envconfig:"LEDGER_NAMESPACE" default:"default"`
+	// LedgerLease is how long one attempt owns an intent; it must leave a provider call
+	// its whole ProviderTimeout (problems).
+	LedgerLease time.Duration `envconfig:"LEDGER_LEASE" default:"2m"`
+	// LedgerMaxConns caps the ledger's connection pool, whatever MaxConcurrency is
+	// (pool_max_conns in DatabaseURL wins); see openLedger.
+	LedgerMaxConns int `envconfig:"LEDGER_MAX_CONNS" default:"10"`
 	// LedgerRetention is how long settled intents are kept; `run` prunes older ones hourly.
 	// Unknown and held intents are never pruned. 0 keeps everything.
 	LedgerRetention time.Duration `envconfig:"LEDGER_RETENTION" default:"720h"`
@@ -74,7 +82,16 @@ type config struct {
 	MaxConcurrency int           `envconfig:"MAX_CONCURRENCY" default:"16"`
 	LongPoll       time.Duration `envconfig:"LONG_POLL" default:"20s"`
 	LockDuration   time.Duration `envconfig:"LOCK_DURATION" default:"20s"`
-	ShutdownGrace  time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s"`
+	// ReportRetryFor, IdlePollInterval, ShutdownGrace: tasks.Config's fields of the same
+	// names; 0 means none (no retrying past the minimum attempts, no pause between empty
+	// polls, no grace), not tasks' default.
+	ReportRetryFor   time.Duration `envconfig:"REPORT_RETRY_FOR" default:"5m"`
+	IdlePollInterval time.Duration `envconfig:"IDLE_POLL_INTERVAL" default:"1s"`
+	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s"`
+	// ShutdownTimeout bounds the whole shutdown (tasks.Config.ShutdownTimeout). Unset, it
+	// is ShutdownGrace + defaultShutdownSlack (45s with the default grace), so raising the
+	// grace alone stays valid.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
 
 	LogFormat string `envconfig:"LOG_FORMAT" default:"auto"` // auto (text on a terminal, else JSON), text, json
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info"`  // debug, info, warn, error
@@ -82,23 +99,124 @@ type config struct {
 	// fromFile maps a secret's variable (EXTWORKER_ENGINE_PASSWORD) to the file it was read
 	// from, for `extworker config`.
 	fromFile map[string]string
+	// invalid maps each variable whose value did not parse to that value: its field is left
+	// zero, and problems() skips the checks that involve it.
+	invalid map[string]string
 }
 
-// loadConfig reads the environment: EXTWORKER_* variables, then the secrets named by
-// EXTWORKER_*_FILE, then validates. A malformed value (a duration that does not parse)
-// stops at once; every other problem is listed together. The returned config is filled in
-// as far as it could be even when an error is returned, for `extworker config`.
+// defaultShutdownSlack is what EXTWORKER_SHUTDOWN_TIMEOUT adds to EXTWORKER_SHUTDOWN_GRACE
+// when it is not set: time for reporting the last results and releasing the rest.
+const defaultShutdownSlack = 15 * time.Second
+
+// envPrefix starts every variable's name.
+const envPrefix = "EXTWORKER_"
+
+// loadConfig reads the environment: EXTWORKER_* variables (config's and opsConfig's),
+// then the secrets named by EXTWORKER_*_FILE, then validates. Every problem is listed
+// together, each naming its variable: values that do not parse (a duration of "abc")
+// as well as values out of range and relations between variables that cannot be safe.
+// The returned config is filled in as far as it could be even when an error is returned,
+// for `extworker config`.
 func loadConfig() (config, error) {
 	var c config
-	if err := envconfig.Process("extworker", &c); err != nil {
-		return c, configError{fmt.Errorf("configuration: %w", err)}
+	invalid, errs := processEnv(&c)
+	c.invalid = invalid
+	if _, set := os.LookupEnv(envPrefix + "SHUTDOWN_TIMEOUT"); !set && c.parsed("EXTWORKER_SHUTDOWN_GRACE") {
+		c.ShutdownTimeout = c.ShutdownGrace + defaultShutdownSlack
 	}
-	errs := c.readSecretFiles(os.LookupEnv)
+	errs = append(errs, c.readSecretFiles(os.LookupEnv)...)
 	errs = append(errs, c.problems()...)
+	// The operations endpoint's variables are read again by `run` (loadOpsConfig); their
+	// problems are listed here too, so that one start shows every problem.
+	_, _, opsErrs := readOpsConfig()
+	errs = append(errs, opsErrs...)
 	if len(errs) > 0 {
 		return c, configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
 	}
 	return c, nil
+}
+
+// readOpsConfig reads opsConfig's variables (loadOpsConfig) and returns every problem,
+// with the values that did not parse.
+func readOpsConfig() (opsConfig, map[string]string, []error) {
+	var c opsConfig
+	invalid, errs := processEnv(&c)
+	if _, bad := invalid["EXTWORKER_READY_TIMEOUT"]; !bad && c.ReadyTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_READY_TIMEOUT %v: must be positive", c.ReadyTimeout))
+	}
+	return c, invalid, errs
+}
+
+// processEnv fills spec (a pointer to a struct with envconfig tags) from the environment
+// as envconfig.Process("extworker", spec) would, but one variable at a time, so that every
+// value that does not parse is reported, not only the first. Each problem names its
+// variable and its type's syntax, and shows the value unless the field is a secret. A field
+// whose value does not parse is left zero and listed in invalid (variable -> value).
+//
+// Each variable is looked up by its full name only (EXTWORKER_LOCK_DURATION): unlike
+// envconfig.Process with a prefix, the unprefixed name (LOCK_DURATION) is never used
+// instead, so another program's variables cannot configure the worker unnoticed.
+func processEnv(spec any) (invalid map[string]string, errs []error) {
+	for _, cv := range specVars(spec) {
+		f := cv.structField
+		tag := fmt.Sprintf("envconfig:%q", cv.Name)
+		if cv.def != "" {
+			tag += fmt.Sprintf(" default:%q", cv.def)
+		}
+		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: reflect.StructTag(tag)}}))
+		if err := envconfig.Process("", one.Interface()); err != nil {
+			var pe *envconfig.ParseError
+			value := ""
+			if errors.As(err, &pe) { // it has no Unwrap
+				value, err = pe.Value, pe.Err
+			}
+			if invalid == nil {
+				invalid = map[string]string{}
+			}
+			invalid[cv.Name] = value
+			errs = append(errs, parseProblem(cv, value, err))
+			continue
+		}
+		cv.field.Set(one.Elem().Field(0))
+	}
+	return invalid, errs
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// parseProblem describes a value that does not parse as its field's type, naming the
+// variable and never showing a secret.
+func parseProblem(cv configVar, value string, err error) error {
+	shown := fmt.Sprintf("%q", value)
+	if cv.secret != "" {
+		shown = "(value not shown)"
+	}
+	var want string
+	t := cv.field.Type()
+	switch {
+	case t == durationType:
+		want = "not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64 || t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
+		want = "not a whole number"
+		if errors.Is(err, strconv.ErrRange) {
+			want = "out of range"
+		}
+	case t.Kind() == reflect.Bool:
+		want = "want true or false"
+	default:
+		want = "cannot be read as " + t.String()
+	}
+	return fmt.Errorf("%s %s: %s", cv.Name, shown, want)
+}
+
+// parsed reports whether every one of the named variables parsed (or was not set).
+func (c config) parsed(names ...string) bool {
+	for _, n := range names {
+		if _, bad := c.invalid[n]; bad {
+			return false
+		}
+	}
+	return true
 }
 
 // configError is a configuration the worker cannot start with, or credentials the engine
@@ -136,32 +254,95 @@ func (c config) problems() []error {
 	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 		errs = append(errs, err)
 	}
-	if c.EngineTimeout <= 0 {
+	// A variable that did not parse is reported once, as such (processEnv): the checks
+	// below that involve it are skipped rather than complain about its zero value.
+	ok := c.parsed
+	if ok("EXTWORKER_ENGINE_TIMEOUT") && c.EngineTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_TIMEOUT %v: must be positive", c.EngineTimeout))
 	}
-	if c.MaxConcurrency < 1 {
+	if ok("EXTWORKER_MAX_CONCURRENCY") && c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
 	}
-	if c.LedgerRetention < 0 {
+	if ok("EXTWORKER_LEDGER_MAX_CONNS") && c.LedgerMaxConns < 1 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_MAX_CONNS %d: must be at least 1", c.LedgerMaxConns))
+	}
+	if ok("EXTWORKER_LEDGER_RETENTION") && c.LedgerRetention < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must not be negative", c.LedgerRetention))
 	}
-	if c.ProviderTimeout <= 0 {
+	if ok("EXTWORKER_PROVIDER_TIMEOUT") && c.ProviderTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_TIMEOUT %v: must be positive", c.ProviderTimeout))
 	}
-	if c.ProviderWindow <= 0 || c.ProviderSearchLag < 0 {
-		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_WINDOW %v must be positive and EXTWORKER_PROVIDER_SEARCH_LAG %v not negative",
-			c.ProviderWindow, c.ProviderSearchLag))
+	if ok("EXTWORKER_PROVIDER_WINDOW") && c.ProviderWindow <= 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_WINDOW %v: must be positive", c.ProviderWindow))
 	}
-	if c.LedgerLease < time.Second {
+	if ok("EXTWORKER_PROVIDER_SEARCH_LAG") && c.ProviderSearchLag < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_SEARCH_LAG %v: must not be negative", c.ProviderSearchLag))
+	}
+	leaseOK := ok("EXTWORKER_LEDGER_LEASE") && c.LedgerLease >= time.Second
+	if ok("EXTWORKER_LEDGER_LEASE") && !leaseOK {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v: must be at least 1s", c.LedgerLease))
 	}
-	if c.LockDuration < time.Second {
-		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_DURATION %v: must be at least 1s", c.LockDuration))
+	// The ledger ends a provider call leaseCutoff before its lease ends, and another
+	// worker may take the intent over once the lease has ended. A lease that does not
+	// leave a call its whole PROVIDER_TIMEOUT cuts calls short while the provider may
+	// still be working on them, and has others take over a dispatch in progress.
+	if leaseOK && ok("EXTWORKER_PROVIDER_TIMEOUT") && c.ProviderTimeout > 0 {
+		if cut := leaseCutoff(c.LedgerLease); c.LedgerLease <= c.ProviderTimeout+cut {
+			errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v must be longer than EXTWORKER_PROVIDER_TIMEOUT %v plus %v "+
+				"(the ledger ends a provider call a tenth of the lease, at most 5s, before the lease ends): a shorter lease "+
+				"cuts provider calls off before their timeout and lets another worker take over a dispatch in progress",
+				c.LedgerLease, c.ProviderTimeout, cut))
+		}
 	}
-	if c.LongPoll < 0 || c.LongPoll > camunda7.MaxAsyncResponseTimeout {
+	// The engine's lock has millisecond precision and every extension is a round trip:
+	// under a second there is no room for one.
+	if ok("EXTWORKER_LOCK_DURATION") && c.LockDuration < minLockDuration {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_DURATION %v: must be at least %v: the lock is extended every third of it, "+
+			"and each extension is a round trip to the engine", c.LockDuration, minLockDuration))
+	}
+	if ok("EXTWORKER_LONG_POLL") && (c.LongPoll < 0 || c.LongPoll > camunda7.MaxAsyncResponseTimeout) {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LONG_POLL %v: must be between 0 and 30m", c.LongPoll))
 	}
+	// Without a long poll, idle polls are paced by the idle interval alone.
+	if ok("EXTWORKER_LONG_POLL") && ok("EXTWORKER_IDLE_POLL_INTERVAL") && c.LongPoll == 0 && c.IdlePollInterval < minIdlePollInterval {
+		errs = append(errs, fmt.Errorf("EXTWORKER_IDLE_POLL_INTERVAL %v with EXTWORKER_LONG_POLL 0: must be at least %v, "+
+			"or idle polls follow each other back to back", c.IdlePollInterval, minIdlePollInterval))
+	}
+	if ok("EXTWORKER_REPORT_RETRY_FOR") && c.ReportRetryFor < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_REPORT_RETRY_FOR %v: must not be negative", c.ReportRetryFor))
+	}
+	if ok("EXTWORKER_IDLE_POLL_INTERVAL") && c.IdlePollInterval < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_IDLE_POLL_INTERVAL %v: must not be negative", c.IdlePollInterval))
+	}
+	graceOK := ok("EXTWORKER_SHUTDOWN_GRACE") && c.ShutdownGrace >= 0
+	if ok("EXTWORKER_SHUTDOWN_GRACE") && !graceOK {
+		errs = append(errs, fmt.Errorf("EXTWORKER_SHUTDOWN_GRACE %v: must not be negative", c.ShutdownGrace))
+	}
+	// Past the timeout the worker stops waiting for handlers; at or under the grace it
+	// would cut the grace short.
+	if graceOK && ok("EXTWORKER_SHUTDOWN_TIMEOUT") && c.ShutdownTimeout <= c.ShutdownGrace {
+		errs = append(errs, fmt.Errorf("EXTWORKER_SHUTDOWN_TIMEOUT %v must be longer than EXTWORKER_SHUTDOWN_GRACE %v: "+
+			"it bounds the whole shutdown, the grace for running handlers included", c.ShutdownTimeout, c.ShutdownGrace))
+	}
+	// No rule relates EXTWORKER_ENGINE_TIMEOUT to EXTWORKER_LONG_POLL: a fetch's HTTP
+	// timeout is the long poll plus a margin (camunda7.Client.LongPollTimeout), never
+	// ENGINE_TIMEOUT alone. Nor LONG_POLL to LOCK_DURATION: a task that arrives with
+	// little of its lock left is extended at once.
 	return errs
+}
+
+// minLockDuration is the shortest EXTWORKER_LOCK_DURATION accepted. Short locks are for
+// tests of lock loss; production locks are tens of seconds (default 20s).
+const minLockDuration = time.Second
+
+// minIdlePollInterval is the shortest pause between idle polls accepted without a long
+// poll.
+const minIdlePollInterval = 100 * time.Millisecond
+
+// leaseCutoff is how long before an attempt's lease ends the ledger ends its provider
+// call (idempotency: a tenth of the lease, at most 5s).
+func leaseCutoff(lease time.Duration) time.Duration {
+	return min(5*time.Second, lease/10)
 }
 
 // authMethod names the engine authentication configured: "", "basic", "bearer" or "oauth2".
@@ -310,15 +491,9 @@ func (c config) engineTLS() (*tls.Config, error) {
 // openLedger connects to the ledger database and checks it is migrated (unless migrating
 // is what the caller is about to do).
 func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigrated bool) (*idempotency.Ledger, *pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	pcfg, err := ledgerPoolConfig(c)
 	if err != nil {
-		return nil, nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
-	}
-	// Every running handler may hold a connection for its ledger statements: unless the
-	// URL says otherwise (pool_max_conns), the pool is as large as the concurrency, not
-	// pgx's default of max(4, cores), so handlers do not queue for connections.
-	if !strings.Contains(c.DatabaseURL, "pool_max_conns") && int32(c.MaxConcurrency) > pcfg.MaxConns {
-		pcfg.MaxConns = int32(c.MaxConcurrency)
+		return nil, nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -345,6 +520,25 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 	return l, pool, nil
 }
 
+// ledgerPoolConfig is the ledger pool's configuration: EXTWORKER_DATABASE_URL, capped.
+func ledgerPoolConfig(c config) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	// The pool is capped at EXTWORKER_LEDGER_MAX_CONNS (10), not sized to the
+	// concurrency: every replica opens up to that many connections, and a pool per
+	// handler (3 replicas x 200) would exhaust PostgreSQL's max_connections (100 by
+	// default). Each ledger step is one short transaction (a few milliseconds; nothing
+	// holds a connection across a provider call), so handlers beyond the cap queue briefly
+	// for a connection, within the ledger's write timeout. pool_max_conns in the URL wins.
+	// (A config built in code without it keeps pgx's default.)
+	if !strings.Contains(c.DatabaseURL, "pool_max_conns") && c.LedgerMaxConns > 0 {
+		pcfg.MaxConns = int32(min(c.LedgerMaxConns, math.MaxInt32))
+	}
+	return pcfg, nil
+}
+
 // migrate applies the ledger's migrations.
 func migrate(ctx context.Context, c config, out io.Writer) error {
 	pool, err := pgxpool.New(ctx, c.DatabaseURL)
@@ -367,8 +561,22 @@ func migrate(ctx context.Context, c config, out io.Writer) error {
 }
 
 func (c config) workerConfig(logger *slog.Logger) tasks.Config {
-	return tasks.Config{WorkerID: c.WorkerID, MaxConcurrency: c.MaxConcurrency, AsyncResponseTimeout: c.LongPoll,
-		ShutdownGrace: c.ShutdownGrace, Logger: logger}
+	longPoll := c.LongPoll
+	if longPoll == 0 {
+		longPoll = tasks.NoLongPoll // idle polls paced by EXTWORKER_IDLE_POLL_INTERVAL
+	}
+	return tasks.Config{WorkerID: c.WorkerID, MaxConcurrency: c.MaxConcurrency, AsyncResponseTimeout: longPoll,
+		ReportRetryFor: orNone(c.ReportRetryFor), IdlePollInterval: orNone(c.IdlePollInterval),
+		ShutdownGrace: orNone(c.ShutdownGrace), ShutdownTimeout: c.ShutdownTimeout, Logger: logger}
+}
+
+// orNone passes a duration to tasks.Config, where 0 would mean its default: a variable
+// set to 0 means none, so 0 becomes the shortest positive duration.
+func orNone(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
 }
 
 // redactedURL hides credentials (user info, and password or sslpassword parameters) in a

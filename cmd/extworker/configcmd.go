@@ -34,10 +34,20 @@ func configCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil && !errors.As(err, &ce) {
 		return err
 	}
-	if perr := printConfig(&c, os.LookupEnv, *asJSON, stdout); perr != nil {
+	ops, opsInvalid, _ := readOpsConfig() // its problems are in err already
+	sets := []varSet{{vars: c.vars(), fromFile: c.fromFile, invalid: c.invalid}, {vars: specVars(&ops), invalid: opsInvalid}}
+	if perr := printConfig(sets, os.LookupEnv, *asJSON, stdout); perr != nil {
 		return perr
 	}
 	return c.scrubError(err)
+}
+
+// varSet is the variables of one configuration struct (config, opsConfig) with the
+// secrets read from files and the values that did not parse.
+type varSet struct {
+	vars     []configVar
+	fromFile map[string]string
+	invalid  map[string]string
 }
 
 // effective is one variable as `extworker config` shows it.
@@ -45,26 +55,32 @@ type effective struct {
 	Name, Value, Source string
 }
 
-// effectiveConfig lists c's variables with their masked values and sources: "env",
-// "file PATH" or "default".
-func effectiveConfig(c *config, lookup func(string) (string, bool)) []effective {
+// effectiveConfig lists the variables with their masked values and sources: "env",
+// "file PATH", "default", or "env (invalid)" for a value that did not parse (shown as
+// given, unless it is a secret).
+func effectiveConfig(sets []varSet, lookup func(string) (string, bool)) []effective {
 	var out []effective
-	for _, cv := range c.vars() {
-		e := effective{Name: cv.Name, Value: formatValue(cv.field), Source: "default"}
-		if v, ok := lookup(cv.Name); ok && v != "" {
-			e.Source = "env"
+	for _, set := range sets {
+		for _, cv := range set.vars {
+			e := effective{Name: cv.Name, Value: formatValue(cv.field), Source: "default"}
+			if v, ok := lookup(cv.Name); ok && v != "" {
+				e.Source = "env"
+			}
+			if path, ok := set.fromFile[cv.Name]; ok {
+				e.Source = "file " + path
+			}
+			if raw, ok := set.invalid[cv.Name]; ok {
+				e.Value, e.Source = raw, "env (invalid)"
+			}
+			switch {
+			case e.Value == "":
+			case cv.secret == "true":
+				e.Value = masked
+			case cv.secret == "url":
+				e.Value = maskURL(e.Value)
+			}
+			out = append(out, e)
 		}
-		if path, ok := c.fromFile[cv.Name]; ok {
-			e.Source = "file " + path
-		}
-		switch {
-		case e.Value == "":
-		case cv.secret == "true":
-			e.Value = masked
-		case cv.secret == "url":
-			e.Value = maskURL(e.Value)
-		}
-		out = append(out, e)
 	}
 	return out
 }
@@ -95,8 +111,8 @@ func maskURL(s string) string {
 	return maskParams(s)
 }
 
-func printConfig(c *config, lookup func(string) (string, bool), asJSON bool, w io.Writer) error {
-	vars := effectiveConfig(c, lookup)
+func printConfig(sets []varSet, lookup func(string) (string, bool), asJSON bool, w io.Writer) error {
+	vars := effectiveConfig(sets, lookup)
 	if asJSON {
 		m := make(map[string]string, len(vars))
 		for _, v := range vars {

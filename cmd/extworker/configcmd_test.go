@@ -54,3 +54,31 @@ func TestConfigCommandInvalid(t *testing.T) {
 	assert.NotContains(t, err.Error()+out.String(), "tok-s3cret")
 	assert.Contains(t, out.String(), "EXTWORKER_LOG_FORMAT")
 }
+
+// `config` lists the operations endpoint's variables too, shows a value that did not
+// parse as given (marked invalid), never a secret's, and the derived and new defaults.
+func TestConfigCommandShowsInvalidAndOpsVariables(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("EXTWORKER_LOCK_DURATION", "abc")
+	t.Setenv("EXTWORKER_HTTP_ADDR", "off")
+	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "40s")
+	var out bytes.Buffer
+	err := run([]string{"config"}, &out, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `EXTWORKER_LOCK_DURATION "abc": not a duration`)
+	text := out.String()
+	assert.Regexp(t, `EXTWORKER_LOCK_DURATION\s+abc\s+env \(invalid\)`, text)
+	assert.Regexp(t, `EXTWORKER_HTTP_ADDR\s+off\s+env`, text)
+	assert.Regexp(t, `EXTWORKER_READY_TIMEOUT\s+2s\s+default`, text)
+	assert.Regexp(t, `EXTWORKER_SHUTDOWN_TIMEOUT\s+55s\s+default`, text, "the grace plus 15s")
+	assert.Regexp(t, `EXTWORKER_LEDGER_MAX_CONNS\s+10\s+default`, text)
+	assert.Regexp(t, `EXTWORKER_REPORT_RETRY_FOR\s+5m0s\s+default`, text)
+	assert.Regexp(t, `EXTWORKER_IDLE_POLL_INTERVAL\s+1s\s+default`, text)
+
+	masked := effectiveConfig([]varSet{{vars: specVars(&config{}), invalid: map[string]string{"EXTWORKER_ENGINE_TOKEN": "tok-s3cret"}}}, func(string) (string, bool) { return "", false })
+	for _, e := range masked {
+		if e.Name == "EXTWORKER_ENGINE_TOKEN" {
+			assert.Equal(t, effective{Name: "EXTWORKER_ENGINE_TOKEN", Value: "***", Source: "env (invalid)"}, e)
+		}
+	}
+}

@@ -609,8 +609,8 @@ func startWorker(t *testing.T, f faultEnv, name, providerURL string, extra ...st
 	w := &workerProc{id: testenv.Unique("w" + name), logs: &testenv.Buffer{}, exited: make(chan struct{})}
 	env := append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_DATABASE_URL="+testenv.DBURL(),
 		"EXTWORKER_LEDGER_NAMESPACE="+f.ns, "EXTWORKER_PROVIDER_URL="+providerURL, "EXTWORKER_WORKER_ID="+w.id,
-		"EXTWORKER_LOCK_DURATION=2s", "EXTWORKER_LEDGER_LEASE=2s", "EXTWORKER_LONG_POLL=1s", "EXTWORKER_LOG_LEVEL=info",
-		"EXTWORKER_LOG_FORMAT=json", "EXTWORKER_HTTP_ADDR=127.0.0.1:0", "EXTWORKER_SHUTDOWN_GRACE=5s")
+		"EXTWORKER_LOCK_DURATION=2s", "EXTWORKER_LEDGER_LEASE=2s", "EXTWORKER_PROVIDER_TIMEOUT=1500ms", "EXTWORKER_LONG_POLL=1s",
+		"EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json", "EXTWORKER_HTTP_ADDR=127.0.0.1:0", "EXTWORKER_SHUTDOWN_GRACE=5s")
 	w.cmd = exec.Command(f.bin, "run")
 	w.cmd.Env = append(env, extra...) // later entries win
 	w.cmd.Stdout, w.cmd.Stderr = w.logs, w.logs

@@ -49,7 +49,7 @@ func TestNetworkC5bCompleteAnswerLost(t *testing.T) {
 	f.pay.Script(invoice, fakeprovider.SlowAnswer)
 	id := f.start(t, invoice, 4200)
 	w := startNetWorker(t, f, netViaProxy(t, testenv.AuthEngineURL(), engine.Addr()), testenv.DBURL(),
-		"EXTWORKER_ENGINE_TIMEOUT=3s", "EXTWORKER_LOCK_DURATION=20s", "EXTWORKER_LEDGER_LEASE=10s")
+		"EXTWORKER_ENGINE_TIMEOUT=3s", "EXTWORKER_LOCK_DURATION=20s", "EXTWORKER_LEDGER_LEASE=10s", "EXTWORKER_PROVIDER_TIMEOUT=8s")
 
 	w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(chargesFor(f.pay, invoice)) == 1 })
 	engine.Add("answers", testenv.Downstream, testenv.Timeout{})
@@ -304,7 +304,8 @@ func startNetWorker(t *testing.T, f faultEnv, engineURL, dbURL string, extra ...
 	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+engineURL, "EXTWORKER_DATABASE_URL="+dbURL,
 		"EXTWORKER_ENGINE_USER="+testenv.AuthEngineUser, "EXTWORKER_ENGINE_PASSWORD="+testenv.AuthEnginePassword,
 		"EXTWORKER_LEDGER_NAMESPACE="+f.ns, "EXTWORKER_PROVIDER_URL="+f.pay.URL(), "EXTWORKER_WORKER_ID="+id,
-		"EXTWORKER_LOCK_DURATION=2s", "EXTWORKER_LEDGER_LEASE=2s", "EXTWORKER_LONG_POLL="+netLongPoll.String(), "EXTWORKER_LOG_LEVEL=info",
+		"EXTWORKER_LOCK_DURATION=2s", "EXTWORKER_LEDGER_LEASE=2s", "EXTWORKER_PROVIDER_TIMEOUT=1500ms", "EXTWORKER_LONG_POLL="+netLongPoll.String(),
+		"EXTWORKER_LOG_LEVEL=info",
 		"EXTWORKER_LOG_FORMAT=json", "EXTWORKER_HTTP_ADDR=127.0.0.1:0")
 	cmd.Env = append(cmd.Env, extra...)
 	w := &netWorker{id: id, cmd: cmd, logs: &testenv.Buffer{}, exited: make(chan error, 1), began: time.Now()}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,13 +37,13 @@ type opsConfig struct {
 	ReadyTimeout time.Duration `envconfig:"READY_TIMEOUT" default:"2s"`
 }
 
+// loadOpsConfig reads opsConfig's variables, naming every one that does not parse or is
+// out of range (readOpsConfig in config.go; loadConfig lists the same problems beside
+// config's, so that one start shows them all). It is a configError: exit status 78.
 func loadOpsConfig() (opsConfig, error) {
-	var c opsConfig
-	if err := envconfig.Process("extworker", &c); err != nil {
-		return c, fmt.Errorf("configuration: %w", err)
-	}
-	if c.ReadyTimeout <= 0 {
-		return c, fmt.Errorf("configuration: EXTWORKER_READY_TIMEOUT %v: must be positive", c.ReadyTimeout)
+	c, _, errs := readOpsConfig()
+	if len(errs) > 0 {
+		return c, configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
 	}
 	return c, nil
 }

@@ -33,18 +33,24 @@ import (
 // maxSecretFile bounds what a _FILE may hold; secrets are small.
 const maxSecretFile = 64 << 10
 
-// configVar is one EXTWORKER_ variable: its name, its field in config and how it is masked.
+// configVar is one EXTWORKER_ variable: its name, its field in config (or opsConfig) and
+// how it is masked.
 type configVar struct {
-	Name   string // EXTWORKER_ENGINE_URL
-	secret string // "", "true" (masked whole) or "url" (password inside masked)
-	def    string // the default
-	field  reflect.Value
+	Name        string // EXTWORKER_ENGINE_URL
+	secret      string // "", "true" (masked whole) or "url" (password inside masked)
+	def         string // the default
+	field       reflect.Value
+	structField reflect.StructField
 }
 
 // vars lists c's variables in declaration order; the fields are addressable when c is a
 // pointer's target.
-func (c *config) vars() []configVar {
-	v := reflect.ValueOf(c).Elem()
+func (c *config) vars() []configVar { return specVars(c) }
+
+// specVars lists the variables of spec, a pointer to a struct whose exported fields carry
+// envconfig tags, in declaration order.
+func specVars(spec any) []configVar {
+	v := reflect.ValueOf(spec).Elem()
 	t := v.Type()
 	var out []configVar
 	for i := range t.NumField() {
@@ -53,7 +59,8 @@ func (c *config) vars() []configVar {
 		if !ok || !f.IsExported() {
 			continue
 		}
-		out = append(out, configVar{Name: "EXTWORKER_" + name, secret: f.Tag.Get("secret"), def: f.Tag.Get("default"), field: v.Field(i)})
+		out = append(out, configVar{Name: envPrefix + name, secret: f.Tag.Get("secret"), def: f.Tag.Get("default"),
+			field: v.Field(i), structField: f})
 	}
 	return out
 }

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/tasks"
+)
+
+// clearEnv unsets every variable of config and opsConfig (and their _FILE) for the test,
+// so that the environment the tests run in does not leak into them.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	var c config
+	var o opsConfig
+	for _, cv := range append(specVars(&c), specVars(&o)...) {
+		for _, name := range []string{cv.Name, cv.Name + "_FILE"} {
+			if _, ok := os.LookupEnv(name); ok {
+				t.Setenv(name, "") // restored at cleanup
+				require.NoError(t, os.Unsetenv(name))
+			}
+		}
+	}
+}
+
+// problemLines returns the problems of a configuration error, one per line after the
+// "configuration: " prefix.
+func problemLines(t *testing.T, err error) []string {
+	t.Helper()
+	require.Error(t, err)
+	var ce configError
+	require.ErrorAs(t, err, &ce, "main exits with EX_CONFIG (%d)", exitConfig)
+	msg, ok := strings.CutPrefix(err.Error(), "configuration: ")
+	require.True(t, ok, err.Error())
+	return strings.Split(msg, "\n")
+}
+
+// Two values that do not parse (one of config's, one of opsConfig's) and one out of range
+// are listed together, each naming its variable, and a variable that did not parse is not
+// also reported for the zero value it was left with. No secret is shown.
+func TestConfigListsEveryInvalidVariable(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("EXTWORKER_LOCK_DURATION", "abc")
+	t.Setenv("EXTWORKER_READY_TIMEOUT", "soon")
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
+	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", "pw-s3cret")
+	err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	lines := problemLines(t, err)
+	assert.ElementsMatch(t, []string{
+		`EXTWORKER_LOCK_DURATION "abc": not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h`,
+		`EXTWORKER_MAX_CONCURRENCY 0: must be at least 1`,
+		`EXTWORKER_READY_TIMEOUT "soon": not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h`,
+	}, lines, "the three problems and nothing else")
+	assert.NotContains(t, err.Error(), "s3cret")
+	assert.NotContains(t, err.Error(), "envconfig")
+
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "many")
+	t.Setenv("EXTWORKER_PPROF", "yes")
+	t.Setenv("EXTWORKER_LEDGER_MAX_CONNS", "99999999999999999999")
+	_, err = loadConfig()
+	lines = problemLines(t, err)
+	assert.Contains(t, lines, `EXTWORKER_MAX_CONCURRENCY "many": not a whole number`)
+	assert.Contains(t, lines, `EXTWORKER_PPROF "yes": want true or false`)
+	assert.Contains(t, lines, `EXTWORKER_LEDGER_MAX_CONNS "99999999999999999999": out of range`)
+	assert.Len(t, lines, 5)
+
+	_, err = loadOpsConfig()
+	lines = problemLines(t, err)
+	assert.ElementsMatch(t, []string{
+		`EXTWORKER_PPROF "yes": want true or false`,
+		`EXTWORKER_READY_TIMEOUT "soon": not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h`,
+	}, lines, "loadOpsConfig (run) names each of its own")
+}
+
+// The real binary exits 78 (EX_CONFIG) on the three problems, `run` and `config` alike,
+// and `config` shows the invalid values as given.
+func TestConfigInvalidVariablesExit78(t *testing.T) {
+	bin := buildBinary(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "EXTWORKER_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "EXTWORKER_LOCK_DURATION=abc", "EXTWORKER_READY_TIMEOUT=soon", "EXTWORKER_MAX_CONCURRENCY=0")
+	for _, cmdName := range []string{"run", "config"} {
+		t.Run(cmdName, func(t *testing.T) {
+			cmd := exec.Command(bin, cmdName)
+			cmd.Env = env
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			require.True(t, errors.As(err, &exit), "want an exit status, got %v; stderr:\n%s", err, stderr.String())
+			assert.Equal(t, exitConfig, exit.ExitCode(), stderr.String())
+			for _, v := range []string{"EXTWORKER_LOCK_DURATION", "EXTWORKER_READY_TIMEOUT", "EXTWORKER_MAX_CONCURRENCY"} {
+				assert.Contains(t, stderr.String(), v)
+			}
+			if cmdName == "config" {
+				assert.Regexp(t, `EXTWORKER_LOCK_DURATION\s+abc\s+env \(invalid\)`, stdout.String())
+				assert.Regexp(t, `EXTWORKER_READY_TIMEOUT\s+soon\s+env \(invalid\)`, stdout.String())
+			}
+		})
+	}
+}
+
+// The shipped defaults pass every check, and reach tasks.Config as documented.
+func TestConfigDefaultsPass(t *testing.T) {
+	clearEnv(t)
+	c, err := loadConfig()
+	require.NoError(t, err)
+	_, err = loadOpsConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, c.LedgerLease)
+	assert.Equal(t, 10*time.Second, c.ProviderTimeout)
+	assert.Equal(t, 30*time.Second, c.EngineTimeout)
+	assert.Equal(t, 20*time.Second, c.LongPoll)
+	assert.Equal(t, 20*time.Second, c.LockDuration)
+	assert.Equal(t, 10, c.LedgerMaxConns)
+
+	w := c.workerConfig(discardLogger())
+	assert.Equal(t, 5*time.Minute, w.ReportRetryFor)
+	assert.Equal(t, time.Second, w.IdlePollInterval)
+	assert.Equal(t, 30*time.Second, w.ShutdownGrace)
+	assert.Equal(t, 45*time.Second, w.ShutdownTimeout)
+	assert.Equal(t, 20*time.Second, w.AsyncResponseTimeout)
+	assert.NoError(t, w.WithDefaults().Validate())
+}
+
+// The new variables reach tasks.Config; 0 means none there, not tasks' default.
+func TestWorkerConfigFromVariables(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("EXTWORKER_REPORT_RETRY_FOR", "2m")
+	t.Setenv("EXTWORKER_IDLE_POLL_INTERVAL", "250ms")
+	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "10s")
+	t.Setenv("EXTWORKER_SHUTDOWN_TIMEOUT", "12s")
+	c, err := loadConfig()
+	require.NoError(t, err)
+	w := c.workerConfig(discardLogger()).WithDefaults()
+	assert.Equal(t, 2*time.Minute, w.ReportRetryFor)
+	assert.Equal(t, 250*time.Millisecond, w.IdlePollInterval)
+	assert.Equal(t, 10*time.Second, w.ShutdownGrace)
+	assert.Equal(t, 12*time.Second, w.ShutdownTimeout)
+	require.NoError(t, w.Validate())
+
+	t.Setenv("EXTWORKER_LONG_POLL", "0")
+	c, err = loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, tasks.NoLongPoll, c.workerConfig(discardLogger()).WithDefaults().AsyncResponseTimeout, "0: no long poll, not the default")
+	require.NoError(t, os.Unsetenv("EXTWORKER_LONG_POLL"))
+
+	t.Setenv("EXTWORKER_REPORT_RETRY_FOR", "0")
+	t.Setenv("EXTWORKER_IDLE_POLL_INTERVAL", "0s")
+	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "0")
+	require.NoError(t, os.Unsetenv("EXTWORKER_SHUTDOWN_TIMEOUT"))
+	c, err = loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 15*time.Second, c.ShutdownTimeout, "unset: the grace plus 15s")
+	w = c.workerConfig(discardLogger()).WithDefaults()
+	assert.Equal(t, time.Nanosecond, w.ReportRetryFor, "0: no retrying past the minimum attempts")
+	assert.Equal(t, time.Nanosecond, w.IdlePollInterval, "0: no pause")
+	assert.Equal(t, time.Nanosecond, w.ShutdownGrace, "0: no grace")
+	assert.Equal(t, 15*time.Second, w.ShutdownTimeout)
+	require.NoError(t, w.Validate())
+
+	// Raising the grace alone keeps the timeout beyond it.
+	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "90s")
+	c, err = loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 105*time.Second, c.ShutdownTimeout)
+}
+
+// Relations between variables that cannot be safe are refused, each problem naming every
+// variable involved; the safe side of each boundary, and a long poll at or beyond the lock
+// duration, pass.
+func TestConfigRefusesUnsafeRelations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string // substrings of the one problem; none: valid
+	}{
+		{"lease within provider timeout plus cutoff", map[string]string{"LEDGER_LEASE": "15s", "PROVIDER_TIMEOUT": "14s"},
+			[]string{"EXTWORKER_LEDGER_LEASE 15s must be longer than EXTWORKER_PROVIDER_TIMEOUT 14s plus 1.5s", "take over a dispatch in progress"}},
+		{"lease shorter than provider timeout", map[string]string{"LEDGER_LEASE": "5s"},
+			[]string{"EXTWORKER_LEDGER_LEASE 5s must be longer than EXTWORKER_PROVIDER_TIMEOUT 10s plus 500ms"}},
+		{"default lease against a 1m55s timeout: the cutoff is at most 5s", map[string]string{"PROVIDER_TIMEOUT": "1m55s"},
+			[]string{"EXTWORKER_LEDGER_LEASE 2m0s must be longer than EXTWORKER_PROVIDER_TIMEOUT 1m55s plus 5s"}},
+		{"lease just long enough", map[string]string{"LEDGER_LEASE": "16s", "PROVIDER_TIMEOUT": "14s"}, nil},
+		{"short lease with a short provider timeout", map[string]string{"LEDGER_LEASE": "2s", "PROVIDER_TIMEOUT": "1s"}, nil},
+		{"lock under a second", map[string]string{"LOCK_DURATION": "999ms"},
+			[]string{"EXTWORKER_LOCK_DURATION 999ms: must be at least 1s"}},
+		{"shortest lock", map[string]string{"LOCK_DURATION": "1s"}, nil},
+		{"no long poll and no idle pause", map[string]string{"LONG_POLL": "0", "IDLE_POLL_INTERVAL": "10ms"},
+			[]string{"EXTWORKER_IDLE_POLL_INTERVAL 10ms with EXTWORKER_LONG_POLL 0: must be at least 100ms"}},
+		{"no long poll, paced idle polls", map[string]string{"LONG_POLL": "0"}, nil},
+		{"shutdown timeout not beyond the grace", map[string]string{"SHUTDOWN_GRACE": "1m", "SHUTDOWN_TIMEOUT": "1m"},
+			[]string{"EXTWORKER_SHUTDOWN_TIMEOUT 1m0s must be longer than EXTWORKER_SHUTDOWN_GRACE 1m0s"}},
+		{"shutdown timeout beyond the grace", map[string]string{"SHUTDOWN_GRACE": "1m", "SHUTDOWN_TIMEOUT": "61s"}, nil},
+		{"negative grace", map[string]string{"SHUTDOWN_GRACE": "-1s"}, []string{"EXTWORKER_SHUTDOWN_GRACE -1s: must not be negative"}},
+		{"negative report retry", map[string]string{"REPORT_RETRY_FOR": "-1s"}, []string{"EXTWORKER_REPORT_RETRY_FOR -1s: must not be negative"}},
+		{"no report retry", map[string]string{"REPORT_RETRY_FOR": "0"}, nil},
+		{"negative idle poll interval", map[string]string{"IDLE_POLL_INTERVAL": "-1ms"}, []string{"EXTWORKER_IDLE_POLL_INTERVAL -1ms: must not be negative"}},
+		{"no idle poll interval", map[string]string{"IDLE_POLL_INTERVAL": "0"}, nil},
+		{"no ledger connections", map[string]string{"LEDGER_MAX_CONNS": "0"}, []string{"EXTWORKER_LEDGER_MAX_CONNS 0: must be at least 1"}},
+		{"long poll longer than the lock", map[string]string{"LONG_POLL": "1m", "LOCK_DURATION": "20s"}, nil},
+		{"engine timeout shorter than the long poll", map[string]string{"ENGINE_TIMEOUT": "5s", "LONG_POLL": "20s"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tc.env {
+				t.Setenv("EXTWORKER_"+k, v)
+			}
+			c, err := loadConfig()
+			if tc.want == nil {
+				require.NoError(t, err)
+				require.NoError(t, c.workerConfig(discardLogger()).WithDefaults().Validate())
+				return
+			}
+			lines := problemLines(t, err)
+			require.Len(t, lines, 1, "one problem: %q", lines)
+			for _, w := range tc.want {
+				assert.Contains(t, lines[0], w)
+			}
+		})
+	}
+}
+
+// A variable that did not parse is reported as such, once: no relation involving it is
+// checked against the zero it was left with.
+func TestConfigUnparsedSkipsRelations(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("EXTWORKER_LEDGER_LEASE", "two minutes")
+	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "1 minute")
+	_, err := loadConfig()
+	lines := problemLines(t, err)
+	assert.ElementsMatch(t, []string{
+		`EXTWORKER_LEDGER_LEASE "two minutes": not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h`,
+		`EXTWORKER_SHUTDOWN_GRACE "1 minute": not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h`,
+	}, lines)
+}
+
+// Only EXTWORKER_-prefixed names configure the worker: another program's DATABASE_URL or
+// LOCK_DURATION is not read (envconfig.Process with a prefix would fall back to them).
+func TestConfigIgnoresUnprefixedVariables(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("LOCK_DURATION", "abc")
+	t.Setenv("DATABASE_URL", "postgres://other:secret@elsewhere/other")
+	t.Setenv("READY_TIMEOUT", "soon")
+	c, err := loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, c.LockDuration)
+	assert.Equal(t, "postgres://extworker:extworker@127.0.0.1:5432/extworker", c.DatabaseURL)
+}
+
+// The ledger's pool is capped by EXTWORKER_LEDGER_MAX_CONNS whatever the concurrency;
+// pool_max_conns in the URL wins.
+func TestLedgerPoolCap(t *testing.T) {
+	c := config{DatabaseURL: "postgres://u:p@db/x", MaxConcurrency: 200, LedgerMaxConns: 10}
+	pc, err := ledgerPoolConfig(c)
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, pc.MaxConns)
+
+	c.LedgerMaxConns = 3
+	pc, err = ledgerPoolConfig(c)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, pc.MaxConns)
+
+	c.DatabaseURL = "postgres://u:p@db/x?pool_max_conns=7"
+	pc, err = ledgerPoolConfig(c)
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, pc.MaxConns)
+
+	c.DatabaseURL = "host=db user=u pool_max_conns=5"
+	pc, err = ledgerPoolConfig(c)
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, pc.MaxConns)
+}
