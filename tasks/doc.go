@@ -30,21 +30,31 @@
 //     A freed slot triggers the next poll. Fetch errors back off with jitter, logged
 //     once when they start and once when they end; an empty result is not an error.
 //  2. Run: each task gets a slot and a lockext extender that renews its lock, counted
-//     from when the fetch was sent on the local monotonic clock. The handler's context
-//     ends if the lock is lost (context.Cause is a *lockext.LockLostError), the topic's
-//     MaxRunTime passes (lockext.ErrMaxRunTime), or the worker's shutdown grace runs out
-//     (ErrShutdown). A panic is recovered and reported as a failure with its stack.
+//     from when the fetch was sent on the local monotonic clock. A task handed over late
+//     in a long poll, with little of that local lock left, is extended before its handler
+//     starts. The handler's context ends if the engine says the lock is lost
+//     (context.Cause is a *lockext.LockLostError; the local clock never decides that), the
+//     topic's MaxRunTime passes (lockext.ErrMaxRunTime), or the worker's shutdown grace
+//     runs out (ErrShutdown). A panic is recovered and reported as a failure with its
+//     stack.
 //  3. Report: the outcome (package failure) becomes exactly one call: complete;
 //     bpmnError; failure with retries counted down from the topic's RetryPolicy (the
 //     engine sends retries null until the first failure); or failure with retries 0, an
 //     incident, for permanent errors, exhausted retries and unknown outcomes (an unknown
-//     outcome is never retried blindly). Reports use their own timeout, resend only what
-//     certainly did not arrive, and resolve a lost answer by asking the engine. The lock
-//     is kept alive until the report is done.
+//     outcome is never retried blindly); a deferred attempt (failure.Deferred) is
+//     reported with its retries unchanged, as outcome deferred. Reports use their own
+//     timeout, resend what certainly did not arrive (or was throttled, honouring
+//     Retry-After) and resolve a lost answer by asking the engine, for up to
+//     Config.ReportRetryFor, so a report outlasts an engine restart; the lock is kept
+//     alive and the task is not run again meanwhile. A complete the engine refuses (4xx)
+//     becomes an incident with the engine's message; one it rolls back (5xx), a
+//     retryable failure.
 //  4. Release: the extender stops, the slot frees, the loop polls again.
 //
-// A handler cancelled by shutdown has its task unlocked, so another worker takes it at
-// once without spending a retry. A result whose lock was taken by another worker is
+// At shutdown the worker stops polling but waits for a long poll pending on the engine
+// (which would otherwise go on locking tasks for a worker that is gone) and unlocks what
+// it returns. A handler cancelled by shutdown has its task unlocked, so another worker
+// takes it at once without spending a retry; Config.ShutdownTimeout bounds it all. A result whose lock was taken by another worker is
 // dropped (the other worker owns the task now).
 //
 // # Log fields
