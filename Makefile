@@ -20,20 +20,25 @@ tools-up: # promtool, for the alert-rule and /metrics tests
 pg-up:
 	@bash testenv/pg-up.sh
 
-# Two engines from one build, started in parallel: 8080 without authentication (database
-# camunda) and 8081 with HTTP basic authentication on /engine-rest (database camunda_auth).
+# Three engines from one build, started in parallel: 8080 without authentication (database
+# camunda), 8081 with HTTP basic authentication on /engine-rest (database camunda_auth), and
+# 8082 without authentication (database camunda_faults), which only the tests that SIGKILL
+# and restart an engine use (internal/testenv: FaultEngineURL, KillEngine, StartEngine).
 engine-up: pg-up
 	@bash testenv/engine-up.sh & a=$$!; \
 	ENGINE_PORT=8081 ENGINE_DB=camunda_auth ENGINE_REST_AUTH=true bash testenv/engine-up.sh & b=$$!; \
-	wait $$a; ra=$$?; wait $$b; rb=$$?; [ $$ra = 0 ] && [ $$rb = 0 ]
+	ENGINE_PORT=8082 ENGINE_DB=camunda_faults bash testenv/engine-up.sh & c=$$!; \
+	wait $$a; ra=$$?; wait $$b; rb=$$?; wait $$c; rc=$$?; [ $$ra = 0 ] && [ $$rb = 0 ] && [ $$rc = 0 ]
 
 down:
 	@bash testenv/engine-down.sh
 	@pg_ctlcluster $$(ls /usr/lib/postgresql | sort -n | tail -1) main stop 2>/dev/null || true
 
+# -timeout: cmd/extworker runs the fault tiers at the shipped defaults (20s locks and long
+# polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
 test: up
 	$(GO) vet ./...
-	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	$(GO) test -race -count=1 -timeout 45m $(GOTESTFLAGS) ./...
 
 # make demo KILLER=1: the same demo invoices served by 3 worker processes that a killer
 # SIGKILLs at random and at the ledger's crash points (the soak harness, small and
@@ -49,13 +54,20 @@ endif
 
 # The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
 # the ledger's crash points, restarted, then an oracle over every invoice. SOAK_SEED=n
-# replays a run. soak-short runs in CI; soak (the long tier) by hand.
+# replays a run. Two tiers (docs/testing.md): soak-defaults runs the workers at the
+# daemon's shipped settings (20s lock and long poll, 2m ledger lease, 10s provider
+# timeout: nothing overridden; a kill every ~10s, half the lock); soak-short and soak
+# with short timeouts (3s lock and lease, 1s long poll). soak-short and soak-defaults
+# run in CI (.ci/run); soak (the long short-timeouts tier) by hand.
 SOAK_SEED ?= $(shell date +%s)
 bin/extworker: FORCE
 	$(GO) build -o bin/extworker ./cmd/extworker
 FORCE:
 soak-short: up bin/extworker
 	$(GO) run ./cmd/extworker-soak -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+.PHONY: soak-defaults
+soak-defaults: up bin/extworker
+	$(GO) run ./cmd/extworker-soak -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 soak: up bin/extworker
 	$(GO) run ./cmd/extworker-soak -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 

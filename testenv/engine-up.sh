@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # engine-up.sh: build (when needed) and start an engine under test, then wait until
 # GET /engine-rest/version answers. Idempotent: an engine that already answers is left alone.
-# Several engines run side by side, one per port (make up starts two: 8080 without
-# authentication, 8081 with HTTP basic authentication on /engine-rest).
+# Several engines run side by side, one per port (make up starts three: 8080 without
+# authentication, 8081 with HTTP basic authentication on /engine-rest, and 8082 without
+# authentication on database camunda_faults, for the tests that SIGKILL and restart it).
 #
 #   ENGINE=camunda7|operaton|cibseven   which engine to build and run (default camunda7)
 #   ENGINE_PORT                          HTTP port (default 8080)

@@ -28,8 +28,9 @@ done
 pg_isready -h 127.0.0.1 -p "$PG_PORT" >/dev/null || { echo "pg-up: PostgreSQL did not become ready" >&2; exit 1; }
 
 # role:password:database. The engine's schema lives in "camunda" (the second engine's, with
-# REST authentication on, in "camunda_auth"); the worker's ledger in "extworker".
-for spec in camunda:camunda:camunda camunda:camunda:camunda_auth extworker:extworker:extworker; do
+# REST authentication on, in "camunda_auth"; the third one's, which fault tests kill and
+# restart, in "camunda_faults"); the worker's ledger in "extworker".
+for spec in camunda:camunda:camunda camunda:camunda:camunda_auth camunda:camunda:camunda_faults extworker:extworker:extworker; do
   IFS=: read -r role pass db <<<"$spec"
   as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<SQL
 DO \$\$ BEGIN
@@ -42,4 +43,4 @@ SQL
     as_postgres createdb -p "$PG_PORT" -O "$role" "$db"
   fi
 done
-echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, extworker)"
+echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, camunda_faults, extworker)"
