@@ -40,9 +40,14 @@ type Config struct {
 	// Default 1s.
 	InProgressBackoff time.Duration
 	// ProviderWindow is how long the provider keeps idempotency keys: past it an unknown
-	// dispatch cannot be checked by key, and goes to operator hold. Default 24h.
+	// dispatch cannot be checked by key, so only Effect.Search is asked (operator hold
+	// without one). The age of the first dispatch is measured on the database's clock,
+	// never the worker's. Default 24h.
 	ProviderWindow time.Duration
-	// WriteTimeout bounds each ledger transaction. Default 10s.
+	// WriteTimeout bounds each ledger transaction. Ledger writes are detached from the
+	// handler's context (what the ledger learns is written even when the handler's lock
+	// was just lost); once a request has left, the writes recording its answer may take
+	// until the attempt's lease ends if that is later. Default 10s.
 	WriteTimeout time.Duration
 	// Logger receives transitions at debug level, holds and mismatches at warn, each with
 	// idempotency_scope, idempotency_key and ledger_state. Default discard.
@@ -202,9 +207,17 @@ type attempt struct {
 	row     Row
 	digest  string
 	claimed bool // this attempt holds the intent's lease
-	// leaseEnd is when this attempt's lease ends on the local monotonic clock: dispatches
-	// and reconciliations are cut off before it.
+	// leaseEnd is when this attempt's lease ends on the local monotonic clock (taken
+	// before the claim was sent, so never later than the lease the database holds):
+	// dispatches and reconciliations are cut off before it.
 	leaseEnd time.Time
+	// dbNow is the database's now() read in the statement that read row, at readAt on
+	// the local monotonic clock: ages of the row's timestamps are measured on the
+	// database's clock (dbTime), never the worker's wall clock.
+	dbNow, readAt time.Time
+	// sending: the dispatch has started (the request may have left), so the writes that
+	// record its answer get until the lease ends (writeCtx).
+	sending bool
 	// pending are the transitions of the transaction in progress, reported once it commits.
 	pending []transition
 }
@@ -220,7 +233,17 @@ type attempt struct {
 //   - dispatch ambiguous: the intent is unknown, failure.RetryableAfter(ErrUnknownOutcome);
 //     the next attempt reconciles before anything is sent again;
 //   - not reconcilable, or too many tries: operator hold, failure.UnknownOutcome with what
-//     an operator must check.
+//     an operator must check;
+//   - compensated (its effect undone by a compensating intent): failure.Permanent
+//     (ErrCompensated); a terminal intent is never dispatched again;
+//   - ctx ended before the request left: failure.Retryable(ErrCancelled), wrapping
+//     context.Cause(ctx); nothing was sent, and the intent is left where the next
+//     attempt proceeds from (prepared, or unknown to be reconciled first).
+//
+// Cancellation fences an attempt before dispatch, never in the middle of one: ctx is
+// checked before the claim, right before the dispatched mark and right before the
+// request leaves; a request that has left is waited for (within the lease) and its
+// answer recorded even if ctx ends meanwhile.
 func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error) {
 	if in.Scope == "" || in.Key == "" {
 		return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: intent needs a scope and a key (got %q, %q)", in.Scope, in.Key))
@@ -250,6 +273,9 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error)
 }
 
 func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
+	if err := a.fence(ctx); err != nil {
+		return Outcome{}, err
+	}
 	if err := a.claim(ctx); err != nil {
 		return Outcome{}, err
 	}
@@ -260,13 +286,10 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 			}
 		}()
 	}
-	switch a.row.State {
-	case StateConfirmed, StateReconciled:
-		return a.outcome(true)
-	case StateRejected:
-		a.l.cfg.Hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
-		return Outcome{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
-	case StateUnknown:
+	if a.row.State.Terminal() {
+		return a.settled()
+	}
+	if a.row.State == StateUnknown {
 		proceed, out, err := a.reconcile(ctx)
 		if !proceed {
 			return out, err
@@ -274,6 +297,9 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	}
 	failpoint.Inject(failpoint.AfterPrepared)
 	if a.eff.Dispatch == nil {
+		if err := a.fence(ctx); err != nil {
+			return Outcome{}, err
+		}
 		return a.confirm(ctx, StatePrepared, StateConfirmed, Result{}, "local effect committed with the ledger")
 	}
 	if a.row.State == StatePrepared { // back from unknown (not found) in this attempt
@@ -284,9 +310,42 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	return a.dispatch(ctx)
 }
 
+// settled returns what a terminal intent settled as, without calling the provider: every
+// terminal state is final, for this attempt and every later one.
+func (a *attempt) settled() (Outcome, error) {
+	switch a.row.State {
+	case StateConfirmed, StateReconciled:
+		return a.outcome(true)
+	case StateRejected:
+		a.l.cfg.Hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
+		return Outcome{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
+	}
+	cause := errors.New("idempotency: intent settled")
+	if a.row.State == StateCompensated {
+		// The effect was performed and undone; doing it again is a new business command,
+		// with a new key.
+		cause = ErrCompensated
+	}
+	a.l.cfg.Hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
+	return Outcome{}, failure.Permanent(fmt.Errorf("%w: intent %s/%s is %s and is never dispatched again (provider key %s); a new effect needs a new intent key",
+		cause, a.in.Scope, a.in.Key, a.row.State, a.row.ProviderKey))
+}
+
+// fence stops an attempt whose handler's context has ended, before it sends anything: it
+// returns an error wrapping ErrCancelled and context.Cause(ctx), or nil while ctx lives.
+func (a *attempt) fence(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return failure.Retryable(fmt.Errorf("%w (%s/%s): %w", ErrCancelled, a.in.Scope, a.in.Key, context.Cause(ctx)))
+}
+
 // markDispatched commits the dispatched mark before anything leaves.
 func (a *attempt) markDispatched(ctx context.Context) error {
-	err := a.tx(ctx, func(tx pgx.Tx) error {
+	if err := a.fence(ctx); err != nil {
+		return err
+	}
+	err := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		return a.moveTx(ctx, tx, StatePrepared, StateDispatched, "dispatching with the provider key",
 			", dispatches = dispatches + 1, first_dispatched_at = coalesce(first_dispatched_at, now()), last_dispatched_at = now()")
 	})
@@ -311,6 +370,7 @@ func (a *attempt) claim(ctx context.Context) error {
 	if a.eff.Dispatch != nil {
 		claimTo = StateDispatched
 	}
+	start := time.Now() // the lease the database records starts no earlier
 	fctx, fcancel := a.writeCtx(ctx)
 	var inserted bool
 	found, ferr := scanRowAnd(l.pool.QueryRow(fctx, `WITH ins AS (
@@ -335,7 +395,7 @@ func (a *attempt) claim(ctx context.Context) error {
 	switch {
 	case ferr == nil && inserted:
 		a.row, a.claimed = found, true
-		a.leaseEnd = time.Now().Add(l.cfg.Lease)
+		a.leaseEnd = start.Add(l.cfg.Lease)
 		a.pending = []transition{{"", StatePrepared}}
 		if claimTo == StateDispatched {
 			a.transitioned(ctx, StatePrepared, StateDispatched)
@@ -344,7 +404,7 @@ func (a *attempt) claim(ctx context.Context) error {
 		return nil
 	case ferr == nil && found.Digest == a.digest && (found.State.Terminal() || found.State == StateOperatorHold):
 		a.row = found
-		a.leaseEnd = time.Now().Add(l.cfg.Lease)
+		a.leaseEnd = start.Add(l.cfg.Lease)
 		if found.State == StateOperatorHold {
 			return a.holdError(deref(found.ErrorMessage), ErrOperatorHold)
 		}
@@ -357,7 +417,9 @@ func (a *attempt) claim(ctx context.Context) error {
 	exists := ferr == nil // else another attempt recorded it concurrently, after this statement's snapshot
 
 	var result error
-	err := a.tx(ctx, func(tx pgx.Tx) error {
+	start = time.Now()
+	handlerCtx := ctx
+	err := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if !exists {
 			var id int64
 			// One statement records the intent and its first event (when it is new).
@@ -378,15 +440,16 @@ func (a *attempt) claim(ctx context.Context) error {
 				return err
 			}
 		}
-		// Leases are compared on the database's clock, shared by every worker.
+		// Leases, and the ages reconcile measures, are compared on the database's clock,
+		// shared by every worker.
 		var now time.Time
 		row, err := scanRowAnd(tx.QueryRow(ctx, `SELECT `+rowColumns+`, now() FROM extworker_intents
 			WHERE namespace = $1 AND scope = $2 AND intent_key = $3 FOR UPDATE`, l.cfg.Namespace, in.Scope, in.Key), &now)
 		if err != nil {
 			return err
 		}
-		a.row = row
-		a.leaseEnd = time.Now().Add(l.cfg.Lease)
+		a.row, a.dbNow, a.readAt = row, now, time.Now()
+		a.leaseEnd = start.Add(l.cfg.Lease)
 		switch {
 		case row.Digest != a.digest:
 			result = failure.Permanent(fmt.Errorf("%w: scope %s key %s was recorded with request digest %.12s…, this attempt's is %.12s…; nothing was sent",
@@ -413,7 +476,11 @@ func (a *attempt) claim(ctx context.Context) error {
 			to, reason = StateUnknown, fmt.Sprintf("attempt %d ended after dispatch without recording an outcome", row.Attempt)
 		case row.State == StatePrepared && a.eff.Dispatch != nil:
 			// Claim and mark dispatched in one commit: it is still committed before the
-			// request leaves, one transaction sooner.
+			// request leaves, one transaction sooner. The fence first: a cancelled attempt
+			// neither marks nor claims (the statements run detached from ctx).
+			if result = a.fence(handlerCtx); result != nil {
+				return nil
+			}
 			to, reason = StateDispatched, "dispatching with the provider key"
 		}
 		// One statement: the claim, and its event when it is a transition.
@@ -462,10 +529,12 @@ func (a *attempt) claim(ctx context.Context) error {
 // past it, a "not found by key" proves nothing (the provider may have forgotten the key,
 // and a same-key resend would make a second effect), so only Search (by business key) is
 // asked, and its "not found" only once the search index lag has passed since the last
-// dispatch. Without either, the intent goes to an operator.
+// dispatch. Without either, the intent goes to an operator. Both ages are measured on
+// the database's clock, which wrote the timestamps: a worker's clock that is off moves
+// neither the window nor the lag.
 func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err error) {
 	l, r := a.l, a.row
-	pastWindow := r.FirstDispatchedAt != nil && time.Since(*r.FirstDispatchedAt) > l.cfg.ProviderWindow
+	pastWindow := r.FirstDispatchedAt != nil && a.dbTime().Sub(*r.FirstDispatchedAt) > l.cfg.ProviderWindow
 	lookup, bySearch := a.eff.Reconcile, false
 	if pastWindow || lookup == nil {
 		lookup, bySearch = a.eff.Search, true
@@ -479,9 +548,16 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		return false, Outcome{}, a.hold(ctx, why, ErrUnknownOutcome)
 	}
 	rctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
+	asked := a.dbTime() // what the lookup can see was indexed before then, less the lag
 	rec, rerr := lookup(rctx, Query{Scope: a.in.Scope, Key: a.in.Key, ProviderKey: r.ProviderKey, ProviderRef: deref(r.ProviderRef),
 		FirstDispatchedAt: derefTime(r.FirstDispatchedAt), LastDispatchedAt: derefTime(r.LastDispatchedAt), BusinessKey: deref(r.BusinessKey)})
 	cancel()
+	if rerr != nil && ctx.Err() != nil {
+		// The handler's context ended during the lookup: no answer, and not an
+		// inconclusive one to count towards MaxReconciliations. The intent stays unknown
+		// for the next attempt (run releases the lease).
+		return false, Outcome{}, a.fence(ctx)
+	}
 	if rerr != nil {
 		rec = StillUnknown(rerr.Error())
 	}
@@ -491,7 +567,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		if last.IsZero() {
 			last = derefTime(r.FirstDispatchedAt)
 		}
-		if since := time.Since(last); since < a.eff.SearchLag {
+		if since := asked.Sub(last); since < a.eff.SearchLag {
 			lagLeft = a.eff.SearchLag - since
 			rec = StillUnknown(fmt.Sprintf("search found nothing, but the last dispatch was %v ago, within the search index lag of %v",
 				since.Round(time.Millisecond), a.eff.SearchLag))
@@ -542,10 +618,25 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 	l := a.l
 	failpoint.Inject(failpoint.AfterDispatchMark)
+	if err := a.fence(ctx); err != nil {
+		// Cancelled after the dispatched mark committed, before the request left: nothing
+		// was sent, so the intent goes back to prepared and the mark is not counted as a
+		// dispatch. last_dispatched_at of an earlier dispatch is not known any more; it
+		// stays at this mark, which only makes a search's lag wait longer.
+		if merr := a.move(ctx, StateDispatched, StatePrepared, "cancelled before the request left: "+context.Cause(ctx).Error(),
+			`, dispatches = dispatches - 1, first_dispatched_at = CASE WHEN dispatches = 1 THEN NULL ELSE first_dispatched_at END,
+			last_dispatched_at = CASE WHEN dispatches = 1 THEN NULL ELSE last_dispatched_at END`); merr != nil {
+			// The row stays dispatched: the next attempt, once the lease ends, reconciles it.
+			a.logger(ctx).Warn("recording a dispatch cancelled before it left failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", merr))
+		}
+		return Outcome{}, err
+	}
 	// Once the request may leave, it is not abandoned when the handler's context ends (a
 	// lost lock, a cancelled task, shutdown): its answer is waited for, within the lease,
-	// and recorded, rather than turned into an unknown outcome. Cancellation stops an
-	// attempt before dispatch (the fence), not in the middle of one.
+	// and recorded (on writes detached from ctx, see writeCtx), rather than turned into an
+	// unknown outcome. Cancellation stops an attempt before dispatch (the fence above),
+	// not in the middle of one.
+	a.sending = true
 	dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.leaseDeadline())
 	res, derr := a.eff.Dispatch(dctx, a.row.ProviderKey)
 	cancel()
@@ -637,7 +728,7 @@ func (a *attempt) rejected(rej *Rejection) error {
 // hold parks the intent for an operator and returns the incident for the handler.
 func (a *attempt) hold(ctx context.Context, why string, cause error) error {
 	var err error
-	txErr := a.tx(ctx, func(tx pgx.Tx) error { err = a.holdTx(ctx, tx, why, cause); return nil })
+	txErr := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error { err = a.holdTx(ctx, tx, why, cause); return nil })
 	if txErr != nil {
 		return failure.Retryable(txErr)
 	}
@@ -680,7 +771,7 @@ func (a *attempt) releaseLease(ctx context.Context) {
 
 // move is moveTx in its own transaction.
 func (a *attempt) move(ctx context.Context, from, to State, reason, sets string, args ...any) error {
-	err := a.tx(ctx, func(tx pgx.Tx) error { return a.moveTx(ctx, tx, from, to, reason, sets, args...) })
+	err := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error { return a.moveTx(ctx, tx, from, to, reason, sets, args...) })
 	if err == nil {
 		a.row.State = to
 	}
@@ -723,18 +814,37 @@ func (a *attempt) event(ctx context.Context, tx pgx.Tx, id int64, from, to State
 }
 
 // tx runs fn in a transaction that outlives a cancelled handler context: what the
-// ledger learns must be written even when the handler's lock was just lost.
-func (a *attempt) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+// ledger learns must be written even when the handler's lock was just lost. fn gets the
+// transaction's context (writeCtx), and runs its statements on it, never on ctx.
+func (a *attempt) tx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
 	wctx, cancel := a.writeCtx(ctx)
 	defer cancel()
 	a.pending = nil
-	err := pgx.BeginFunc(wctx, a.l.pool, fn)
+	err := pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error { return fn(wctx, tx) })
 	a.committed(err)
 	return err
 }
 
+// writeCtx is the context of a ledger write: ctx's values without its cancellation,
+// bounded by WriteTimeout. Once the dispatch has started, the bound is at least the end
+// of this attempt's lease: the dispatch is cut off a margin before it (leaseDeadline),
+// so an answer the worker had is always given the time to be recorded while the
+// attempt still owns the intent (after that, another attempt may take it over, and the
+// compare-and-set on the attempt fences this one off).
 func (a *attempt) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), a.l.cfg.WriteTimeout)
+	deadline := time.Now().Add(a.l.cfg.WriteTimeout)
+	if a.sending && a.leaseEnd.After(deadline) {
+		deadline = a.leaseEnd
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
+// dbTime is the database's clock now: its now() read with the row (by the claim's locked
+// path, the only one that leads to a reconciliation), advanced by the local monotonic
+// time since. Ages of stored timestamps are measured with it, so the worker's wall
+// clock (and any skew it has) never enters a comparison.
+func (a *attempt) dbTime() time.Time {
+	return a.dbNow.Add(time.Since(a.readAt))
 }
 
 // leaseDeadline is when a dispatch or reconciliation must be over: a margin before the

@@ -381,3 +381,36 @@ func TestDigestIsCanonical(t *testing.T) {
 	assert.Equal(t, idempotency.ProviderKey("ns", "s", "k"), idempotency.ProviderKey("ns", "s", "k"))
 	assert.NotEqual(t, idempotency.ProviderKey("ns", "s", "k"), idempotency.ProviderKey("ns2", "s", "k"))
 }
+
+// Defect 3: a compensated intent was dispatched again on every attempt (only confirmed,
+// reconciled and rejected short-circuited Do). Every terminal state is final: the
+// provider is never called again, and the row does not move.
+func TestCompensatedIntentIsNeverDispatchedAgain(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t, idempotency.Config{})
+	p := newProvider()
+	ctx := testenv.Context(t, time.Minute)
+	in := intent("INV-COMP", 1200)
+	_, err := l.Do(ctx, in, p.effect())
+	require.NoError(t, err)
+	// A compensating intent refunded the charge, and marked this one compensated.
+	_, err = pool.Exec(ctx, `UPDATE extworker_intents SET state = 'compensated' WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
+		l.Namespace(), in.Scope, in.Key)
+	require.NoError(t, err)
+	before, err := l.Get(ctx, in.Scope, in.Key)
+	require.NoError(t, err)
+	for i := 0; i < 2; i++ {
+		out, err := l.Do(ctx, in, p.effect())
+		require.Error(t, err, "a compensated effect is not an outcome to complete the task with (got %+v)", out)
+		assert.Equal(t, failure.KindPermanent, kind(err), "an incident, not a retry: %v", err)
+		assert.ErrorIs(t, err, idempotency.ErrCompensated)
+	}
+	calls, effects := p.stats()
+	assert.Equal(t, 1, calls, "never dispatched again")
+	assert.Equal(t, 1, effects)
+	after, err := l.Get(ctx, in.Scope, in.Key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompensated, after.State)
+	assert.Equal(t, before.Attempt, after.Attempt, "not even claimed")
+	assert.Equal(t, before.Dispatches, after.Dispatches)
+}

@@ -27,7 +27,8 @@ const (
 )
 
 // Terminal reports whether no attempt will ever change the intent again (only an
-// operator can).
+// operator can): Do returns what a terminal intent settled as (the recorded outcome, the
+// recorded decline, or ErrCompensated) and never dispatches it again.
 func (s State) Terminal() bool {
 	switch s {
 	case StateConfirmed, StateRejected, StateReconciled, StateCompensated:
@@ -87,7 +88,8 @@ type Effect struct {
 	Search func(ctx context.Context, q Query) (Reconciliation, error)
 	// SearchLag is how long the provider's search index may lag behind its writes. A
 	// NotFound from Search is trusted only once SearchLag has passed since the last
-	// dispatch; before that it counts as StillUnknown, retried when the lag has passed.
+	// dispatch, by the database's clock when Search was asked; before that it counts as
+	// StillUnknown, retried when the lag has passed.
 	SearchLag time.Duration
 	// Local runs in the transaction that confirms the intent, so local business state and
 	// the ledger commit together or not at all.
@@ -196,6 +198,13 @@ var (
 	// ErrKeyRefused: Dispatch returned a permanent error (failure.Permanent), e.g. the
 	// provider holds the key for a different request; the intent goes to an operator.
 	ErrKeyRefused = errors.New("idempotency: the provider refused the request under this key")
+	// ErrCancelled: the handler's context ended before the request left, so the attempt
+	// sent nothing; the error also wraps context.Cause of that context. The intent stays
+	// where the next attempt proceeds from.
+	ErrCancelled = errors.New("idempotency: attempt cancelled before dispatch; nothing was sent")
+	// ErrCompensated: the intent's effect was performed and then undone by a compensating
+	// intent; it is never dispatched again (doing it again is a new intent, with a new key).
+	ErrCompensated = errors.New("idempotency: intent compensated")
 )
 
 // Outcome is a confirmed (or reconciled) intent.
