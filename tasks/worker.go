@@ -296,8 +296,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			return
 		}
 		close(stopping)
-		w.log.Info("worker stopping", slog.Int("running_handlers", w.InFlight()), slog.Duration("grace", w.cfg.ShutdownGrace),
-			slog.Duration("timeout", w.cfg.ShutdownTimeout))
+		// A pending long poll is waited for (at most long_poll), so that the engine locks
+		// nothing for this worker once it has gone.
+		w.log.Info("worker stopping", slog.Int("running_handlers", w.InFlight()), slog.Duration("long_poll", max(w.cfg.AsyncResponseTimeout, 0)),
+			slog.Duration("grace", w.cfg.ShutdownGrace), slog.Duration("timeout", w.cfg.ShutdownTimeout))
 		grace := time.NewTimer(w.cfg.ShutdownGrace)
 		defer grace.Stop()
 		hard := time.NewTimer(w.cfg.ShutdownTimeout)

@@ -12,7 +12,10 @@ import (
 	"github.com/extworker/extworker/camunda7"
 )
 
-const stopGrace = 10 * time.Second
+// stopGrace is how long a worker may take to stop after SIGTERM before it is killed. An
+// extworker worker waits for its pending long poll (20s by default) so that the engine locks
+// nothing for it after it has gone, then prints its summary lines.
+const stopGrace = 30 * time.Second
 
 // command returns the program and arguments that run v against engineURL on topic.
 func (h *harness) command(v Variant, engineURL, topic, mode string, latency bool, extra []string) (path string, args []string, dir string) {

@@ -27,7 +27,8 @@ func TestSmoke(t *testing.T) {
 	}
 	out := t.TempDir()
 	var progress bytes.Buffer
-	res, err := Run(testenv.Context(t, 3*time.Minute), Options{
+	// Each extworker worker waits for its pending long poll when it stops (up to 20s).
+	res, err := Run(testenv.Context(t, 8*time.Minute), Options{
 		EngineURL: testenv.EngineURL(), EngineDBURL: testenv.EngineDBURL(), LedgerDBURL: testenv.DBURL(),
 		Runs: 1, Clients: []Client{Extworker},
 		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500,
