@@ -57,8 +57,9 @@ endif
 # replays a run. Two tiers (docs/testing.md): soak-defaults runs the workers at the
 # daemon's shipped settings (20s lock and long poll, 2m ledger lease, 10s provider
 # timeout: nothing overridden; a kill every ~10s, half the lock); soak-short and soak
-# with short timeouts (3s lock and lease, 1s long poll). soak-short and soak-defaults
-# run in CI (.ci/run); soak (the long short-timeouts tier) by hand.
+# with short timeouts (3s lock and lease, 1s long poll, 2.5s provider timeout).
+# soak-short and soak-defaults run in CI (.ci/run); soak (the long short-timeouts tier)
+# by hand.
 SOAK_SEED ?= $(shell date +%s)
 bin/extworker: FORCE
 	$(GO) build -o bin/extworker ./cmd/extworker

@@ -3,6 +3,10 @@
 // (also written to <logs>/<seed>-<time>/report.txt) and exits non-zero when an invariant
 // is violated, printing the seed to replay the run and the directory holding its whole
 // history. The soak must be the only worker on the engine's demo topics.
+//
+// -defaults selects the defaults tier: the workers run at the daemon's shipped settings
+// and the harness derives its timing (kill pacing, the provider's delay fault, the drain
+// allowed, the stop) from them. Without it, the short-timeouts tier. See docs/testing.md.
 package main
 
 import (
@@ -24,7 +28,8 @@ func main() {
 	flag.StringVar(&cfg.DatabaseURL, "db", "postgres://extworker:extworker@127.0.0.1:5432/extworker", "the ledger database")
 	flag.IntVar(&cfg.Instances, "instances", 1000, "invoices to start")
 	flag.IntVar(&cfg.Workers, "workers", 3, "worker processes")
-	flag.DurationVar(&cfg.KillEvery, "kill-every", 2*time.Second, "mean time between random SIGKILLs")
+	flag.DurationVar(&cfg.KillEvery, "kill-every", 0, "mean time between random SIGKILLs; 0: half the workers' lock duration")
+	flag.BoolVar(&cfg.Defaults, "defaults", false, "the defaults tier: workers run at the daemon's shipped settings (no lock, long poll, lease, timeout or concurrency set); without it, the short-timeouts tier (3s lock and lease, 1s long poll)")
 	flag.IntVar(&cfg.MinKills, "min-kills", 25, "kills the run must reach before the killer stops")
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "the seed (printed, for replay)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "the whole run, drain included")

@@ -65,6 +65,14 @@ func (r report) write(w io.Writer) error {
 	p("took            %.1fs: instances started by %.1fs, kills until %.1fs, drain %.1fs; then recording and oracle %.1fs",
 		res.Took.Seconds(), res.Starts.Seconds(), res.Kills.Seconds(), res.Drain.Seconds(), res.Check.Seconds())
 	p("workers         %d processes, %d restarts", cfg.Workers, res.Restarts)
+	overrides := "none: the daemon's shipped defaults"
+	if len(res.Settings.Overrides) > 0 {
+		overrides = strings.Join(res.Settings.Overrides, " ")
+	}
+	p("tier            %s (overrides: %s)", res.Tier, overrides)
+	p("worker settings %s", res.Settings)
+	p("harness timing  a kill every ~%v, provider delay fault %v, drain allowed %v, workers stopped within %v of SIGTERM",
+		res.Timing.KillEvery, res.Timing.ProviderDelay, res.Timing.DrainAllowed, res.Timing.StopWithin)
 
 	// The engine's side.
 	var created, completed, failed, deleted int

@@ -12,6 +12,10 @@
 // invoice: no double charge, digests intact, no lost instance, ledger, provider and
 // engine in agreement, no blind retry, legal transitions only, nothing left in flight,
 // no canary secret anywhere. report.txt says what was injected and what came of it.
+//
+// Two tiers (tier.go): the workers at the daemon's shipped settings (Config.Defaults), or
+// with short timeouts; either way the harness's timing is derived from what the worker
+// binary says it runs with.
 package soak
 
 import (
@@ -44,8 +48,6 @@ const (
 	processKey     = "extworker-demo-invoice"
 	errorEndEvent  = "invoiceDeclined"
 	declineAbove   = 10_000_00
-	lockDuration   = 3 * time.Second
-	maxDrain       = 2 * time.Minute // reliability.md §4.6's pass criterion
 	providerFaults = "rate_limited 2%, stored_500 1%, lose_answer 0.5%, drop_before_accept 0.5%, delay past the lock 1%"
 )
 
@@ -56,10 +58,14 @@ type Config struct {
 	DatabaseURL string        // the ledger database
 	Instances   int           // invoices to start
 	Workers     int           // worker processes
-	KillEvery   time.Duration // mean time between random kills
+	KillEvery   time.Duration // mean time between random kills; 0: half the workers' lock (Timing)
 	MinKills    int           // kills (random plus failpoint) the run must reach before the killer stops
 	Seed        uint64        // seeds every random choice; printed for replay
 	Timeout     time.Duration // the whole run, drain included
+	// Defaults runs the workers at the daemon's shipped settings (the defaults tier, see
+	// tier.go): no lock, long poll, lease, timeout or concurrency is set for them. false:
+	// the short-timeouts tier (shortOverrides).
+	Defaults bool
 	// LogDir holds the run directories: each run records under LogDir/<seed>-<time>/.
 	LogDir string
 	// KeepHistory keeps a passing run's whole history; by default a passing run keeps
@@ -105,6 +111,11 @@ type Result struct {
 	// HeldDeclined counts invoices to decline that the provider left undecidable (a 500
 	// stored under the key before it could decline): held with an incident.
 	HeldDeclined int
+	// Tier is "defaults" or "short" (tier.go); Settings are what the workers ran with,
+	// as the worker binary reported them; Timing is what the harness derived from them.
+	Tier     string
+	Settings Settings
+	Timing   Timing
 	// RunDir holds the run's history and report.
 	RunDir     string
 	Violations []string
@@ -144,18 +155,29 @@ func (f *faultCounter) snapshot() map[string]int {
 
 // Run runs the soak and checks the invariants; the error lists every violation.
 func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
-	res := Result{Seed: cfg.Seed, Instances: cfg.Instances}
+	res := Result{Seed: cfg.Seed, Instances: cfg.Instances, Tier: tierName(cfg.Defaults)}
 	out = &lockedWriter{w: out}
-	fmt.Fprintf(out, "soak: seed %d (replay with -seed %d), %d instances, %d workers, a kill every ~%v\n",
-		cfg.Seed, cfg.Seed, cfg.Instances, cfg.Workers, cfg.KillEvery)
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	var faults faultCounter
 
+	// What the workers will run with, from the binary itself; the harness's timing
+	// follows from it.
+	var err error
+	res.Settings, err = readSettings(ctx, cfg.Binary, workerEnv(cfg.Defaults, "EXTWORKER_LOG_FORMAT=json"), cfg.Defaults)
+	if err != nil {
+		return res, err
+	}
+	res.Timing = deriveTiming(res.Settings, cfg.KillEvery)
+	tm := res.Timing
+	fmt.Fprintf(out, "soak: seed %d (replay with -seed %d), %s tier, %d instances, %d workers, a kill every ~%v\n",
+		cfg.Seed, cfg.Seed, res.Tier, cfg.Instances, cfg.Workers, tm.KillEvery)
+	fmt.Fprintf(out, "soak: workers run with %s; provider delay fault %v, drain allowed %v\n", res.Settings, tm.ProviderDelay, tm.DrainAllowed)
+
 	res.RunDir = filepath.Join(cfg.LogDir, fmt.Sprintf("%d-%s", cfg.Seed, start.Format("20060102T150405")))
-	if err := os.MkdirAll(res.RunDir, 0o755); err != nil {
+	if err = os.MkdirAll(res.RunDir, 0o755); err != nil {
 		return res, fmt.Errorf("run directory: %w", err)
 	}
 	c, err := camunda7.New(camunda7.Config{BaseURL: cfg.EngineURL, Username: cfg.EngineUser, Password: cfg.EnginePassword})
@@ -177,10 +199,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	}
 
 	// The provider's fault mix (§4.6), drawn per charge request from the run's seed;
-	// declines are planted by amount below. The delay outlasts the lock and the ledger's
-	// lease, so the worker gives up on an answer the provider then commits.
+	// declines are planted by amount below. The delay outlasts the lock and the point
+	// where the worker gives up on the call (Timing.ProviderDelay), so the worker gives up
+	// on an answer the provider then commits.
 	pay, err := fakeprovider.StartWith(fakeprovider.Options{DeclineAboveCents: declineAbove, Seed: int64(cfg.Seed),
-		SlowDelay: lockDuration + time.Second})
+		SlowDelay: tm.ProviderDelay})
 	if err != nil {
 		return res, err
 	}
@@ -223,11 +246,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		user, password = cfg.EngineUser, cfg.EnginePassword
 		secrets = append(secrets[:len(secrets):len(secrets)], cfg.EnginePassword)
 	}
-	env := append(os.Environ(), "EXTWORKER_ENGINE_URL="+workerEngineURL, "EXTWORKER_ENGINE_USER="+user,
+	// Where things are, logging and the operations endpoint (off: the workers share the
+	// host); the tier decides the rest (tier.go).
+	env := workerEnv(cfg.Defaults, "EXTWORKER_ENGINE_URL="+workerEngineURL, "EXTWORKER_ENGINE_USER="+user,
 		"EXTWORKER_ENGINE_PASSWORD="+password, "EXTWORKER_DATABASE_URL="+dbURL,
-		"EXTWORKER_LEDGER_NAMESPACE="+ns, "EXTWORKER_PROVIDER_URL="+providerURL, "EXTWORKER_LOCK_DURATION="+lockDuration.String(),
-		"EXTWORKER_LEDGER_LEASE=3s", "EXTWORKER_LONG_POLL=1s", "EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json",
-		"EXTWORKER_HTTP_ADDR=off", "EXTWORKER_SHUTDOWN_GRACE=5s", "EXTWORKER_MAX_CONCURRENCY=8")
+		"EXTWORKER_LEDGER_NAMESPACE="+ns, "EXTWORKER_PROVIDER_URL="+providerURL,
+		"EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json", "EXTWORKER_HTTP_ADDR=off")
 	for _, sub := range [][]string{{"migrate"}, {"demo", "-deploy-only"}} {
 		cmd := exec.CommandContext(ctx, cfg.Binary, sub...)
 		cmd.Env = env
@@ -335,7 +359,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	}()
 
 	// Start the instances at a controlled rate, spread over the time the kills need.
-	phase := time.Duration(cfg.MinKills) * cfg.KillEvery
+	phase := time.Duration(cfg.MinKills) * tm.KillEvery
 	spread := phase * 6 / 5
 	every := spread / time.Duration(max(cfg.Instances, 1))
 	var (
@@ -403,7 +427,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 
 	// Killer: SIGKILL a random live worker every ~KillEvery until enough kills happened,
 	// the toxic windows are over and most work is done; then drain without faults.
-	kill := time.NewTimer(cfg.KillEvery)
+	kill := time.NewTimer(tm.KillEvery)
 	defer kill.Stop()
 	for ctx.Err() == nil {
 		<-kill.C
@@ -453,7 +477,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			faults.add("random SIGKILL")
 		}
 		mu.Unlock()
-		kill.Reset(cfg.KillEvery/2 + time.Duration(rng.Int64N(int64(cfg.KillEvery))))
+		kill.Reset(tm.KillEvery/2 + time.Duration(rng.Int64N(int64(tm.KillEvery))))
 	}
 	if err := <-startErr; err != nil {
 		return res, err
@@ -472,7 +496,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res.Starts, res.Kills = time.Duration(startsTook.Load()), drainStart.Sub(start)
 	stop.Store(true)
 	signalAll(&mu, procs, syscall.SIGTERM)
-	wg.Wait()
+	if live := waitStopped(&wg, &mu, procs, tm.StopWithin); live > 0 {
+		res.Violations = append(res.Violations, fmt.Sprintf("run: %d workers still ran %v after SIGTERM (%s); killed",
+			live, tm.StopWithin, res.Settings))
+	}
 	res.Took = time.Since(start)
 	res.RandomKills, res.FailpointKills, res.Restarts = int(randomK.Load()), int(fpK.Load()), int(starts.Load())-cfg.Workers
 	res.ProviderRequests = int(pay.Requests())
@@ -550,8 +577,8 @@ func check(ctx context.Context, cfg Config, res *Result, in checkInput, out io.W
 	if k := res.RandomKills + res.FailpointKills; k < cfg.MinKills {
 		violate("run: the run reached %d kills, short of the %d asked for", k, cfg.MinKills)
 	}
-	if res.Drain > maxDrain {
-		violate("run: the drain took %v, over the %v allowed", res.Drain.Round(time.Second), maxDrain)
+	if res.Drain > res.Timing.DrainAllowed {
+		violate("run: the drain took %v, over the %v allowed (%s tier)", res.Drain.Round(time.Second), res.Timing.DrainAllowed, res.Tier)
 	}
 	if err := recordProvider(res.RunDir, in.pay); err != nil {
 		violate("run: record the provider's history: %v", err)
@@ -675,6 +702,31 @@ func signalAll(mu *sync.Mutex, procs []*exec.Cmd, sig syscall.Signal) {
 			_ = p.Process.Signal(sig)
 		}
 	}
+}
+
+// waitStopped waits up to d for the supervisor's goroutines to end (every worker exited
+// after SIGTERM); past d it SIGKILLs the workers still running and returns how many.
+func waitStopped(wg *sync.WaitGroup, mu *sync.Mutex, procs []*exec.Cmd, d time.Duration) int {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return 0
+	case <-timer.C:
+	}
+	mu.Lock()
+	live := 0
+	for _, p := range procs {
+		if p != nil && p.Process != nil {
+			live++
+		}
+	}
+	mu.Unlock()
+	signalAll(mu, procs, syscall.SIGKILL)
+	<-done
+	return live
 }
 
 // rng2 is the restart jitter, derived from the seed so a replay waits the same.

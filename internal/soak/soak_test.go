@@ -215,3 +215,52 @@ func TestRecordEngine(t *testing.T) {
 	assert.Equal(t, "soak-1-0-0", back.ExternalTaskLog["p1"][0].WorkerID)
 	assert.Equal(t, "COMPLETED", back.ProcessInstances[0].State)
 }
+
+// The harness's timing follows the workers' settings: the short tier keeps the timing it
+// always had (a delay fault of 4 s past the 3 s lock and lease, the two-minute drain),
+// and the shipped defaults stretch it (the delay outlasts the 20 s lock and so the 10 s
+// provider timeout; the drain allows a crashed attempt's 2 min lease, its 20 s lock and
+// a 20 s long poll).
+func TestDeriveTiming(t *testing.T) {
+	short := Settings{LockDuration: 3 * time.Second, LongPoll: time.Second, LedgerLease: 3 * time.Second,
+		ProviderTimeout: 2500 * time.Millisecond, ShutdownGrace: 5 * time.Second}
+	assert.Equal(t, Timing{KillEvery: 2 * time.Second, ProviderDelay: 4 * time.Second, DrainAllowed: 2 * time.Minute,
+		StopWithin: 20 * time.Second}, deriveTiming(short, 2*time.Second))
+	assert.Equal(t, 1500*time.Millisecond, deriveTiming(short, 0).KillEvery, "half the lock unless asked")
+
+	defaults := Settings{LockDuration: 20 * time.Second, LongPoll: 20 * time.Second, LedgerLease: 2 * time.Minute,
+		ProviderTimeout: 10 * time.Second, ShutdownGrace: 30 * time.Second}
+	assert.Equal(t, Timing{KillEvery: 10 * time.Second, ProviderDelay: 21 * time.Second, DrainAllowed: 3*time.Minute + 50*time.Second,
+		StopWithin: 45 * time.Second}, deriveTiming(defaults, 0))
+	defaults.ShutdownTimeout = 45 * time.Second
+	assert.Equal(t, time.Minute, deriveTiming(defaults, 0).StopWithin, "the shutdown timeout bounds the stop when the binary has one")
+}
+
+// The workers' environment inherits no EXTWORKER_ setting from the shell, and the
+// defaults tier sets none beyond what it is given.
+func TestWorkerEnv(t *testing.T) {
+	t.Setenv("EXTWORKER_LOCK_DURATION", "1s")
+	t.Setenv("EXTWORKER_FAILPOINTS", "after-confirm")
+	has := func(env []string, prefix string) bool {
+		for _, kv := range env {
+			if strings.HasPrefix(kv, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	d := workerEnv(true, "EXTWORKER_LOG_FORMAT=json")
+	assert.False(t, has(d, "EXTWORKER_LOCK_DURATION="), "inherited settings dropped")
+	assert.False(t, has(d, "EXTWORKER_FAILPOINTS="))
+	var ours []string
+	for _, kv := range d {
+		if strings.HasPrefix(kv, "EXTWORKER_") {
+			ours = append(ours, kv)
+		}
+	}
+	assert.Equal(t, []string{"EXTWORKER_LOG_FORMAT=json"}, ours)
+	s := workerEnv(false)
+	for _, o := range shortOverrides {
+		assert.Contains(t, s, o)
+	}
+}
