@@ -563,22 +563,12 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 func (w *Worker) sweepOrphans(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 	defer cancel()
-	locked, err := w.c.ExternalTasks(ctx, camunda7.ExternalTaskQuery{WorkerID: w.cfg.WorkerID, Locked: true})
+	stray, err := w.strayLocks(ctx)
 	if err != nil {
-		w.obs.EngineError("query", err)
 		w.log.Debug("looking for orphaned locks failed; will try again", slog.Any("error", err))
 		return false
 	}
-	for _, t := range locked {
-		w.mu.Lock()
-		skip := w.active[t.ID]
-		if until, ok := w.held[t.ID]; ok {
-			skip = skip || time.Now().Before(until)
-		}
-		w.mu.Unlock()
-		if skip {
-			continue
-		}
+	for _, t := range stray {
 		log := w.log.With(slog.String("topic", t.TopicName), slog.String("external_task_id", t.ID), slog.String("process_instance_id", t.ProcessInstanceID))
 		log.Warn("unlocking a task locked for this worker by a fetch whose answer never arrived", slog.String("outcome", "unlocked"))
 		w.unlock(ctx, t.ID, log)
@@ -590,6 +580,28 @@ func (w *Worker) sweepOrphans(ctx context.Context) bool {
 	return true
 }
 
+// strayLocks returns the tasks locked for this worker id that no handler here runs and
+// that are not waiting out a retry timeout reported from here: what a poll whose answer
+// never arrived (or could not be read) locked.
+func (w *Worker) strayLocks(ctx context.Context) ([]camunda7.ExternalTask, error) {
+	locked, err := w.c.ExternalTasks(ctx, camunda7.ExternalTaskQuery{WorkerID: w.cfg.WorkerID, Locked: true})
+	if err != nil {
+		w.obs.EngineError("query", err)
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	stray := locked[:0]
+	for _, t := range locked {
+		if until, held := w.held[t.ID]; w.active[t.ID] || (held && now.Before(until)) {
+			continue
+		}
+		stray = append(stray, t)
+	}
+	return stray, nil
+}
+
 // failOversized fails, with an incident, the task that a fetch of maxTasks 1 locked for
 // this worker but whose answer was too large to read (its variables exceed the client's
 // MaxResponseBytes): no fetch could ever hand it over, and an unlock would only let the
@@ -598,22 +610,12 @@ func (w *Worker) failOversized(workCtx context.Context, fetchErr error) {
 	ctx := context.WithoutCancel(workCtx)
 	qctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 	defer cancel()
-	locked, err := w.c.ExternalTasks(qctx, camunda7.ExternalTaskQuery{WorkerID: w.cfg.WorkerID, Locked: true})
+	stray, err := w.strayLocks(qctx)
 	if err != nil {
-		w.obs.EngineError("query", err)
 		w.log.Warn("cannot find the task whose answer was too large; its lock will run out", slog.Any("error", err))
 		return
 	}
-	for _, t := range locked {
-		w.mu.Lock()
-		skip := w.active[t.ID]
-		if until, ok := w.held[t.ID]; ok {
-			skip = skip || time.Now().Before(until)
-		}
-		w.mu.Unlock()
-		if skip {
-			continue
-		}
+	for _, t := range stray {
 		log := w.log.With(slog.String("topic", t.TopicName), slog.String("external_task_id", t.ID), slog.String("process_instance_id", t.ProcessInstanceID))
 		msg := "permanent: the task's variables make the engine's answer larger than the worker accepts (camunda7.Config.MaxResponseBytes): fetch fewer or smaller variables, or raise the limit"
 		details := fmt.Sprintf("extworker: failure report v1\nclassification: permanent\nretries left: 0: incident raised\nworker: %s\ntopic: %s\nexternal task: %s\nprocess instance: %s\noperator action: limit the topic's variables (TopicOptions.Variables) or raise MaxResponseBytes, then set retries > 0\n\nerror: %s\n",

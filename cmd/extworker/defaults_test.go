@@ -52,19 +52,10 @@ const defaultLock = 20 * time.Second
 // instances and history.
 func newDefaultsEnv(t *testing.T, prefix string, timeout time.Duration) faultEnv {
 	t.Helper()
-	f := faultEnv{c: testenv.FaultEngine(t), ctx: testenv.Context(t, timeout), bin: buildBinary(t), ns: testenv.Unique(prefix)}
-	pool := testenv.DB(t)
-	clearDemo(t, f.ctx, f.c)
-	require.NoError(t, deployDemo(f.ctx, f.c))
+	c := testenv.FaultEngine(t)
+	clearDemo(t, testenv.Context(t, time.Minute), c)
+	f := newFaultEnvOn(t, c, prefix, timeout)
 	waitStalePolls(t)
-	pay, err := fakeprovider.Start(demoDeclineLimit)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pay.Close() })
-	f.pay = pay
-	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
-	require.NoError(t, run([]string{"migrate"}, &strings.Builder{}, &strings.Builder{}))
-	f.ledger, err = idempotency.New(pool, idempotency.Config{Namespace: f.ns})
-	require.NoError(t, err)
 	return f
 }
 

@@ -258,7 +258,13 @@ type faultEnv struct {
 
 func newFaultEnv(t *testing.T, prefix string, timeout time.Duration) faultEnv {
 	t.Helper()
-	f := faultEnv{c: testenv.Engine(t), ctx: testenv.Context(t, timeout), bin: buildBinary(t), ns: testenv.Unique(prefix)}
+	return newFaultEnvOn(t, testenv.Engine(t), prefix, timeout)
+}
+
+// newFaultEnvOn is newFaultEnv on the engine c talks to.
+func newFaultEnvOn(t *testing.T, c *camunda7.Client, prefix string, timeout time.Duration) faultEnv {
+	t.Helper()
+	f := faultEnv{c: c, ctx: testenv.Context(t, timeout), bin: buildBinary(t), ns: testenv.Unique(prefix)}
 	pool := testenv.DB(t)
 	require.NoError(t, deployDemo(f.ctx, f.c))
 	pay, err := fakeprovider.Start(demoDeclineLimit)

@@ -85,9 +85,10 @@ func TestNetworkC5bCompleteAnswerLost(t *testing.T) {
 
 // E1: the engine is unreachable (connections refused, open ones dropped) for 3 x
 // lockDuration while a task is in the handler. The handler finishes and confirms in the
-// ledger; its completion cannot be delivered; once the engine is back, the task (its lock
-// long expired) is fetched again and completed from the ledger without a second provider
-// request. No incident comes of the outage.
+// ledger; its completion cannot be delivered, and is sent again with backoff (the lock
+// kept, locked again once the engine is back, as nobody took the task) until it lands:
+// the handler runs once, the provider is asked once, and no incident or failure comes of
+// the outage.
 func TestNetworkE1EngineUnreachable(t *testing.T) {
 	f := newNetEnv(t, "e1")
 	engine := testenv.Toxi(t, "engine", netHostPort(t, testenv.AuthEngineURL()))
@@ -120,13 +121,19 @@ func TestNetworkE1EngineUnreachable(t *testing.T) {
 	taskID := netCollectTask(t, f, w, id)
 	netNoIncident(t, f, id)
 	row := netLedgerRow(t, f, invoice)
-	assert.Equal(t, 1, row.Dispatches, "the re-fetch short-circuits from the ledger")
-	assert.Len(t, requestsFor(f.pay, invoice), 1, "the re-fetch short-circuits from the ledger")
-	failed := w.records(t, "reporting the result failed", taskID)
+	assert.Equal(t, 1, row.Dispatches, "dispatched once")
+	assert.Len(t, requestsFor(f.pay, invoice), 1, "the provider was asked once")
+	resending := w.records(t, "reporting the result failed; sending it again until the engine answers", taskID)
+	delivered := w.records(t, "report delivered", taskID)
 	handled := w.records(t, "task handled", taskID)
-	t.Logf("collect-payment task %s: %d undelivered report(s) during the outage, %d delivered", taskID, len(failed), len(handled))
-	assert.NotEmpty(t, failed, "the first report could not reach the engine")
-	assert.Len(t, handled, 1, "delivered once, after the outage")
+	for _, r := range delivered {
+		t.Logf("collect-payment task %s: report delivered after %v attempts over %vns", taskID, r["attempts"], r["after"])
+	}
+	assert.Len(t, resending, 1, "the first report could not reach the engine, and was sent again")
+	assert.Len(t, delivered, 1, "the resent report landed")
+	assert.Len(t, handled, 1, "the handler ran once; its result delivered once, after the outage")
+	assert.Empty(t, w.records(t, "reporting the result failed", taskID), "the report was not given up")
+	assert.Empty(t, w.records(t, "lock lost while the handler ran; result discarded", taskID))
 }
 
 // P1: the ledger's PostgreSQL becomes unreachable from the worker while several invoices
