@@ -214,20 +214,19 @@ func TestW2DeadWorkersLeaseDoesNotSpendRetries(t *testing.T) {
 // thawed.
 //
 // The spec expects "complete by the original worker still succeeds": the engine checks
-// only the worker id on complete, not the lock's expiry. Our worker does not rely on
-// that. On thawing, its lock extender sees that its local lock deadline (the last
-// extension sent plus the lock duration) has passed, and cancels the handler's context
-// with an expired lockext.LockLostError without asking the engine: past that deadline
-// another worker may hold the task. The effect ledger's dispatch deadline (its 2s lease
-// less a margin) has passed too. So the provider call ends either with the answer that
-// was waiting in the socket (the ledger confirms; the worker reports complete and the
-// engine, seeing the same worker id, accepts it: the spec's path), or, more often, with
-// the cancelled context first: the ledger records the outcome unknown and the worker
-// reports a retryable failure (accepted for the same reason, one retry spent, no
-// incident); the task is fetched again after its retry timeout and the next attempt
-// reconciles the intent with the provider by key (found: reconciled), without charging
-// again. Either way: one charge, completed, settled, no incident. The test logs which
-// path the run took.
+// only the worker id on complete, not the lock's expiry. On thawing, the worker's lock
+// extender asks the engine (its local deadline passed, but the local clock never declares
+// a lock lost): the lock has expired and nobody took the task, so the extender locks it
+// again, or the worker's own next poll has already fetched it back (a redelivery, not run
+// twice). The handler's context is not cancelled for the lock. The provider call ends
+// either with the answer that was waiting in the socket (the ledger confirms; the worker
+// reports complete and the engine, seeing the same worker id, accepts it: the spec's
+// path), or at the provider client's timeout first (the worker was frozen past it): the
+// ledger records the outcome unknown and the worker reports a retryable failure (one
+// retry spent, no incident); the task is fetched again after its retry timeout and the
+// next attempt reconciles the intent with the provider by key (found: reconciled),
+// without charging again. Either way: one charge, completed, settled, no incident, and
+// no lock declared lost. The test logs which path the run took.
 func TestL1LockExpiresUnderHandler(t *testing.T) {
 	f := newFaultEnv(t, "l1", 2*time.Minute)
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
@@ -265,13 +264,13 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	assertNoIncidents(t, c, id)
 
 	taskID := collectTaskID(t, c, id)
-	var lost []string
+	var lost []string // what the extender said about the task's lock
 	for _, r := range w.Load().records() {
 		if r.str("task_id") == taskID && strings.HasPrefix(r.Msg, "lockext:") {
 			lost = append(lost, r.Msg+": "+r.str("reason"))
+			assert.NotContains(t, r.Msg, "lock lost", "nobody took the task: its lock was not lost")
 		}
 	}
-	assert.NotEmpty(t, lost, "the extender noticed the expired lock on thawing")
 	entries, err := c.ExternalTaskLog(ctx, url.Values{"processInstanceId": {id}, "topicName": {demoTopicCollect}})
 	require.NoError(t, err)
 	failures, successes := 0, 0
@@ -301,7 +300,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	default:
 		assert.Equal(t, 1, failures, "one retryable failure for the unknown outcome")
 		assert.Equal(t, idempotency.StateReconciled, row.State, "the next attempt settles by reconciling, not by charging again")
-		t.Logf("L1 path: the cancelled context won; the handler recorded the outcome unknown, reported a retryable failure, and the task was fetched again and reconciled; extender: %v", lost)
+		t.Logf("L1 path: the provider client's timeout came first; the handler recorded the outcome unknown, reported a retryable failure, and the task was fetched again and reconciled; extender: %v", lost)
 	}
 	t.Logf("provider requests for the key: %s", tap.describe(pkey))
 }
