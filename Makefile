@@ -20,15 +20,19 @@ tools-up: # promtool, for the alert-rule and /metrics tests
 pg-up:
 	@bash testenv/pg-up.sh
 
-# Three engines from one build, started in parallel: 8080 without authentication (database
-# camunda), 8081 with HTTP basic authentication on /engine-rest (database camunda_auth), and
+# Four engines from one build, started in parallel: 8080 without authentication (database
+# camunda), 8081 with HTTP basic authentication on /engine-rest (database camunda_auth),
 # 8082 without authentication (database camunda_faults), which only the tests that SIGKILL
-# and restart an engine use (internal/testenv: FaultEngineURL, KillEngine, StartEngine).
+# and restart an engine use (internal/testenv: FaultEngineURL, KillEngine, StartEngine), and
+# 8083 (database camunda_quiet), which only the conformance tests that time a long poll's
+# hand-over use: any other client's request wakes an engine's long-poll handler.
 engine-up: pg-up
 	@bash testenv/engine-up.sh & a=$$!; \
 	ENGINE_PORT=8081 ENGINE_DB=camunda_auth ENGINE_REST_AUTH=true bash testenv/engine-up.sh & b=$$!; \
 	ENGINE_PORT=8082 ENGINE_DB=camunda_faults bash testenv/engine-up.sh & c=$$!; \
-	wait $$a; ra=$$?; wait $$b; rb=$$?; wait $$c; rc=$$?; [ $$ra = 0 ] && [ $$rb = 0 ] && [ $$rc = 0 ]
+	ENGINE_PORT=8083 ENGINE_DB=camunda_quiet bash testenv/engine-up.sh & d=$$!; \
+	wait $$a; ra=$$?; wait $$b; rb=$$?; wait $$c; rc=$$?; wait $$d; rd=$$?; \
+	[ $$ra = 0 ] && [ $$rb = 0 ] && [ $$rc = 0 ] && [ $$rd = 0 ]
 
 down:
 	@bash testenv/engine-down.sh

@@ -34,13 +34,14 @@ type env struct {
 	m      testenv.Model
 	worker string
 	ctx    context.Context
+	url    string // the engine's REST root, for clients of a test's own
 }
 
 func newEnv(t *testing.T, opts testenv.ModelOptions) *env {
 	t.Helper()
 	t.Parallel()
 	c := testenv.Engine(t)
-	return &env{t: t, c: c, m: testenv.Deploy(t, c, opts), worker: testenv.Unique("worker"), ctx: testenv.Context(t, 2*time.Minute)}
+	return &env{t: t, c: c, m: testenv.Deploy(t, c, opts), worker: testenv.Unique("worker"), ctx: testenv.Context(t, 2*time.Minute), url: testenv.EngineURL()}
 }
 
 func (e *env) start(businessKey string, vars camunda7.Variables) *camunda7.ProcessInstance {

@@ -29,8 +29,9 @@ pg_isready -h 127.0.0.1 -p "$PG_PORT" >/dev/null || { echo "pg-up: PostgreSQL di
 
 # role:password:database. The engine's schema lives in "camunda" (the second engine's, with
 # REST authentication on, in "camunda_auth"; the third one's, which fault tests kill and
-# restart, in "camunda_faults"); the worker's ledger in "extworker".
-for spec in camunda:camunda:camunda camunda:camunda:camunda_auth camunda:camunda:camunda_faults extworker:extworker:extworker; do
+# restart, in "camunda_faults"; the fourth one's, which only the long-poll timing pins use,
+# in "camunda_quiet"); the worker's ledger in "extworker".
+for spec in camunda:camunda:camunda camunda:camunda:camunda_auth camunda:camunda:camunda_faults camunda:camunda:camunda_quiet extworker:extworker:extworker; do
   IFS=: read -r role pass db <<<"$spec"
   as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<SQL
 DO \$\$ BEGIN
@@ -43,4 +44,4 @@ SQL
     as_postgres createdb -p "$PG_PORT" -O "$role" "$db"
   fi
 done
-echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, camunda_faults, extworker)"
+echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, camunda_faults, camunda_quiet, extworker)"

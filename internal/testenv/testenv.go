@@ -57,6 +57,22 @@ func unavailable(t testing.TB, what string, err error) {
 	t.Skip(msg)
 }
 
+// DefaultQuietEngineURL is the fourth engine `make up` starts (port 8083, database
+// camunda_quiet): only the conformance tests that time when a pending long poll is handed
+// a task use it, one at a time. Any request from any other client (a new task, an unlock,
+// a new long poll) wakes an engine's long-poll handler and would hand the task over early.
+const DefaultQuietEngineURL = "http://127.0.0.1:8083/engine-rest"
+
+// QuietEngineURL is EXTWORKER_TEST_QUIET_ENGINE_URL or the local quiet engine.
+func QuietEngineURL() string { return env("EXTWORKER_TEST_QUIET_ENGINE_URL", DefaultQuietEngineURL) }
+
+// QuietEngine returns a client for the quiet engine after checking it answers; like
+// Engine, it fails in CI and skips elsewhere when that engine is not there.
+func QuietEngine(t testing.TB) *camunda7.Client {
+	t.Helper()
+	return engine(t, "quiet engine (make up starts it on port 8083)", camunda7.Config{BaseURL: QuietEngineURL()})
+}
+
 // Engine returns a client for the engine under test, after checking it answers.
 func Engine(t testing.TB) *camunda7.Client {
 	t.Helper()
