@@ -847,10 +847,18 @@ func (a *attempt) dbTime() time.Time {
 	return a.dbNow.Add(time.Since(a.readAt))
 }
 
-// leaseDeadline is when a dispatch or reconciliation must be over: a margin before the
-// lease ends, so no call outlives this attempt's ownership.
+// leaseDeadline is when a dispatch or reconciliation must be over: DispatchMargin before
+// the lease ends, so no call outlives this attempt's ownership.
 func (a *attempt) leaseDeadline() time.Time {
-	return a.leaseEnd.Add(-min(5*time.Second, a.l.cfg.Lease/10))
+	return a.leaseEnd.Add(-DispatchMargin(a.l.cfg.Lease))
+}
+
+// DispatchMargin is how long before an attempt's lease (Config.Lease) ends the ledger
+// ends its provider call or reconciliation: a tenth of the lease, at most 5s. A lease
+// shorter than the provider's timeout plus this margin cuts calls off before their own
+// timeout.
+func DispatchMargin(lease time.Duration) time.Duration {
+	return min(5*time.Second, lease/10)
 }
 
 func nz(s string) *string {

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sethvargo/go-retry"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failpoint"
@@ -160,7 +161,7 @@ const (
 // sets the same values. It returns the last error when it gives up.
 func (w *Worker) deliver(ctx context.Context, id string, send func(context.Context) error, log *slog.Logger) error {
 	start := time.Now()
-	pause := reportRetryInitial
+	pauses := retry.WithJitterPercent(20, retry.WithCappedDuration(reportRetryMax, retry.NewExponential(reportRetryInitial)))
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 		w.changes.Add(1)
@@ -198,17 +199,10 @@ func (w *Worker) deliver(ctx context.Context, id string, send func(context.Conte
 		} else {
 			log.Debug("reporting the result failed again", slog.Int("attempts", attempt), slog.Any("error", err))
 		}
-		d := max(jitter(pause), wait)
-		pause = min(2*pause, reportRetryMax)
-		t := time.NewTimer(d)
+		pause, _ := pauses.Next() // never stops: the bound is ReportRetryFor
+		t := time.NewTimer(max(pause, wait))
 		<-t.C // ctx never ends (the caller detached it): a report outlasts a shutdown
 	}
-}
-
-// jitter spreads d by ±20%, so workers that lost the engine together do not come back
-// in step.
-func jitter(d time.Duration) time.Duration {
-	return d - d/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
 }
 
 // resolve finds out what became of a report whose answer was lost: done when the task is

@@ -785,7 +785,8 @@ func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
 	w.stats.Unlocked.Add(1)
 }
 
-// reportBackoff paces the resending of a report or unlock: ReportAttempts tries in all.
+// reportBackoff paces the resending of an unlock: ReportAttempts tries in all. (Reports
+// are resent for up to ReportRetryFor: deliver.)
 func (w *Worker) reportBackoff() retry.Backoff {
 	return retry.WithMaxRetries(uint64(w.cfg.ReportAttempts-1), retry.WithJitterPercent(20, retry.NewExponential(100*time.Millisecond)))
 }

@@ -282,12 +282,12 @@ func (c config) problems() []error {
 	if ok("EXTWORKER_LEDGER_LEASE") && !leaseOK {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v: must be at least 1s", c.LedgerLease))
 	}
-	// The ledger ends a provider call leaseCutoff before its lease ends, and another
+	// The ledger ends a provider call DispatchMargin before its lease ends, and another
 	// worker may take the intent over once the lease has ended. A lease that does not
 	// leave a call its whole PROVIDER_TIMEOUT cuts calls short while the provider may
 	// still be working on them, and has others take over a dispatch in progress.
 	if leaseOK && ok("EXTWORKER_PROVIDER_TIMEOUT") && c.ProviderTimeout > 0 {
-		if cut := leaseCutoff(c.LedgerLease); c.LedgerLease <= c.ProviderTimeout+cut {
+		if cut := idempotency.DispatchMargin(c.LedgerLease); c.LedgerLease <= c.ProviderTimeout+cut {
 			errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v must be longer than EXTWORKER_PROVIDER_TIMEOUT %v plus %v "+
 				"(the ledger ends a provider call a tenth of the lease, at most 5s, before the lease ends): a shorter lease "+
 				"cuts provider calls off before their timeout and lets another worker take over a dispatch in progress",
@@ -338,12 +338,6 @@ const minLockDuration = time.Second
 // minIdlePollInterval is the shortest pause between idle polls accepted without a long
 // poll.
 const minIdlePollInterval = 100 * time.Millisecond
-
-// leaseCutoff is how long before an attempt's lease ends the ledger ends its provider
-// call (idempotency: a tenth of the lease, at most 5s).
-func leaseCutoff(lease time.Duration) time.Duration {
-	return min(5*time.Second, lease/10)
-}
 
 // authMethod names the engine authentication configured: "", "basic", "bearer" or "oauth2".
 func (c config) authMethods() []string {
