@@ -663,12 +663,6 @@ func (w *Worker) dropExpiredHolds() {
 	}
 }
 
-// Held returns how many tasks this worker remembers as waiting out a retry timeout.
-func (w *Worker) Held() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.held)
-}
 
 func (w *Worker) release(topic, id string) {
 	w.mu.Lock()

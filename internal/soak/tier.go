@@ -33,7 +33,7 @@ import (
 var shortOverrides = []string{"EXTWORKER_LOCK_DURATION=3s", "EXTWORKER_LEDGER_LEASE=3s", "EXTWORKER_LONG_POLL=1s",
 	"EXTWORKER_PROVIDER_TIMEOUT=2500ms", "EXTWORKER_SHUTDOWN_GRACE=5s", "EXTWORKER_MAX_CONCURRENCY=8"}
 
-// baseDrain is reliability.md §4.6's pass criterion for the drain: two minutes from the
+// baseDrain is the soak's pass criterion for the drain (docs/testing.md): two minutes from the
 // end of the faults until every instance has settled. A tier whose recovery is slower by
 // design gets more (deriveTiming).
 const baseDrain = 2 * time.Minute
