@@ -663,7 +663,6 @@ func (w *Worker) dropExpiredHolds() {
 	}
 }
 
-
 func (w *Worker) release(topic, id string) {
 	w.mu.Lock()
 	delete(w.active, id)
