@@ -10,6 +10,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -48,7 +49,32 @@ func Up(ctx context.Context, db *sql.DB) ([]int64, error) {
 	for _, r := range res {
 		applied = append(applied, r.Source.Version)
 	}
+	if _, err := Grant(ctx, db); err != nil {
+		return applied, err
+	}
 	return applied, nil
+}
+
+// Roles the ledger's grants are for, when a DBA has created them (docs/operators.md).
+const (
+	// WorkerRole runs the workers: it reads and writes intents, appends events, and
+	// prunes through extworker_prune; it never updates or deletes an event, and never
+	// takes an intent out of operator hold.
+	WorkerRole = "extworker_worker"
+	// OperatorRole runs `extworker effects`: it reads intents, records and decides
+	// resolutions, and settles intents; it never updates or deletes an event either.
+	OperatorRole = "extworker_operator"
+)
+
+// Grant gives WorkerRole and OperatorRole, those of them that exist, their rights on the
+// ledger's tables, and returns the roles it granted to. Up calls it after every run, so
+// roles a DBA creates later get their grants at the next `extworker migrate`.
+func Grant(ctx context.Context, db *sql.DB) ([]string, error) {
+	var done string
+	if err := db.QueryRowContext(ctx, `SELECT extworker_apply_grants()`).Scan(&done); err != nil {
+		return nil, fmt.Errorf("migrations: grants: %w", err)
+	}
+	return strings.Fields(done), nil
 }
 
 // Check returns ErrNotMigrated (with the versions missing) unless every migration of this

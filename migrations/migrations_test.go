@@ -49,7 +49,7 @@ func TestFromEmptyTwiceInARow(t *testing.T) {
 	require.ErrorIs(t, migrations.Check(ctx, db), migrations.ErrNotMigrated)
 	applied, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{1, 2}, applied)
+	assert.Equal(t, []int64{1, 2, 3}, applied)
 	applied, err = migrations.Up(ctx, db)
 	require.NoError(t, err)
 	assert.Empty(t, applied, "nothing to do the second time")
@@ -123,6 +123,74 @@ func TestConcurrentMigrations(t *testing.T) {
 	for n := range counts {
 		total += n
 	}
-	assert.Equal(t, 2, total, "each of the two versions applied once in all")
+	assert.Equal(t, 3, total, "each of the versions applied once in all")
 	require.NoError(t, migrations.Check(ctx, open(t, url)))
+}
+
+// TestEventsAppendOnlyForEveryRole: the worker role's (and the operator role's, and the
+// owner's) attempt to update or delete an intent's event fails against real PostgreSQL;
+// the worker appends events and moves intents, but never takes one out of operator hold
+// and never records a resolution; an operator does both.
+func TestEventsAppendOnlyForEveryRole(t *testing.T) {
+	t.Parallel()
+	url := emptySchema(t)
+	ctx := testenv.Context(t, time.Minute)
+	owner := open(t, url)
+	_, err := migrations.Up(ctx, owner)
+	require.NoError(t, err)
+	granted, err := migrations.Grant(ctx, owner)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{migrations.WorkerRole, migrations.OperatorRole}, granted, "make up creates both roles")
+	schema := url[strings.LastIndex(url, "=")+1:]
+	as := func(login string) *pgxpool.Pool {
+		testenv.DBAs(t, login) // fails in CI, skips elsewhere, when make up has not created the login
+		p, err := pgxpool.New(ctx, testenv.DBURLAs(login)+"?search_path="+schema)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+	worker, alice := as(testenv.WorkerLogin), as(testenv.AliceLogin)
+
+	var id, eventID int64
+	require.NoError(t, worker.QueryRow(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state)
+		VALUES ('ns', 'payment.collect', 'invoice:1', 'd', 'ew_k', 'operator_hold') RETURNING id`).Scan(&id))
+	require.NoError(t, worker.QueryRow(ctx, `INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason)
+		VALUES ($1, 'unknown', 'operator_hold', 1, 'worker-1', 'held') RETURNING id`, id).Scan(&eventID))
+	var dbUser string
+	require.NoError(t, owner.QueryRowContext(ctx, `SELECT db_user FROM extworker_intent_events WHERE id = $1`, eventID).Scan(&dbUser))
+	assert.Equal(t, testenv.WorkerLogin, dbUser, "each event names the database user that wrote it")
+
+	refused := func(who string, exec func(string) error) {
+		t.Helper()
+		for _, stmt := range []string{
+			fmt.Sprintf(`UPDATE extworker_intent_events SET reason = 'rewritten' WHERE id = %d`, eventID),
+			fmt.Sprintf(`DELETE FROM extworker_intent_events WHERE id = %d`, eventID),
+			`TRUNCATE extworker_intent_events`,
+		} {
+			err := exec(stmt)
+			if assert.Error(t, err, "%s: %s", who, stmt) {
+				assert.Regexp(t, `permission denied|append-only`, err.Error())
+			}
+		}
+	}
+	poolExec := func(p *pgxpool.Pool) func(string) error {
+		return func(s string) error { _, err := p.Exec(ctx, s); return err }
+	}
+	refused("worker", poolExec(worker))
+	refused("operator", poolExec(alice))
+	refused("owner", func(s string) error { _, err := owner.ExecContext(ctx, s); return err })
+	var reason string
+	require.NoError(t, owner.QueryRowContext(ctx, `SELECT reason FROM extworker_intent_events WHERE id = $1`, eventID).Scan(&reason))
+	assert.Equal(t, "held", reason)
+
+	_, err = worker.Exec(ctx, `UPDATE extworker_intents SET state = 'confirmed', provider_ref = 'ch_forged' WHERE id = $1`, id)
+	assert.ErrorContains(t, err, "may not settle intent", "the worker role never takes an intent out of operator hold")
+	_, err = worker.Exec(ctx, `INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict, reason, requested_by)
+		VALUES ($1, 'ns', 'payment.collect', 'invoice:1', 'operator_hold', 0, 'confirmed', 'x', 'mallory')`, id)
+	assert.ErrorContains(t, err, "permission denied", "the worker role records no resolution")
+	_, err = worker.Exec(ctx, `DELETE FROM extworker_intents WHERE id = $1`, id)
+	assert.ErrorContains(t, err, "permission denied", "the worker role deletes no intent (prune goes through extworker_prune)")
+
+	_, err = alice.Exec(ctx, `UPDATE extworker_intents SET state = 'confirmed', provider_ref = 'ch_1' WHERE id = $1`, id)
+	require.NoError(t, err, "an operator settles a held intent")
 }

@@ -44,4 +44,21 @@ SQL
     as_postgres createdb -p "$PG_PORT" -O "$role" "$db"
   fi
 done
+# The ledger's two roles (docs/operators.md), which `extworker migrate` grants to, and
+# logins the role tests connect as: a worker, and two operators for the two-person rule.
+as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<'SQL'
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_worker') THEN CREATE ROLE extworker_worker NOLOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_operator') THEN CREATE ROLE extworker_operator NOLOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_app') THEN
+    CREATE ROLE extworker_app LOGIN PASSWORD 'extworker_app' IN ROLE extworker_worker;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_alice') THEN
+    CREATE ROLE extworker_alice LOGIN PASSWORD 'extworker_alice' IN ROLE extworker_operator;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_bob') THEN
+    CREATE ROLE extworker_bob LOGIN PASSWORD 'extworker_bob' IN ROLE extworker_operator;
+  END IF;
+END $$;
+SQL
 echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, camunda_faults, camunda_quiet, extworker)"

@@ -250,3 +250,31 @@ func BPMN(m Model, o ModelOptions) string {
   </bpmn:process>
 </bpmn:definitions>`, m.MessageName, m.Key, versionTag, m.Topic, o.Priority, props.String(), after)
 }
+
+// Logins testenv/pg-up.sh creates beside the database owner: a member of the ledger's
+// worker role, and two members of its operator role (the two-person rule's two people).
+// Each one's password is its name.
+const (
+	WorkerLogin = "extworker_app"
+	AliceLogin  = "extworker_alice"
+	BobLogin    = "extworker_bob"
+)
+
+// DBURLAs returns DBURL with login (and its password) in place of the owner's. The login
+// must be one of WorkerLogin, AliceLogin and BobLogin, which `make up` creates.
+func DBURLAs(login string) string {
+	u := DBURL()
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 {
+		return u
+	}
+	return u[:scheme+3] + login + ":" + login + u[at:]
+}
+
+// DBAs returns a pool on the worker's database as login (see DBURLAs), or fails (in CI)
+// or skips when the database or the login is not there.
+func DBAs(t testing.TB, login string) *pgxpool.Pool {
+	t.Helper()
+	return pool(t, "worker database as "+login+" (make up creates the login)", DBURLAs(login))
+}
