@@ -28,8 +28,10 @@ type Config struct {
 	// and takes over once it has run out. A dispatch is cut off before its lease ends.
 	// Keep it shorter than the topic's lock duration plus a few extensions. Default 2m.
 	Lease time.Duration
-	// MaxAttempts bounds the attempts that take an intent without reaching an outcome
-	// (workers dying silently): past it the intent goes to operator hold. Default 10.
+	// MaxAttempts bounds the attempts that take an intent and end without an outcome or
+	// releasing it (workers dying, or losing their locks mid-dispatch): past it the
+	// intent goes to operator hold. Attempts that end cleanly without sending (a 429,
+	// connection refused, a cancelled handler) do not count. Default 10.
 	MaxAttempts int
 	// MaxReconciliations bounds the reconciliations that end still unknown. Default 5.
 	MaxReconciliations int
@@ -56,6 +58,12 @@ type Config struct {
 	// Hooks connect the ledger to metrics and to the task's logger; see Hooks and
 	// Ledger.WithHooks. Default: none.
 	Hooks Hooks
+	// ApprovalThreshold is the two-person rule's: an operator's verdict that declares an
+	// intent's money moved (confirmed) or sends it again (retry) needs a second operator
+	// when the intent's Amount is above it or was not given; every verdict on an orphaned
+	// intent does. Minor units. Default 0: every such verdict on an intent that moves
+	// money, or may.
+	ApprovalThreshold int64
 }
 
 // WithDefaults returns a copy with defaults filled in.
@@ -101,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 || c.MaxReconciliations < 1 {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d and MaxReconciliations %d: must be at least 1", c.MaxAttempts, c.MaxReconciliations))
+	}
+	if c.ApprovalThreshold < 0 {
+		errs = append(errs, fmt.Errorf("ApprovalThreshold %d: must not be negative", c.ApprovalThreshold))
 	}
 	if c.ReconcileBackoff <= 0 || c.ProviderWindow <= 0 || c.WriteTimeout <= 0 {
 		errs = append(errs, errors.New("ReconcileBackoff, ProviderWindow and WriteTimeout must be positive"))
@@ -182,11 +193,19 @@ type Row struct {
 	OrphanReason      *string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// AbandonedAttempts counts the attempts that took the intent and ended without
+	// releasing it (a worker died, or lost its lock mid-dispatch): only these count
+	// towards Config.MaxAttempts.
+	AbandonedAttempts int
+	// Amount is Intent.Amount as recorded (nil: not given).
+	Amount *int64
+	// CompensatesID is the id of the intent this one compensates (Intent.Compensates).
+	CompensatesID *int64
 }
 
 const rowColumns = `id, namespace, scope, intent_key, request_digest, provider_key, state, attempt, lease_owner, lease_until,
 	dispatches, reconciliations, provider_ref, result, error_code, error_message, task_id, process_instance_id, business_key,
-	first_dispatched_at, last_dispatched_at, orphaned_at, orphan_reason, created_at, updated_at`
+	first_dispatched_at, last_dispatched_at, orphaned_at, orphan_reason, created_at, updated_at, abandoned_attempts, amount, compensates_id`
 
 func scanRow(r pgx.Row) (Row, error) { return scanRowAnd(r) }
 
@@ -195,7 +214,8 @@ func scanRowAnd(r pgx.Row, extra ...any) (Row, error) {
 	var x Row
 	err := r.Scan(append([]any{&x.ID, &x.Namespace, &x.Scope, &x.Key, &x.Digest, &x.ProviderKey, &x.State, &x.Attempt, &x.LeaseOwner, &x.LeaseUntil,
 		&x.Dispatches, &x.Reconciliations, &x.ProviderRef, &x.Result, &x.ErrorCode, &x.ErrorMessage, &x.TaskID, &x.ProcessInstanceID,
-		&x.BusinessKey, &x.FirstDispatchedAt, &x.LastDispatchedAt, &x.OrphanedAt, &x.OrphanReason, &x.CreatedAt, &x.UpdatedAt}, extra...)...)
+		&x.BusinessKey, &x.FirstDispatchedAt, &x.LastDispatchedAt, &x.OrphanedAt, &x.OrphanReason, &x.CreatedAt, &x.UpdatedAt,
+		&x.AbandonedAttempts, &x.Amount, &x.CompensatesID}, extra...)...)
 	return x, err
 }
 
@@ -207,6 +227,8 @@ type attempt struct {
 	row     Row
 	digest  string
 	claimed bool // this attempt holds the intent's lease
+	// compensates is the id of the intent Intent.Compensates names (nil: none).
+	compensates *int64
 	// leaseEnd is when this attempt's lease ends on the local monotonic clock (taken
 	// before the claim was sent, so never later than the lease the database holds):
 	// dispatches and reconciliations are cut off before it.
@@ -256,6 +278,11 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error)
 		return Outcome{}, failure.Permanent(err)
 	}
 	a := &attempt{l: l, in: in, eff: eff, digest: digest}
+	if in.Compensates != (IntentRef{}) {
+		if a.compensates, err = l.compensated(ctx, in); err != nil {
+			return Outcome{}, err
+		}
+	}
 	out, err := a.run(ctx)
 	obs := l.cfg.Hooks.Observer
 	switch {
@@ -375,9 +402,11 @@ func (a *attempt) claim(ctx context.Context) error {
 	var inserted bool
 	found, ferr := scanRowAnd(l.pool.QueryRow(fctx, `WITH ins AS (
 			INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, attempt,
-				lease_owner, lease_until, dispatches, first_dispatched_at, last_dispatched_at, task_id, process_instance_id, business_key)
-			VALUES ($1, $2, $3, $4, $5, $6, 1, $7, now() + $8::bigint * interval '1 microsecond',
-				CASE WHEN $9 THEN 1 ELSE 0 END, CASE WHEN $9 THEN now() END, CASE WHEN $9 THEN now() END, $10, $11, $12)
+				lease_owner, lease_until, dispatches, first_dispatched_at, last_dispatched_at, task_id, process_instance_id, business_key,
+				amount, compensates_id)
+			SELECT $1, $2, $3, $4, $5, $6, 1, $7, now() + $8::bigint * interval '1 microsecond',
+				CASE WHEN $9 THEN 1 ELSE 0 END, CASE WHEN $9 THEN now() END, CASE WHEN $9 THEN now() END, $10, $11, $12, $14, $15
+			WHERE NOT EXISTS (SELECT FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3)
 			ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING `+rowColumns+`),
 		ev AS (
 			INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
@@ -389,7 +418,8 @@ func (a *attempt) claim(ctx context.Context) error {
 		SELECT `+rowColumns+`, false FROM extworker_intents
 		WHERE namespace = $1 AND scope = $2 AND intent_key = $3 AND NOT EXISTS (SELECT FROM ins)`,
 		l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, claimTo, nz(in.Task.Actor), l.cfg.Lease.Microseconds(),
-		claimTo == StateDispatched, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey), actorOf(in.Task.Actor)),
+		claimTo == StateDispatched, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey), actorOf(in.Task.Actor),
+		amountOf(in.Amount), a.compensates),
 		&inserted)
 	fcancel()
 	switch {
@@ -425,15 +455,16 @@ func (a *attempt) claim(ctx context.Context) error {
 			// One statement records the intent and its first event (when it is new).
 			err := tx.QueryRow(ctx, `WITH ins AS (
 					INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state,
-						task_id, process_instance_id, business_key)
-					VALUES ($1, $2, $3, $4, $5, 'prepared', $6, $7, $8)
+						task_id, process_instance_id, business_key, amount, compensates_id)
+					SELECT $1, $2, $3, $4, $5, 'prepared', $6, $7, $8, $10, $11
+					WHERE NOT EXISTS (SELECT FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3)
 					ON CONFLICT (namespace, scope, intent_key) DO NOTHING RETURNING id),
 				ev AS (
 					INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
 					SELECT id, NULL, 'prepared', 0, $9, $6, 'intent recorded' FROM ins)
 				SELECT id FROM ins`,
 				l.cfg.Namespace, in.Scope, in.Key, a.digest, pkey, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), nz(in.Task.BusinessKey),
-				actorOf(in.Task.Actor)).Scan(&id)
+				actorOf(in.Task.Actor), amountOf(in.Amount), a.compensates).Scan(&id)
 			if err == nil {
 				a.pending = append(a.pending, transition{"", StatePrepared})
 			} else if !errors.Is(err, pgx.ErrNoRows) {
@@ -445,6 +476,11 @@ func (a *attempt) claim(ctx context.Context) error {
 		var now time.Time
 		row, err := scanRowAnd(tx.QueryRow(ctx, `SELECT `+rowColumns+`, now() FROM extworker_intents
 			WHERE namespace = $1 AND scope = $2 AND intent_key = $3 FOR UPDATE`, l.cfg.Namespace, in.Scope, in.Key), &now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Not recorded, and not recordable: the intent settled and was pruned.
+			result, err = a.tombstoned(ctx, tx)
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -465,8 +501,17 @@ func (a *attempt) claim(ctx context.Context) error {
 			result = failure.Deferred(fmt.Errorf("%w (attempt %d by %s, lease ends in %v)", ErrInProgress, row.Attempt, deref(row.LeaseOwner), wait.Round(time.Millisecond)),
 				min(wait, l.cfg.InProgressBackoff))
 			return nil
-		case row.Attempt >= l.cfg.MaxAttempts:
-			result = a.holdTx(ctx, tx, fmt.Sprintf("%d attempts took this intent without reaching an outcome (workers dying or losing their locks)", row.Attempt),
+		}
+		// The previous attempt ended without releasing the intent (its lease ran out, or it
+		// died after the dispatched mark): it may have dispatched, or died. Attempts that
+		// ended cleanly (not sent, cancelled, waiting to reconcile) released it and do not
+		// count.
+		abandoned := 0
+		if row.Attempt > 0 && (row.LeaseUntil != nil || row.State == StateDispatched) {
+			abandoned = 1
+		}
+		if n := row.AbandonedAttempts + abandoned; n >= l.cfg.MaxAttempts {
+			result = a.holdTx(ctx, tx, fmt.Sprintf("%d attempts took this intent and ended without an outcome or releasing it (workers dying or losing their locks)", n),
 				ErrTooManyTries)
 			return nil
 		}
@@ -488,7 +533,7 @@ func (a *attempt) claim(ctx context.Context) error {
 		err = tx.QueryRow(ctx, `WITH moved AS (
 				UPDATE extworker_intents SET attempt = attempt + 1, lease_owner = $2, lease_until = $3, state = $4,
 					task_id = coalesce($5, task_id), process_instance_id = coalesce($6, process_instance_id), updated_at = now(),
-					dispatches = dispatches + CASE WHEN $8 THEN 1 ELSE 0 END,
+					dispatches = dispatches + CASE WHEN $8 THEN 1 ELSE 0 END, abandoned_attempts = abandoned_attempts + $12,
 					first_dispatched_at = CASE WHEN $8 THEN coalesce(first_dispatched_at, now()) ELSE first_dispatched_at END,
 					last_dispatched_at = CASE WHEN $8 THEN now() ELSE last_dispatched_at END
 				WHERE id = $1 AND attempt = $7 RETURNING id),
@@ -497,7 +542,7 @@ func (a *attempt) claim(ctx context.Context) error {
 				SELECT id, $9, $4, $7 + 1, $10, $5, $11 FROM moved WHERE $11 <> '')
 			SELECT count(*) FROM moved`,
 			row.ID, nz(in.Task.Actor), now.Add(l.cfg.Lease), to, nz(in.Task.TaskID), nz(in.Task.ProcessInstanceID), row.Attempt,
-			to == StateDispatched, row.State, actorOf(in.Task.Actor), reason).Scan(&moved)
+			to == StateDispatched, row.State, actorOf(in.Task.Actor), reason, abandoned).Scan(&moved)
 		if err != nil {
 			return err
 		}
@@ -505,6 +550,7 @@ func (a *attempt) claim(ctx context.Context) error {
 			return ErrFenced
 		}
 		a.row.Attempt++
+		a.row.AbandonedAttempts += abandoned
 		a.row.State = to
 		a.claimed = true
 		lease := now.Add(l.cfg.Lease)
@@ -679,7 +725,7 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 	wctx, cancel := a.writeCtx(ctx)
 	defer cancel()
 	const sets = ", provider_ref = $5, result = $6"
-	if a.eff.Local == nil {
+	if a.eff.Local == nil && a.row.CompensatesID == nil {
 		// moveTx's one statement is a transaction of its own: one round trip, no BEGIN
 		// and COMMIT.
 		err = a.moveTx(wctx, a.l.pool, from, to, reason, sets, nz(res.ProviderRef), values)
@@ -687,6 +733,14 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 		err = pgx.BeginFunc(wctx, a.l.pool, func(tx pgx.Tx) error {
 			if err := a.moveTx(wctx, tx, from, to, reason, sets, nz(res.ProviderRef), values); err != nil {
 				return err
+			}
+			if a.row.CompensatesID != nil {
+				if err := a.compensateTx(wctx, tx, *a.row.CompensatesID, res.ProviderRef); err != nil {
+					return err
+				}
+			}
+			if a.eff.Local == nil {
+				return nil
 			}
 			if err := a.eff.Local(wctx, tx, res); err != nil {
 				return fmt.Errorf("%w: %w", errLocal, err)
@@ -745,7 +799,7 @@ func (a *attempt) holdTx(ctx context.Context, tx pgx.Tx, why string, cause error
 }
 
 func (a *attempt) holdError(why string, cause error) error {
-	return failure.UnknownOutcome(fmt.Errorf("%w: %s; check the provider for idempotency key %s (scope %s, intent %s), then run `extworker effects resolve %s --as confirmed|rejected`",
+	return failure.UnknownOutcome(fmt.Errorf("%w: %s; check the provider for idempotency key %s (scope %s, intent %s), then run `extworker effects resolve %s --as confirmed|rejected|retry`",
 		cause, why, a.row.ProviderKey, a.in.Scope, a.in.Key, a.in.Key))
 }
 
@@ -859,6 +913,14 @@ func (a *attempt) leaseDeadline() time.Time {
 // timeout.
 func DispatchMargin(lease time.Duration) time.Duration {
 	return min(5*time.Second, lease/10)
+}
+
+// amountOf is an Intent.Amount as stored: NULL when not given.
+func amountOf(a int64) *int64 {
+	if a == 0 {
+		return nil
+	}
+	return &a
 }
 
 func nz(s string) *string {

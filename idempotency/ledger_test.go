@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -310,23 +311,38 @@ func TestNotSentGoesBackToPrepared(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// A worker that keeps dying without an outcome ends in operator hold, not a loop.
+// A worker that keeps dying without an outcome ends in operator hold, not a loop: each
+// attempt takes the intent, dispatches, and dies before recording anything or releasing
+// it (its goroutine exits), so the next one finds it abandoned once its lease runs out.
 func TestAttemptsCountedAcrossFailures(t *testing.T) {
 	t.Parallel()
-	l, pool := newLedger(t, idempotency.Config{MaxAttempts: 2})
+	l, pool := newLedger(t, idempotency.Config{MaxAttempts: 2, Lease: time.Second})
 	p := newProvider()
 	ctx := testenv.Context(t, time.Minute)
 	in := intent("INV-8", 100)
-	p.drop = true
-	_, err := l.Do(ctx, in, p.effect()) // attempt 1: ambiguous
-	require.Error(t, err)
-	p.drop = true
-	_, err = l.Do(ctx, in, p.effect()) // attempt 2: not found, dispatched again, ambiguous again
-	require.Error(t, err)
-	_, err = l.Do(ctx, in, p.effect()) // attempt 3: over the limit
+	eff := p.effect()
+	eff.Dispatch = func(context.Context, string) (idempotency.Result, error) {
+		runtime.Goexit() // the worker dies mid-dispatch: nothing recorded, nothing released
+		return idempotency.Result{}, nil
+	}
+	dies := func() {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); _, _ = l.Do(ctx, in, eff) }()
+		<-done
+		testenv.Eventually(t, 10*time.Second, "the dead attempt's lease runs out", func() (bool, error) {
+			r, err := l.Get(ctx, in.Scope, in.Key)
+			return err == nil && r.LeaseUntil != nil && time.Until(*r.LeaseUntil) < -100*time.Millisecond, err
+		})
+	}
+	dies()                              // attempt 1
+	dies()                              // attempt 2: reconciled (not found), dispatched again, dies again
+	_, err := l.Do(ctx, in, p.effect()) // attempt 3: two abandoned, over the limit
 	assert.ErrorIs(t, err, idempotency.ErrTooManyTries)
 	assert.Equal(t, failure.KindUnknownOutcome, kind(err))
 	assert.Equal(t, idempotency.StateOperatorHold, state(t, pool, l, in))
+	calls, _ := p.stats()
+	assert.Zero(t, calls, "the held intent is not sent")
 }
 
 // Local effects commit with the ledger, or not at all.

@@ -64,13 +64,14 @@ func (p *scriptedProvider) reconcile(_ context.Context, q idempotency.Query) (id
 // settled intent never changes, and a confirmed one always carries the provider's charge.
 func TestLedgerStateMachine(t *testing.T) {
 	t.Parallel()
-	l, _ := newLedger(t, idempotency.Config{MaxReconciliations: 3, MaxAttempts: 6, ReconcileBackoff: 1})
+	l, _ := newLedger(t, idempotency.Config{MaxReconciliations: 3, MaxAttempts: 6, ReconcileBackoff: 1, ApprovalThreshold: 1000})
 	ctx := context.Background()
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		p := &scriptedProvider{effects: map[string]string{}}
 		in := intent(fmt.Sprintf("MODEL-%d-%s", run, l.Namespace()), 100)
+		in.Amount = 100 // under the approval threshold: one operator resolves it
 		eff := idempotency.Effect{Dispatch: p.dispatch, Reconcile: p.reconcile}
 		var settled idempotency.State
 		steps := rapid.IntRange(1, 12).Draw(rt, "steps")

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -26,6 +25,8 @@ type Event struct {
 	Actor     string
 	TaskID    *string
 	Reason    string
+	// DBUser is the database user that wrote the event (the session's login).
+	DBUser string
 }
 
 // Filter selects intents for List. Zero fields do not filter.
@@ -72,81 +73,18 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
 
 // Events returns an intent's transitions, oldest first.
 func (l *Ledger) Events(ctx context.Context, scope, key string) ([]Event, error) {
-	rows, err := l.pool.Query(ctx, `SELECT e.id, e.at, e.from_state, e.to_state, e.attempt, e.actor, e.task_id, e.reason
-		FROM extworker_intent_events e JOIN extworker_intents i ON i.id = e.intent_id
-		WHERE i.namespace = $1 AND i.scope = $2 AND i.intent_key = $3 ORDER BY e.id`, l.cfg.Namespace, scope, key)
+	// A pruned intent's events stay, under its tombstone's id.
+	rows, err := l.pool.Query(ctx, `SELECT e.id, e.at, e.from_state, e.to_state, e.attempt, e.actor, e.task_id, e.reason, e.db_user
+		FROM extworker_intent_events e
+		WHERE e.intent_id = (SELECT id FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3
+			UNION ALL SELECT id FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3 LIMIT 1)
+		ORDER BY e.id`, l.cfg.Namespace, scope, key)
 	if err != nil {
 		return nil, fmt.Errorf("intent events: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
 		var e Event
-		err := r.Scan(&e.ID, &e.At, &e.FromState, &e.ToState, &e.Attempt, &e.Actor, &e.TaskID, &e.Reason)
+		err := r.Scan(&e.ID, &e.At, &e.FromState, &e.ToState, &e.Attempt, &e.Actor, &e.TaskID, &e.Reason, &e.DBUser)
 		return e, err
 	})
-}
-
-// Resolution is an operator's verdict on an intent in doubt.
-type Resolution struct {
-	As          State // StateConfirmed or StateRejected
-	ProviderRef string
-	// Values are the result values the task completes with when confirmed (what Dispatch
-	// would have returned), e.g. {"paymentRef": "ch_123"}.
-	Values    map[string]any
-	ErrorCode string // for StateRejected
-	Reason    string
-	Operator  string
-}
-
-// Resolve settles an intent held for an operator (or still unknown) as confirmed or
-// rejected, after the operator has checked with the provider. The next attempt of its
-// task then completes (or declines) from the ledger without calling the provider.
-func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution) (Row, error) {
-	if res.As != StateConfirmed && res.As != StateRejected {
-		return Row{}, fmt.Errorf("resolve: --as must be confirmed or rejected, not %q", res.As)
-	}
-	if res.Operator == "" || res.Reason == "" {
-		return Row{}, errors.New("resolve: an operator and a reason are required")
-	}
-	if res.As == StateConfirmed && res.ProviderRef == "" {
-		return Row{}, errors.New("resolve: confirming needs the provider's reference")
-	}
-	r, err := l.Get(ctx, scope, key)
-	if err != nil {
-		return r, err
-	}
-	if r.State != StateOperatorHold && r.State != StateUnknown {
-		return r, fmt.Errorf("resolve: intent %s/%s is %s; only unknown or held intents are resolved by an operator", scope, key, r.State)
-	}
-	a := &attempt{l: l, in: Intent{Scope: scope, Key: key, Task: TaskRef{Actor: "operator:" + res.Operator}}, row: r}
-	if res.As == StateConfirmed {
-		values, merr := json.Marshal(res.Values)
-		if merr != nil {
-			return r, fmt.Errorf("resolve: values: %w", merr)
-		}
-		err = a.move(ctx, r.State, res.As, "operator resolution: "+res.Reason,
-			", provider_ref = $5, result = $6, error_code = NULL, error_message = NULL", res.ProviderRef, values)
-	} else {
-		code := res.ErrorCode
-		if code == "" {
-			code = "REJECTED"
-		}
-		err = a.move(ctx, r.State, res.As, "operator resolution: "+res.Reason,
-			", provider_ref = $5, error_code = $6, error_message = $7", nz(res.ProviderRef), code, res.Reason)
-	}
-	if err != nil {
-		return r, fmt.Errorf("resolve %s/%s: %w", scope, key, err)
-	}
-	return l.Get(ctx, scope, key)
-}
-
-// Prune deletes terminal intents (confirmed, rejected, reconciled, compensated) whose
-// last change is older than retention, with their events. Unknown, held and in-flight
-// intents are never pruned.
-func (l *Ledger) Prune(ctx context.Context, retention time.Duration) (int64, error) {
-	tag, err := l.pool.Exec(ctx, `DELETE FROM extworker_intents WHERE namespace = $1
-		AND state IN ('confirmed', 'rejected', 'reconciled', 'compensated') AND updated_at < now() - $2::interval`, l.cfg.Namespace, retention)
-	if err != nil {
-		return 0, fmt.Errorf("prune intents: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

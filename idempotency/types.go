@@ -50,6 +50,20 @@ type Intent struct {
 	Request any
 	// Task identifies who acts, for the ledger's audit trail.
 	Task TaskRef
+	// Amount is the money the effect moves, in minor units (cents), if it moves any: an
+	// operator's verdict that declares it moved (or sends it again) needs a second
+	// operator when it is above Config.ApprovalThreshold, or not given (0).
+	Amount int64
+	// Compensates names the intent whose effect this one undoes (a refund for a charge).
+	// That intent must be confirmed or reconciled; when this one confirms, it becomes
+	// compensated in the same transaction, and is never dispatched again. This intent
+	// has its own key, request digest and lifecycle.
+	Compensates IntentRef
+}
+
+// IntentRef names a recorded intent.
+type IntentRef struct {
+	Scope, Key string
 }
 
 // TaskRef is the engine's view of the attempt, as plain values (the ledger knows nothing
@@ -205,6 +219,12 @@ var (
 	// ErrCompensated: the intent's effect was performed and then undone by a compensating
 	// intent; it is never dispatched again (doing it again is a new intent, with a new key).
 	ErrCompensated = errors.New("idempotency: intent compensated")
+	// ErrNothingToCompensate: Intent.Compensates names an intent that does not exist or
+	// whose effect is not confirmed; nothing was sent.
+	ErrNothingToCompensate = errors.New("idempotency: no confirmed intent to compensate")
+	// ErrPruned: the intent settled long ago and was pruned; its tombstone refuses to
+	// dispatch it again. Nothing was sent.
+	ErrPruned = errors.New("idempotency: intent settled and pruned")
 )
 
 // Outcome is a confirmed (or reconciled) intent.
