@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,13 +32,25 @@ commands:
            intents, most recently changed first
   show     KEY [--scope S] [--json]
            one intent: its row, its events, and the engine's view of its task
-  resolve  KEY --as confirmed|rejected [--provider-ref REF] [--error-code CODE]
-           --reason TEXT --operator NAME [--scope S] [--json]
-           settle an unknown or held intent after checking with the provider, then give
-           its task a retry so the workflow completes from the ledger
+  resolve  KEY --as confirmed|rejected|retry [--provider-ref REF] [--error-code CODE]
+           [--value NAME=VALUE ...] --reason TEXT --operator NAME [--scope S] [--json]
+           settle an unknown or held intent after checking with the provider (retry:
+           send it again with the same provider key), then give its task a retry so the
+           workflow completes from the ledger. A verdict that declares money moved or
+           moves it (confirmed, retry) above EXTWORKER_APPROVAL_THRESHOLD or without an
+           amount, and any verdict on an orphan, waits for a second operator
+  resolutions [--status pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]
+           resolution requests, newest first
+  approve  ID --reason TEXT --operator NAME [--json]
+           apply a pending resolution: a different operator, with a database login of
+           their own, than the one who asked
+  reject   ID --reason TEXT --operator NAME [--json]
+           turn a pending resolution down (or withdraw your own); the intent is unchanged
   prune    --older-than DURATION [--json]
-           delete settled intents (confirmed, rejected, reconciled, compensated) whose
-           last change is older than DURATION; unknown, held and in-flight ones are kept
+           turn settled intents (confirmed, rejected, reconciled, compensated) last
+           changed more than DURATION ago into tombstones that refuse a second dispatch;
+           DURATION is at least EXTWORKER_PROVIDER_WINDOW plus a day; orphaned, unknown,
+           held and in-flight intents are kept, and so are all events
 
 DURATION is a Go duration (90m, 36h) or a number of days (30d).
 states: ` + validStatesText
@@ -64,6 +77,12 @@ func runEffects(ctx context.Context, cfg config, logger *slog.Logger, args []str
 		err = e.show(ctx, args[1:])
 	case "resolve":
 		err = e.resolve(ctx, args[1:])
+	case "resolutions":
+		err = e.resolutions(ctx, args[1:])
+	case "approve":
+		err = e.decide(ctx, "approve", args[1:])
+	case "reject":
+		err = e.decide(ctx, "reject", args[1:])
 	case "prune":
 		err = e.prune(ctx, args[1:])
 	case "-h", "--help", "help":
@@ -313,10 +332,14 @@ type incidentJSON struct {
 }
 
 type showJSON struct {
-	Namespace string      `json:"namespace"`
-	Intent    intentJSON  `json:"intent"`
-	Events    []eventJSON `json:"events"`
-	Engine    engineView  `json:"engine"`
+	Namespace     string           `json:"namespace"`
+	Intent        intentJSON       `json:"intent,omitzero"`
+	Tombstone     *tombstoneJSON   `json:"tombstone,omitempty"` // a pruned intent
+	Compensates   *intentJSON      `json:"compensates,omitempty"`
+	CompensatedBy []intentJSON     `json:"compensated_by,omitempty"`
+	Events        []eventJSON      `json:"events"`
+	Resolutions   []resolutionJSON `json:"resolutions,omitempty"`
+	Engine        *engineView      `json:"engine,omitempty"`
 }
 
 func (e *effectsCmd) show(ctx context.Context, args []string) error {
@@ -336,6 +359,11 @@ func (e *effectsCmd) show(ctx context.Context, args []string) error {
 	}
 	defer closeLedger()
 	row, err := findIntent(ctx, l, "show", *scope, key)
+	if errors.Is(err, idempotency.ErrNotFound) && *scope != "" {
+		if tomb, terr := l.Tombstone(ctx, *scope, key); terr == nil {
+			return e.showTombstone(ctx, l, tomb, *asJSON)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -343,22 +371,93 @@ func (e *effectsCmd) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	compensates, compensatedBy, err := l.Compensation(ctx, row)
+	if err != nil {
+		return err
+	}
+	reqs, err := l.Resolutions(ctx, idempotency.ResolutionFilter{Scope: row.Scope, Key: row.Key})
+	if err != nil {
+		return err
+	}
 	view := e.engineView(ctx, row)
 	if *asJSON {
-		out := showJSON{Namespace: l.Namespace(), Intent: toIntentJSON(row), Events: make([]eventJSON, 0, len(events)), Engine: view}
+		out := showJSON{Namespace: l.Namespace(), Intent: toIntentJSON(row), Events: make([]eventJSON, 0, len(events)), Engine: &view,
+			Resolutions: make([]resolutionJSON, 0, len(reqs))}
 		for _, ev := range events {
 			out.Events = append(out.Events, toEventJSON(ev))
+		}
+		if compensates != nil {
+			c := toIntentJSON(*compensates)
+			out.Compensates = &c
+		}
+		for _, r := range compensatedBy {
+			out.CompensatedBy = append(out.CompensatedBy, toIntentJSON(r))
+		}
+		for _, r := range reqs {
+			out.Resolutions = append(out.Resolutions, toResolutionJSON(r))
 		}
 		return printJSON(e.stdout, out)
 	}
 	w := e.stdout
 	now := time.Now()
 	printIntent(w, l.Namespace(), row, now)
+	if compensates != nil {
+		fmt.Fprintf(w, "compensates: %s / %s (%s)\n", tableCell(compensates.Scope), tableCell(compensates.Key), compensates.State)
+	}
+	for _, c := range compensatedBy {
+		fmt.Fprintf(w, "compensated by: %s / %s (%s, provider ref %s)\n", tableCell(c.Scope), tableCell(c.Key), c.State, tableCell(strOf(c.ProviderRef)))
+	}
 	fmt.Fprintln(w)
 	printEvents(w, events)
+	if len(reqs) > 0 {
+		fmt.Fprintf(w, "\nresolutions (%d):\n", len(reqs))
+		printResolutions(w, reqs)
+	}
 	fmt.Fprintln(w)
 	printEngineView(w, row, view, now)
 	return nil
+}
+
+// showTombstone shows what prune left of an intent, and its events.
+func (e *effectsCmd) showTombstone(ctx context.Context, l *idempotency.Ledger, t idempotency.Tombstone, asJSON bool) error {
+	events, err := l.Events(ctx, t.Scope, t.Key)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := showJSON{Namespace: l.Namespace(), Tombstone: &tombstoneJSON{ID: t.ID, Scope: t.Scope, Key: t.Key, State: string(t.State),
+			RequestDigest: t.Digest, ProviderKey: t.ProviderKey, ProviderRef: t.ProviderRef, SettledAt: t.SettledAt, PrunedAt: t.PrunedAt},
+			Events: make([]eventJSON, 0, len(events))}
+		for _, ev := range events {
+			out.Events = append(out.Events, toEventJSON(ev))
+		}
+		return printJSON(e.stdout, out)
+	}
+	tw := newTabWriter(e.stdout)
+	fmt.Fprintf(tw, "intent\t%s / %s (pruned: a tombstone refuses to dispatch it again)\n", tableCell(t.Scope), tableCell(t.Key))
+	fmt.Fprintf(tw, "namespace\t%s\n", l.Namespace())
+	fmt.Fprintf(tw, "state\t%s\n", t.State)
+	fmt.Fprintf(tw, "provider key\t%s\n", t.ProviderKey)
+	fmt.Fprintf(tw, "provider ref\t%s\n", tableCell(strOf(t.ProviderRef)))
+	fmt.Fprintf(tw, "request digest\t%s\n", t.Digest)
+	fmt.Fprintf(tw, "settled\t%s\n", fmtTime(t.SettledAt))
+	fmt.Fprintf(tw, "pruned\t%s\n", fmtTime(t.PrunedAt))
+	_ = tw.Flush()
+	fmt.Fprintln(e.stdout)
+	printEvents(e.stdout, events)
+	return nil
+}
+
+type tombstoneJSON struct {
+	ID            int64     `json:"id"`
+	Scope         string    `json:"scope"`
+	Key           string    `json:"key"`
+	State         string    `json:"state"`
+	RequestDigest string    `json:"request_digest"`
+	ProviderKey   string    `json:"provider_key"`
+	ProviderRef   *string   `json:"provider_ref"`
+	SettledAt     time.Time `json:"settled_at"`
+	PrunedAt      time.Time `json:"pruned_at"`
 }
 
 // findIntent returns the intent KEY in scope, or, with no scope, in the only scope that
@@ -446,6 +545,12 @@ func printIntent(w io.Writer, namespace string, r idempotency.Row, now time.Time
 	line("attempt", strconv.Itoa(r.Attempt))
 	line("dispatches", strconv.Itoa(r.Dispatches))
 	line("reconciliations", strconv.Itoa(r.Reconciliations))
+	if r.AbandonedAttempts > 0 {
+		line("abandoned attempts", strconv.Itoa(r.AbandonedAttempts))
+	}
+	if r.Amount != nil {
+		line("amount", strconv.FormatInt(*r.Amount, 10)+" (minor units)")
+	}
 	line("provider key", r.ProviderKey)
 	line("provider ref", tableCell(strOf(r.ProviderRef)))
 	if r.ErrorCode != nil || r.ErrorMessage != nil {
@@ -486,14 +591,14 @@ func printEvents(w io.Writer, events []idempotency.Event) {
 		return
 	}
 	tw := newTabWriter(w)
-	fmt.Fprintln(tw, "  TIME\tTRANSITION\tATTEMPT\tACTOR\tTASK\tREASON")
+	fmt.Fprintln(tw, "  TIME\tTRANSITION\tATTEMPT\tACTOR\tDB USER\tTASK\tREASON")
 	for _, ev := range events {
 		from := "(new)"
 		if ev.FromState != nil {
 			from = *ev.FromState
 		}
-		fmt.Fprintf(tw, "  %s\t%s -> %s\t%d\t%s\t%s\t%s\n", fmtTime(ev.At), from, ev.ToState, ev.Attempt, tableCell(ev.Actor),
-			tableCell(strOf(ev.TaskID)), oneLine(ev.Reason))
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(ev.At), from, ev.ToState, ev.Attempt, tableCell(ev.Actor),
+			tableCell(ev.DBUser), tableCell(strOf(ev.TaskID)), oneLine(ev.Reason))
 	}
 	_ = tw.Flush()
 }
@@ -557,9 +662,10 @@ func printEngineView(w io.Writer, r idempotency.Row, v engineView, now time.Time
 // ---- resolve
 
 type resolveJSON struct {
-	Namespace string       `json:"namespace"`
-	Intent    intentJSON   `json:"intent"`
-	Engine    engineAction `json:"engine"`
+	Namespace string          `json:"namespace"`
+	Intent    intentJSON      `json:"intent"`
+	Pending   *resolutionJSON `json:"pending,omitempty"` // waiting for a second operator
+	Engine    *engineAction   `json:"engine,omitempty"`  // what was done in the engine, once applied
 }
 
 // engineAction is what resolve did in the engine.
@@ -571,8 +677,8 @@ type engineAction struct {
 }
 
 func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
-	fs, asJSON := e.newFlags("resolve", "KEY --as confirmed|rejected [--provider-ref REF] [--error-code CODE] --reason TEXT --operator NAME [--scope S] [--json]")
-	as := fs.String("as", "", "the verdict after checking with the provider: confirmed or rejected (required)")
+	fs, asJSON := e.newFlags("resolve", "KEY --as confirmed|rejected|retry [--provider-ref REF] [--error-code CODE] [--value NAME=VALUE ...] --reason TEXT --operator NAME [--scope S] [--json]")
+	as := fs.String("as", "", "the verdict after checking with the provider: confirmed, rejected, or retry (it never got it: send again) (required)")
 	ref := fs.String("provider-ref", "", "the provider's reference of the effect (required with --as confirmed)")
 	code := fs.String("error-code", "", "the decline's code, thrown as the BPMN error (with --as rejected; default REJECTED)")
 	reason := fs.String("reason", "", "why, for the audit trail, e.g. what the provider's dashboard shows (required)")
@@ -593,11 +699,13 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	var state idempotency.State
 	switch *as {
 	case "":
-		problems = append(problems, "--as confirmed|rejected is required")
+		problems = append(problems, "--as confirmed|rejected|retry is required")
 	case string(idempotency.StateConfirmed), string(idempotency.StateRejected):
 		state = idempotency.State(*as)
+	case "retry":
+		state = idempotency.StatePrepared
 	default:
-		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed or rejected", *as))
+		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed, rejected or retry", *as))
 	}
 	if strings.TrimSpace(*reason) == "" {
 		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
@@ -608,8 +716,11 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	if state == idempotency.StateConfirmed && strings.TrimSpace(*ref) == "" {
 		problems = append(problems, "--provider-ref is required with --as confirmed (the provider's reference of the effect)")
 	}
-	if state == idempotency.StateConfirmed && *code != "" {
+	if state != idempotency.StateRejected && state != "" && *code != "" {
 		problems = append(problems, "--error-code only goes with --as rejected")
+	}
+	if state == idempotency.StatePrepared && (*ref != "" || len(values) > 0) {
+		problems = append(problems, "--provider-ref and --value go with --as confirmed, not retry")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("effects resolve: %s", strings.Join(problems, "; "))
@@ -624,30 +735,205 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	row, err = l.Resolve(ctx, row.Scope, row.Key, idempotency.Resolution{As: state, ProviderRef: strings.TrimSpace(*ref),
+	res, err := l.Resolve(ctx, row.Scope, row.Key, idempotency.Resolution{As: state, ProviderRef: strings.TrimSpace(*ref),
 		Values: values.orNil(), ErrorCode: *code, Reason: *reason, Operator: strings.TrimSpace(*operator)})
 	if err != nil {
 		return err
 	}
+	if res.Pending != nil {
+		p := toResolutionJSON(*res.Pending)
+		if *asJSON {
+			return printJSON(e.stdout, resolveJSON{Namespace: l.Namespace(), Intent: toIntentJSON(res.Row), Pending: &p})
+		}
+		fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s recorded: %s; the intent stays %s until a second operator decides:\n",
+			p.ID, res.Row.Scope, res.Row.Key, p.Verdict, res.Row.State)
+		fmt.Fprintf(e.stdout, "  extworker effects approve %d --operator NAME --reason TEXT   (another operator, with a database login of their own)\n", p.ID)
+		fmt.Fprintf(e.stdout, "  extworker effects reject %d --operator NAME --reason TEXT\n", p.ID)
+		return nil
+	}
+	return e.applied(ctx, "resolve", l.Namespace(), res.Row, strings.TrimSpace(*operator), *asJSON)
+}
+
+// applied reports a verdict applied to row, and gives its task a retry when it needs one.
+func (e *effectsCmd) applied(ctx context.Context, cmd, namespace string, row idempotency.Row, operator string, asJSON bool) error {
 	act := e.resumeTask(ctx, row)
-	if *asJSON {
-		if err := printJSON(e.stdout, resolveJSON{Namespace: l.Namespace(), Intent: toIntentJSON(row), Engine: act}); err != nil {
+	if asJSON {
+		if err := printJSON(e.stdout, resolveJSON{Namespace: namespace, Intent: toIntentJSON(row), Engine: &act}); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(e.stdout, "ledger: %s/%s is now %s", row.Scope, row.Key, row.State)
-		if row.State == idempotency.StateConfirmed {
+		switch row.State {
+		case idempotency.StateConfirmed:
 			fmt.Fprintf(e.stdout, " (provider ref %s)", strOf(row.ProviderRef))
-		} else {
+		case idempotency.StateRejected:
 			fmt.Fprintf(e.stdout, " (error code %s)", strOf(row.ErrorCode))
+		case idempotency.StatePrepared:
+			fmt.Fprint(e.stdout, " (its next attempt sends it again with provider key "+row.ProviderKey+")")
 		}
-		fmt.Fprintf(e.stdout, ", resolved by operator:%s\n", strings.TrimSpace(*operator))
+		fmt.Fprintf(e.stdout, ", by operator:%s\n", operator)
 		fmt.Fprintf(e.stdout, "engine: %s\n", act.Message)
 	}
 	if act.Action == "failed" {
-		return fmt.Errorf("effects resolve: the ledger is resolved, but the engine step failed: %s", act.Message)
+		return fmt.Errorf("effects %s: the ledger is resolved, but the engine step failed: %s", cmd, act.Message)
 	}
 	return nil
+}
+
+// ---- resolutions, approve, reject
+
+type resolutionsJSON struct {
+	Namespace   string           `json:"namespace"`
+	Resolutions []resolutionJSON `json:"resolutions"`
+}
+
+type resolutionJSON struct {
+	ID              int64           `json:"id"`
+	Scope           string          `json:"scope"`
+	Key             string          `json:"key"`
+	Verdict         string          `json:"verdict"`
+	As              string          `json:"as"`
+	FromState       string          `json:"from_state"`
+	ProviderRef     *string         `json:"provider_ref"`
+	Values          json.RawMessage `json:"values,omitempty"`
+	ErrorCode       *string         `json:"error_code"`
+	Reason          string          `json:"reason"`
+	RequestedBy     string          `json:"requested_by"`
+	RequestedDBUser string          `json:"requested_db_user"`
+	RequestedAt     time.Time       `json:"requested_at"`
+	Status          string          `json:"status"`
+	DecidedBy       *string         `json:"decided_by"`
+	DecidedDBUser   *string         `json:"decided_db_user"`
+	DecidedAt       *time.Time      `json:"decided_at"`
+	DecisionReason  *string         `json:"decision_reason"`
+}
+
+func toResolutionJSON(r idempotency.ResolutionRequest) resolutionJSON {
+	as := string(r.As)
+	if r.As == idempotency.StatePrepared {
+		as = "retry"
+	}
+	j := resolutionJSON{ID: r.ID, Scope: r.Scope, Key: r.Key, Verdict: r.VerdictText(), As: as, FromState: string(r.FromState),
+		ProviderRef: r.ProviderRef, ErrorCode: r.ErrorCode, Reason: r.Reason, RequestedBy: r.RequestedBy, RequestedDBUser: r.RequestedDBUser,
+		RequestedAt: r.RequestedAt, Status: string(r.Status), DecidedBy: r.DecidedBy, DecidedDBUser: r.DecidedDBUser, DecidedAt: r.DecidedAt,
+		DecisionReason: r.DecisionReason}
+	if len(r.Values) > 0 && string(r.Values) != "null" && json.Valid(r.Values) {
+		j.Values = json.RawMessage(r.Values)
+	}
+	return j
+}
+
+var resolutionStatuses = []idempotency.ResolutionStatus{idempotency.ResolutionPending, idempotency.ResolutionApproved,
+	idempotency.ResolutionRejected, idempotency.ResolutionStale}
+
+func (e *effectsCmd) resolutions(ctx context.Context, args []string) error {
+	fs, asJSON := e.newFlags("resolutions", "[--status pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]")
+	status := fs.String("status", "", "only requests in this status: pending, approved, rejected or stale")
+	scope := fs.String("scope", "", "only requests for intents of this scope")
+	key := fs.String("key", "", "only requests for this intent key")
+	limit := fs.Int("limit", 100, "at most this many requests")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("effects resolutions: unexpected arguments %q (filter with --status, --scope, --key)", pos)
+	}
+	if *status != "" && !slices.Contains(resolutionStatuses, idempotency.ResolutionStatus(*status)) {
+		return fmt.Errorf("effects resolutions: --status %q: want pending, approved, rejected or stale", *status)
+	}
+	if *limit <= 0 {
+		return fmt.Errorf("effects resolutions: --limit %d: must be at least 1", *limit)
+	}
+	l, closeLedger, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	reqs, err := l.Resolutions(ctx, idempotency.ResolutionFilter{Status: idempotency.ResolutionStatus(*status), Scope: *scope, Key: *key, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := resolutionsJSON{Namespace: l.Namespace(), Resolutions: make([]resolutionJSON, 0, len(reqs))}
+		for _, r := range reqs {
+			out.Resolutions = append(out.Resolutions, toResolutionJSON(r))
+		}
+		return printJSON(e.stdout, out)
+	}
+	if len(reqs) == 0 {
+		fmt.Fprintf(e.stdout, "no resolution requests match (namespace %s)\n", l.Namespace())
+		return nil
+	}
+	printResolutions(e.stdout, reqs)
+	return nil
+}
+
+func printResolutions(w io.Writer, reqs []idempotency.ResolutionRequest) {
+	tw := newTabWriter(w)
+	fmt.Fprintln(tw, "ID\tSCOPE\tKEY\tVERDICT\tSTATUS\tREQUESTED BY\tREQUESTED\tDECIDED BY\tREASON")
+	for _, r := range reqs {
+		decided := "-"
+		if r.DecidedBy != nil {
+			decided = fmt.Sprintf("%s (%s)", *r.DecidedBy, strOf(r.DecidedDBUser))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\n", r.ID, tableCell(r.Scope), tableCell(r.Key), tableCell(r.VerdictText()),
+			r.Status, tableCell(r.RequestedBy), tableCell(r.RequestedDBUser), fmtTime(r.RequestedAt), tableCell(decided), tableCell(r.Reason))
+	}
+	_ = tw.Flush()
+}
+
+// decide is approve and reject.
+func (e *effectsCmd) decide(ctx context.Context, cmd string, args []string) error {
+	fs, asJSON := e.newFlags(cmd, "ID --reason TEXT --operator NAME [--json]")
+	reason := fs.String("reason", "", "why, for the audit trail (required)")
+	operator := fs.String("operator", "", "who decides, for the audit trail (required)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	var id int64
+	switch {
+	case len(pos) != 1:
+		problems = append(problems, fmt.Sprintf("one resolution ID expected (extworker effects resolutions --status pending lists them), got %q", pos))
+	default:
+		if id, err = strconv.ParseInt(strings.TrimPrefix(pos[0], "#"), 10, 64); err != nil || id <= 0 {
+			problems = append(problems, fmt.Sprintf("resolution ID %q: want a number such as 12", pos[0]))
+		}
+	}
+	if strings.TrimSpace(*reason) == "" {
+		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
+	}
+	if strings.TrimSpace(*operator) == "" {
+		problems = append(problems, "--operator is required (who decides, for the audit trail)")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("effects %s: %s", cmd, strings.Join(problems, "; "))
+	}
+	l, closeLedger, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	d := idempotency.Decision{Operator: strings.TrimSpace(*operator), Reason: *reason}
+	if cmd == "reject" {
+		req, err := l.RejectResolution(ctx, id, d)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(e.stdout, toResolutionJSON(req))
+		}
+		fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s (%s) rejected by %s; the intent is unchanged\n",
+			req.ID, req.Scope, req.Key, req.VerdictText(), d.Operator)
+		return nil
+	}
+	res, err := l.Approve(ctx, id, d)
+	if err != nil {
+		return err
+	}
+	return e.applied(ctx, "approve", l.Namespace(), res.Row, d.Operator, *asJSON)
 }
 
 // resumeTask gives the resolved intent's task a retry if it ran out of them (the handler
@@ -702,13 +988,13 @@ func (e *effectsCmd) resumeTask(ctx context.Context, row idempotency.Row) engine
 type pruneJSON struct {
 	Namespace string `json:"namespace"`
 	OlderThan string `json:"older_than"`
-	Deleted   int64  `json:"deleted"`
+	Pruned    int64  `json:"pruned"`
 }
 
 func (e *effectsCmd) prune(ctx context.Context, args []string) error {
 	fs, asJSON := e.newFlags("prune", "--older-than DURATION [--json]")
 	var older durationFlag
-	fs.Var(&older, "older-than", "delete settled intents whose last change is older than this, e.g. 720h or 30d (required)")
+	fs.Var(&older, "older-than", "prune settled intents whose last change is older than this, e.g. 720h or 30d; at least the provider window plus a day (required)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -717,7 +1003,7 @@ func (e *effectsCmd) prune(ctx context.Context, args []string) error {
 		return fmt.Errorf("effects prune: unexpected arguments %q", pos)
 	}
 	if !older.set {
-		return errors.New("effects prune: --older-than DURATION is required (e.g. --older-than 30d); settled intents last changed before then are deleted")
+		return errors.New("effects prune: --older-than DURATION is required (e.g. --older-than 30d); settled intents last changed before then are pruned")
 	}
 	l, closeLedger, err := e.open(ctx)
 	if err != nil {
@@ -729,9 +1015,9 @@ func (e *effectsCmd) prune(ctx context.Context, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return printJSON(e.stdout, pruneJSON{Namespace: l.Namespace(), OlderThan: older.d.String(), Deleted: n})
+		return printJSON(e.stdout, pruneJSON{Namespace: l.Namespace(), OlderThan: older.d.String(), Pruned: n})
 	}
-	fmt.Fprintf(e.stdout, "deleted %d settled intents last changed more than %v ago (namespace %s); unknown, held and in-flight intents are kept\n",
+	fmt.Fprintf(e.stdout, "pruned %d settled intents last changed more than %v ago into tombstones (namespace %s); orphaned, unknown, held and in-flight intents and all events are kept\n",
 		n, older.d, l.Namespace())
 	return nil
 }
@@ -764,6 +1050,8 @@ type intentJSON struct {
 	OrphanReason      *string         `json:"orphan_reason"`
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
+	AbandonedAttempts int             `json:"abandoned_attempts"`
+	Amount            *int64          `json:"amount"`
 }
 
 func toIntentJSON(r idempotency.Row) intentJSON {
@@ -772,7 +1060,7 @@ func toIntentJSON(r idempotency.Row) intentJSON {
 		ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage, RequestDigest: r.Digest, LeaseOwner: r.LeaseOwner,
 		LeaseUntil: r.LeaseUntil, TaskID: r.TaskID, ProcessInstanceID: r.ProcessInstanceID, BusinessKey: r.BusinessKey,
 		FirstDispatchedAt: r.FirstDispatchedAt, LastDispatchedAt: r.LastDispatchedAt, OrphanedAt: r.OrphanedAt, OrphanReason: r.OrphanReason,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, AbandonedAttempts: r.AbandonedAttempts, Amount: r.Amount}
 	if len(r.Result) > 0 && json.Valid(r.Result) {
 		j.Result = json.RawMessage(r.Result)
 	}
@@ -793,11 +1081,12 @@ type eventJSON struct {
 	Actor     string    `json:"actor"`
 	TaskID    *string   `json:"task_id"`
 	Reason    string    `json:"reason"`
+	DBUser    string    `json:"db_user"`
 }
 
 func toEventJSON(e idempotency.Event) eventJSON {
 	return eventJSON{ID: e.ID, At: e.At, FromState: e.FromState, ToState: string(e.ToState), Attempt: e.Attempt,
-		Actor: e.Actor, TaskID: e.TaskID, Reason: e.Reason}
+		Actor: e.Actor, TaskID: e.TaskID, Reason: e.Reason, DBUser: e.DBUser}
 }
 
 func toTaskJSON(t *camunda7.ExternalTask) *taskJSON {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/termsafe"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -33,9 +35,11 @@ func effectsEnv(t *testing.T) *idempotency.Ledger {
 	var out, errOut bytes.Buffer
 	require.NoError(t, run([]string{"migrate"}, &out, &errOut), "migrate: %s %s", out.String(), errOut.String())
 	t.Cleanup(func() {
-		// The test's namespace goes with it (events cascade).
-		if _, err := pool.Exec(context.Background(), `DELETE FROM extworker_intents WHERE namespace = $1`, ns); err != nil {
-			t.Logf("cleanup: delete namespace %s: %v", ns, err)
+		// The test's intents and resolutions go with it (events are append-only, and stay).
+		for _, table := range []string{"extworker_intents", "extworker_resolutions", "extworker_intent_tombstones"} {
+			if _, err := pool.Exec(context.Background(), `DELETE FROM `+table+` WHERE namespace = $1`, ns); err != nil {
+				t.Logf("cleanup: delete namespace %s from %s: %v", ns, table, err)
+			}
 		}
 	})
 	l, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
@@ -49,6 +53,33 @@ func effects(t *testing.T, args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	err := run(append([]string{"effects"}, args...), &out, &errOut)
 	return out.String(), err
+}
+
+// effectsAs runs `extworker effects args...` as one of the operator logins make up
+// creates (testenv.AliceLogin, testenv.BobLogin): each operator has a database user of
+// their own.
+func effectsAs(t *testing.T, login string, args ...string) (string, error) {
+	t.Helper()
+	testenv.DBAs(t, login) // fails in CI, skips elsewhere, without the login
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURLAs(login))
+	defer t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	return effects(t, args...)
+}
+
+// mustEffectsAs is effectsAs that must succeed.
+func mustEffectsAs(t *testing.T, login string, args ...string) string {
+	t.Helper()
+	out, err := effectsAs(t, login, args...)
+	require.NoError(t, err, "effects %q as %s; output:\n%s", args, login, out)
+	return out
+}
+
+// pendingID returns the resolution number resolve printed.
+func pendingID(t *testing.T, out string) string {
+	t.Helper()
+	m := regexp.MustCompile(`resolution #(\d+) of `).FindStringSubmatch(out)
+	require.NotNil(t, m, "no pending resolution in:\n%s", out)
+	return m[1]
 }
 
 // mustEffects is effects that must succeed.
@@ -106,7 +137,8 @@ func TestEffectsUsage(t *testing.T) {
 	for _, args := range [][]string{nil, {"frobnicate"}} {
 		_, err := effects(t, args...)
 		require.Error(t, err)
-		for _, cmd := range []string{`list\s+\[--state`, `show\s+KEY`, `resolve\s+KEY --as`, `prune\s+--older-than`} {
+		for _, cmd := range []string{`list\s+\[--state`, `show\s+KEY`, `resolve\s+KEY --as`, `resolutions\s+\[--status`, `approve\s+ID`,
+			`reject\s+ID`, `prune\s+--older-than`} {
 			assert.Regexp(t, `(?m)^\s+`+cmd, err.Error())
 		}
 	}
@@ -246,11 +278,12 @@ func TestEffectsResolveRequiresFlags(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"K", "--reason", "r", "--operator", "o"}, []string{"--as confirmed|rejected is required"}},
+		{[]string{"K", "--reason", "r", "--operator", "o"}, []string{"--as confirmed|rejected|retry is required"}},
 		{[]string{"K", "--as", "confirmed", "--provider-ref", "ch_1", "--operator", "o"}, []string{"--reason is required"}},
 		{[]string{"K", "--as", "rejected", "--reason", "r"}, []string{"--operator is required"}},
 		{[]string{"K"}, []string{"--as", "--reason", "--operator"}},
-		{[]string{"K", "--as", "maybe", "--reason", "r", "--operator", "o"}, []string{`--as "maybe": must be confirmed or rejected`}},
+		{[]string{"K", "--as", "maybe", "--reason", "r", "--operator", "o"}, []string{`--as "maybe": must be confirmed, rejected or retry`}},
+		{[]string{"K", "--as", "retry", "--provider-ref", "ch_1", "--reason", "r", "--operator", "o"}, []string{"--provider-ref and --value go with --as confirmed"}},
 		{[]string{"K", "--as", "confirmed", "--reason", "r", "--operator", "o"}, []string{"--provider-ref is required with --as confirmed"}},
 		{[]string{"--as", "rejected", "--reason", "r", "--operator", "o"}, []string{"KEY is missing"}},
 		{[]string{"K", "L", "--as", "rejected", "--reason", "r", "--operator", "o"}, []string{"one KEY expected"}},
@@ -261,6 +294,20 @@ func TestEffectsResolveRequiresFlags(t *testing.T) {
 		for _, w := range c.want {
 			assert.Contains(t, err.Error(), w, "%q", c.args)
 		}
+		assert.NotContains(t, err.Error(), "ledger database", "%q: nothing is opened before the flags are checked", c.args)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"approve", "--reason", "r", "--operator", "o"}, "one resolution ID expected"},
+		{[]string{"approve", "x1", "--reason", "r", "--operator", "o"}, `resolution ID "x1": want a number`},
+		{[]string{"reject", "7", "--operator", "o"}, "--reason is required"},
+		{[]string{"approve", "7", "--reason", "r"}, "--operator is required"},
+		{[]string{"resolutions", "--status", "maybe"}, `--status "maybe": want pending, approved, rejected or stale`},
+	} {
+		_, err := effects(t, c.args...)
+		assert.ErrorContains(t, err, c.want, "%q", c.args)
 		assert.NotContains(t, err.Error(), "ledger database", "%q: nothing is opened before the flags are checked", c.args)
 	}
 	_, err := effects(t, "prune")
@@ -280,9 +327,19 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	holdIntent(t, l, "payment.collect", "invoice:R", idempotency.TaskRef{Actor: "w"})
 
-	out := mustEffects(t, "resolve", "invoice:R", "--as", "confirmed", "--provider-ref", "ch_manual", "--value", "paymentRef=ch_manual",
+	// Declaring money moved waits for a second operator (the intent records no amount).
+	out := mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:R", "--as", "confirmed", "--provider-ref", "ch_manual", "--value", "paymentRef=ch_manual",
 		"--reason", "charge found in the provider dashboard", "--operator", "alice")
-	assert.Contains(t, out, "ledger: payment.collect/invoice:R is now confirmed (provider ref ch_manual), resolved by operator:alice")
+	id := pendingID(t, out)
+	assert.Contains(t, out, "confirmed (provider ref ch_manual); the intent stays operator_hold until a second operator decides")
+	assert.Contains(t, out, "extworker effects approve "+id+" --operator NAME --reason TEXT")
+	assert.Equal(t, idempotency.StateOperatorHold, mustState(t, l, "payment.collect", "invoice:R"))
+	out = mustEffectsAs(t, testenv.AliceLogin, "resolutions", "--status", "pending")
+	assert.Regexp(t, `(?m)^`+id+`\s+payment.collect\s+invoice:R\s+confirmed \(provider ref ch_manual\)\s+pending\s+alice \(`+testenv.AliceLogin+`\)`, out)
+	_, err := effectsAs(t, testenv.AliceLogin, "approve", id, "--operator", "alice", "--reason", "me again")
+	assert.ErrorIs(t, err, idempotency.ErrSelfApproval)
+	out = mustEffectsAs(t, testenv.BobLogin, "approve", id, "--operator", "bob", "--reason", "saw ch_manual too")
+	assert.Contains(t, out, "ledger: payment.collect/invoice:R is now confirmed (provider ref ch_manual), by operator:bob")
 	assert.Contains(t, out, "engine: no task recorded for this intent; nothing to do in the engine")
 
 	r, err := l.Get(ctx, "payment.collect", "invoice:R")
@@ -293,11 +350,14 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	events, err := l.Events(ctx, "payment.collect", "invoice:R")
 	require.NoError(t, err)
 	last := events[len(events)-1]
-	assert.Equal(t, "operator:alice", last.Actor)
+	assert.Equal(t, "operator:bob", last.Actor)
+	assert.Equal(t, testenv.BobLogin, last.DBUser)
 	assert.Equal(t, idempotency.StateConfirmed, last.ToState)
 	require.NotNil(t, last.FromState)
 	assert.Equal(t, "operator_hold", *last.FromState)
+	assert.Contains(t, last.Reason, "requested by alice (database user "+testenv.AliceLogin+")")
 	assert.Contains(t, last.Reason, "charge found in the provider dashboard")
+	assert.Contains(t, last.Reason, "approved by bob (database user "+testenv.BobLogin+"): saw ch_manual too")
 
 	// The task's next attempt completes from the ledger, without the provider.
 	o, err := l.Do(ctx, idempotency.Intent{Scope: "payment.collect", Key: "invoice:R", Request: order{"invoice:R"}}, noDispatch(t))
@@ -308,17 +368,18 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	assert.Nil(t, r.ErrorMessage, "a confirmed intent carries no error")
 
 	// A settled intent is not resolved again.
-	_, err = effects(t, "resolve", "invoice:R", "--as", "rejected", "--reason", "oops", "--operator", "bob")
+	_, err = effectsAs(t, testenv.BobLogin, "resolve", "invoice:R", "--as", "rejected", "--reason", "oops", "--operator", "bob")
 	assert.ErrorContains(t, err, "only unknown or held intents are resolved")
 
 	// Rejected, as JSON: the next attempt declines with the operator's code.
 	holdIntent(t, l, "payment.collect", "invoice:J", idempotency.TaskRef{Actor: "w"})
 	var got resolveJSON
-	require.NoError(t, json.Unmarshal([]byte(mustEffects(t, "resolve", "invoice:J", "--as", "rejected", "--error-code", "CARD_DECLINED",
+	require.NoError(t, json.Unmarshal([]byte(mustEffectsAs(t, testenv.BobLogin, "resolve", "invoice:J", "--as", "rejected", "--error-code", "CARD_DECLINED",
 		"--reason", "declined per provider support", "--operator", "bob", "--json")), &got))
 	assert.Equal(t, "rejected", got.Intent.State)
 	require.NotNil(t, got.Intent.ErrorCode)
 	assert.Equal(t, "CARD_DECLINED", *got.Intent.ErrorCode)
+	require.NotNil(t, got.Engine, "a rejection is one operator's call: applied at once")
 	assert.Equal(t, "no_task", got.Engine.Action)
 	_, err = l.Do(ctx, idempotency.Intent{Scope: "payment.collect", Key: "invoice:J", Request: order{"invoice:J"}}, noDispatch(t))
 	oc := failure.Classify(err)
@@ -358,8 +419,9 @@ func TestEffectsResolveGivesTheTaskItsRetryBack(t *testing.T) {
 	assert.Contains(t, out, "open incidents (1):")
 	assert.Contains(t, out, camunda7.IncidentTypeFailedExternalTask)
 
-	out = mustEffects(t, "resolve", "invoice:E", "--as", "confirmed", "--provider-ref", "ch_E",
+	out = mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:E", "--as", "confirmed", "--provider-ref", "ch_E",
 		"--reason", "found in the provider dashboard", "--operator", "carol")
+	out = mustEffectsAs(t, testenv.BobLogin, "approve", pendingID(t, out), "--operator", "bob", "--reason", "agreed")
 	assert.Contains(t, out, "is now confirmed")
 	assert.Contains(t, out, "engine: retries set to 1 on task "+task.ID)
 
@@ -388,7 +450,7 @@ func TestEffectsResolveGivesTheTaskItsRetryBack(t *testing.T) {
 	out = mustEffects(t, "show", "invoice:E")
 	assert.Contains(t, out, "engine: task "+task.ID+" gone (completed or cancelled)")
 	holdIntent(t, l, "payment.collect", "invoice:E2", ref)
-	out = mustEffects(t, "resolve", "invoice:E2", "--as", "rejected", "--reason", "never reached the provider", "--operator", "carol")
+	out = mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:E2", "--as", "rejected", "--reason", "never reached the provider", "--operator", "carol")
 	assert.Contains(t, out, "is now rejected (error code REJECTED)")
 	assert.Contains(t, out, "engine: task "+task.ID+" gone; nothing to do in the engine")
 }
@@ -401,10 +463,17 @@ func TestEffectsPrune(t *testing.T) {
 	holdIntent(t, l, "payment.collect", "invoice:P3", idempotency.TaskRef{Actor: "w"})
 
 	out := mustEffects(t, "prune", "--older-than", "30d")
-	assert.Contains(t, out, "deleted 0 settled intents")
+	assert.Contains(t, out, "pruned 0 settled intents")
+	for _, short := range []string{"0s", "1h", "47h"} { // the provider window is 24h: at least 48h
+		_, err := effects(t, "prune", "--older-than", short)
+		assert.ErrorIs(t, err, idempotency.ErrRetentionTooShort, short)
+	}
 
-	out = mustEffects(t, "prune", "--older-than", "0s")
-	assert.Contains(t, out, "deleted 2 settled intents")
+	pool := testenv.DB(t)
+	_, err := pool.Exec(ctx, `UPDATE extworker_intents SET updated_at = now() - interval '31 days' WHERE namespace = $1`, l.Namespace())
+	require.NoError(t, err)
+	out = mustEffects(t, "prune", "--older-than", "30d")
+	assert.Contains(t, out, "pruned 2 settled intents")
 	for _, k := range [][2]string{{"payment.collect", "invoice:P1"}, {"mail.send", "welcome:P2"}} {
 		_, err := l.Get(ctx, k[0], k[1])
 		assert.ErrorIs(t, err, idempotency.ErrNotFound, k)
@@ -416,8 +485,66 @@ func TestEffectsPrune(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, events, 4)
 
+	out = mustEffects(t, "show", "invoice:P1", "--scope", "payment.collect")
+	assert.Contains(t, out, "pruned: a tombstone refuses to dispatch it again")
+	assert.Regexp(t, `(?m)^provider ref\s+ref-invoice:P1$`, out)
+	assert.Contains(t, out, "events (3):", "a pruned intent's events stay")
+
 	var got pruneJSON
-	require.NoError(t, json.Unmarshal([]byte(mustEffects(t, "prune", "--older-than", "0s", "--json")), &got))
-	assert.Equal(t, int64(0), got.Deleted)
+	require.NoError(t, json.Unmarshal([]byte(mustEffects(t, "prune", "--older-than", "30d", "--json")), &got))
+	assert.Equal(t, int64(0), got.Pruned)
 	assert.Equal(t, l.Namespace(), got.Namespace)
+}
+
+// mustState returns an intent's state.
+func mustState(t *testing.T, l *idempotency.Ledger, scope, key string) idempotency.State {
+	t.Helper()
+	r, err := l.Get(context.Background(), scope, key)
+	require.NoError(t, err)
+	return r.State
+}
+
+// Keys, provider messages and incident messages come from outside: nothing the CLI prints
+// of them, in tables, in show, in JSON or in its errors, reaches the terminal as an
+// escape sequence or a control character.
+func TestEffectsStripsTerminalEscapes(t *testing.T) {
+	l := effectsEnv(t)
+	ctx := testenv.Context(t, time.Minute)
+	key := "invoice:\x1b[2J\x1b[1;1Hforged\x1b]0;title\x07\u009b31m\u202e"
+	in := idempotency.Intent{Scope: "payment.collect", Key: key, Request: order{"x"}, Task: idempotency.TaskRef{Actor: "w\x1b[31m"}}
+	_, err := l.Do(ctx, in, idempotency.Effect{Dispatch: func(context.Context, string) (idempotency.Result, error) {
+		return idempotency.Result{}, idempotency.Rejected("DECLINED", "card \x1b]8;;http://evil\x1b\\declined\x1b]8;;\x1b\\ \r overwritten")
+	}})
+	require.Equal(t, failure.KindBPMNError, failure.Classify(err).Kind)
+	clean := func(what, out string) {
+		t.Helper()
+		assert.NotRegexp(t, "[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f\u202a-\u202e\u2066-\u2069]", out, "%s printed a control character", what)
+	}
+	for _, args := range [][]string{{"list"}, {"list", "--json"}, {"show", key}, {"show", key, "--json"}} {
+		out := mustEffects(t, args...)
+		clean(strings.Join(args, " "), out)
+		assert.Contains(t, out, "forged", "the printable text stays")
+	}
+	var out, errOut bytes.Buffer
+	err = run([]string{"effects", "resolve", key, "--as", "rejected", "--reason", "r", "--operator", "o"}, &out, &errOut)
+	require.Error(t, err, "a rejected intent is not resolved again")
+	clean("the error", termsafe.String(err.Error()))
+}
+
+// show links a compensating intent and its original both ways.
+func TestEffectsShowCompensation(t *testing.T) {
+	l := effectsEnv(t)
+	ctx := testenv.Context(t, time.Minute)
+	confirmIntent(t, l, "payment.collect", "invoice:C1")
+	_, err := l.Do(ctx, idempotency.Intent{Scope: "payment.refund", Key: "invoice:C1:refund", Request: order{"r"},
+		Compensates: idempotency.IntentRef{Scope: "payment.collect", Key: "invoice:C1"}},
+		idempotency.Effect{Dispatch: func(context.Context, string) (idempotency.Result, error) {
+			return idempotency.Result{ProviderRef: "re_C1"}, nil
+		}})
+	require.NoError(t, err)
+	out := mustEffects(t, "show", "invoice:C1")
+	assert.Regexp(t, `(?m)^state\s+compensated$`, out)
+	assert.Contains(t, out, "compensated by: payment.refund / invoice:C1:refund (confirmed, provider ref re_C1)")
+	out = mustEffects(t, "show", "invoice:C1:refund")
+	assert.Contains(t, out, "compensates: payment.collect / invoice:C1 (compensated)")
 }

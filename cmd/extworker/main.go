@@ -3,7 +3,7 @@
 //	extworker run     run the worker for the built-in demo topics until SIGINT/SIGTERM
 //	extworker demo    deploy the demo process, start instances, run the worker until they finish, print a summary
 //	extworker migrate apply the effect ledger's migrations
-//	extworker effects list|show|resolve|prune   inspect and settle side effects
+//	extworker effects list|show|resolve|resolutions|approve|reject|prune   inspect and settle side effects
 //	extworker version print the engine's version (a connectivity check)
 //	extworker config  print the effective configuration, secrets masked (--json)
 //
@@ -27,11 +27,13 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"github.com/extworker/extworker/internal/termsafe"
 )
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "extworker:", err)
+		fmt.Fprintln(os.Stderr, "extworker:", termsafe.String(err.Error()))
 		var ce configError
 		if errors.As(err, &ce) {
 			os.Exit(exitConfig) // retrying cannot help: a supervisor may stop restarting
@@ -46,7 +48,7 @@ commands:
   run       run the worker for the demo topics until SIGINT or SIGTERM
   demo      deploy the demo process, start instances, work them off, print a summary
   migrate   apply the effect ledger's database migrations
-  effects   list | show KEY | resolve KEY --as confirmed|rejected ... | prune: the effect ledger
+  effects   list | show KEY | resolve KEY --as confirmed|rejected|retry ... | resolutions | approve ID | reject ID | prune
   version   print the engine's version
   config    print the effective configuration, secrets masked [--json]
 
@@ -98,7 +100,9 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	case "migrate":
 		return migrate(ctx, cfg, stdout)
 	case "effects":
-		return runEffects(ctx, cfg, logger, args[1:], stdout, stderr)
+		// Keys, provider and incident messages come from outside: nothing they carry
+		// reaches the operator's terminal as an escape sequence.
+		return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 	case "version":
 		c, err := newClient(cfg, logger)
 		if err != nil {
