@@ -122,6 +122,7 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 			Scope:   demoScope,
 			Key:     "invoice:" + invoice + ":v1",
 			Request: map[string]any{"invoice": invoice, "amountCents": amount},
+			Amount:  amount, // for the two-person rule's threshold
 			Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: t.ProcessInstanceID(), BusinessKey: t.BusinessKey()},
 		}, idempotency.Effect{
 			Dispatch: func(ctx context.Context, key string) (idempotency.Result, error) {

@@ -35,6 +35,9 @@ var legal = map[[2]idempotency.State]bool{
 	{idempotency.StateUnknown, idempotency.StateConfirmed}:       true, // operator
 	{idempotency.StateOperatorHold, idempotency.StateConfirmed}:  true, // operator
 	{idempotency.StateOperatorHold, idempotency.StateRejected}:   true, // operator
+	{idempotency.StateOperatorHold, idempotency.StatePrepared}:   true, // operator: retry
+	{idempotency.StateConfirmed, idempotency.StateCompensated}:   true, // its compensating intent confirmed
+	{idempotency.StateReconciled, idempotency.StateCompensated}:  true,
 }
 
 // Legal reports whether an event from -> to is a transition of the state machine.
