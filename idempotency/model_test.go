@@ -96,6 +96,9 @@ func TestLedgerStateMachine(t *testing.T) {
 				}
 				ref, ok := p.effects[r.ProviderKey]
 				res := idempotency.Resolution{As: idempotency.StateRejected, Reason: "checked", Operator: "model"}
+				if !ok && rapid.Bool().Draw(rt, "retry") {
+					res.As = idempotency.StatePrepared // the provider never got it: send it again
+				}
 				if ok {
 					res = idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: ref, Reason: "checked", Operator: "model"}
 				}
