@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -43,6 +44,16 @@ type TokenSource interface {
 	Token(ctx context.Context) (string, error)
 }
 
+// TokenInvalidator is implemented by a TokenSource that caches its tokens. When the engine
+// answers 401 to a request carrying a token from such a source, the client calls
+// InvalidateToken with that token, takes a fresh one from the source and sends the request
+// once more; a second 401 is returned as ErrUnauthorized. The source should drop its
+// cached token only if it is still the one passed (concurrent requests may all report the
+// same rejected token, and the first of them may already have fetched a fresh one).
+type TokenInvalidator interface {
+	InvalidateToken(token string)
+}
+
 // TokenSourceFunc adapts a function to TokenSource.
 type TokenSourceFunc func(ctx context.Context) (string, error)
 
@@ -58,8 +69,14 @@ type Config struct {
 	Password string
 	// BearerToken is a static bearer token. Ignored when TokenSource is set.
 	BearerToken string
-	// TokenSource supplies a bearer token per request.
+	// TokenSource supplies a bearer token per request. If it implements TokenInvalidator,
+	// a 401 answer invalidates the token and the request is sent once more with a new one.
 	TokenSource TokenSource
+	// AllowPlaintextAuth allows credentials (Username/Password, BearerToken, TokenSource)
+	// over plain http:// to a host other than loopback (127.0.0.0/8, ::1, localhost), where
+	// anyone on the path can read them. Without it, Validate refuses that configuration;
+	// with it, New logs a warning.
+	AllowPlaintextAuth bool
 	// Headers are added to every request (e.g. a tenant or routing header).
 	Headers map[string]string
 	// TLS configures HTTPS: a custom CA pool, client certificates, server name. Nil uses
@@ -128,6 +145,10 @@ func (c Config) Validate() error {
 	if c.Username != "" && (c.BearerToken != "" || c.TokenSource != nil) {
 		errs = append(errs, errors.New("Username and a bearer token (BearerToken or TokenSource) are both set: choose one"))
 	}
+	if err == nil && c.plaintextAuth(u) && !c.AllowPlaintextAuth {
+		errs = append(errs, fmt.Errorf("BaseURL %q: %s over plain http would travel in clear to a host that is not loopback: "+
+			"use https, or set AllowPlaintextAuth", u.Redacted(), c.credentials()))
+	}
 	if c.HTTPClient != nil && c.HTTPClient.Timeout != 0 {
 		errs = append(errs, errors.New("HTTPClient.Timeout must be zero: timeouts come from Timeout and LongPollMargin"))
 	}
@@ -135,6 +156,35 @@ func (c Config) Validate() error {
 		return fmt.Errorf("camunda7 config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// credentials names the credentials c sends, for messages; "" when none.
+func (c Config) credentials() string {
+	switch {
+	case c.Username != "":
+		return "basic auth (Username, Password)"
+	case c.TokenSource != nil:
+		return "the bearer token (TokenSource)"
+	case c.BearerToken != "":
+		return "the bearer token (BearerToken)"
+	}
+	return ""
+}
+
+// plaintextAuth reports whether c sends credentials over plain http to a host that is not
+// loopback.
+func (c Config) plaintextAuth(u *url.URL) bool {
+	return c.credentials() != "" && u.Scheme == "http" && !isLoopbackHost(u.Hostname())
+}
+
+// isLoopbackHost reports whether host (no port, no brackets) is localhost or a loopback IP
+// address: traffic to it does not leave the machine.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Client talks to one engine's REST API. It is safe for concurrent use.
@@ -171,9 +221,11 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.Username != "" {
 		rc.SetBasicAuth(cfg.Username, cfg.Password)
-		if strings.HasPrefix(cfg.BaseURL, "http://") {
-			cfg.Logger.Warn("basic auth over plain HTTP sends the password in clear; use https", slog.String("base_url", cfg.BaseURL))
-		}
+	}
+	if u, err := url.Parse(cfg.BaseURL); err == nil && cfg.plaintextAuth(u) {
+		// Validate refused it unless AllowPlaintextAuth is set.
+		cfg.Logger.Warn(cfg.credentials()+" over plain HTTP travels in clear (AllowPlaintextAuth); use https",
+			slog.String("base_url", u.Redacted()))
 	}
 	if cfg.BearerToken != "" && cfg.TokenSource == nil {
 		rc.SetAuthToken(cfg.BearerToken)
@@ -265,31 +317,54 @@ func (c *Client) do(ctx context.Context, k call) error {
 			}
 		},
 	})
-	req := c.rc.R().SetContext(ctx)
-	if k.query != nil {
-		req.SetQueryParamsFromValues(k.query)
-	}
-	if payload != nil {
-		req.SetHeader("Content-Type", contentType).SetBody(payload)
-	}
-	if _, text := k.out.(*string); text {
-		// errorDetails is text/plain; asked for as JSON, the engine answers 406.
-		req.SetHeader("Accept", "text/plain, application/json")
-	}
-	if c.cfg.TokenSource != nil {
-		tok, err := c.cfg.TokenSource.Token(ctx)
+	inv, _ := c.cfg.TokenSource.(TokenInvalidator)
+	var resp *resty.Response
+	var start time.Time
+	for attempt := 1; ; attempt++ {
+		req := c.rc.R().SetContext(ctx)
+		if k.query != nil {
+			req.SetQueryParamsFromValues(k.query)
+		}
+		if payload != nil {
+			req.SetHeader("Content-Type", contentType).SetBody(payload)
+		}
+		if _, text := k.out.(*string); text {
+			// errorDetails is text/plain; asked for as JSON, the engine answers 406.
+			req.SetHeader("Accept", "text/plain, application/json")
+		}
+		var tok string
+		if c.cfg.TokenSource != nil {
+			var err error
+			if tok, err = c.cfg.TokenSource.Token(ctx); err != nil {
+				what := "get bearer token"
+				if attempt > 1 {
+					what = "get a new bearer token after the engine rejected one (401)"
+				}
+				return &TransportError{Op: k.op, Err: fmt.Errorf("%s: %w", what, err)}
+			}
+			req.SetAuthToken(tok)
+		}
+		start = time.Now()
+		wrote.Store(false)
+		var err error
+		resp, err = req.Execute(k.method, k.path)
 		if err != nil {
-			return &TransportError{Op: k.op, Err: fmt.Errorf("get bearer token: %w", err)}
+			if resp != nil && resp.RawBody() != nil {
+				resp.RawBody().Close()
+			}
+			return &TransportError{Op: k.op, Sent: wrote.Load(), Err: err}
 		}
-		req.SetAuthToken(tok)
-	}
-	start := time.Now()
-	resp, err := req.Execute(k.method, k.path)
-	if err != nil {
-		if resp != nil && resp.RawBody() != nil {
-			resp.RawBody().Close()
+		if attempt > 1 || inv == nil || resp.StatusCode() != http.StatusUnauthorized {
+			break
 		}
-		return &TransportError{Op: k.op, Sent: wrote.Load(), Err: err}
+		// A cached token the engine no longer accepts (revoked, or the engine's keys
+		// rotated before it expired): the request was refused before anything was done,
+		// so it is sent once more with a fresh token.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.RawBody(), 64<<10))
+		resp.RawBody().Close()
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "engine rejected the bearer token; fetching a new one",
+			slog.String("op", k.op), slog.Int("status", resp.StatusCode()), slog.Duration("took", time.Since(start)))
+		inv.InvalidateToken(tok)
 	}
 	raw := resp.RawBody()
 	defer raw.Close()
@@ -314,7 +389,7 @@ func (c *Client) do(ctx context.Context, k call) error {
 	if ok {
 		return decodeAnswer(k, status, ctype, data)
 	}
-	err = answerError(k, status, ctype, data)
+	err := answerError(k, status, ctype, data)
 	switch e := err.(type) {
 	case *Error:
 		e.RetryAfter = retryAfter

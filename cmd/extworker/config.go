@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/kelseyhightower/envconfig"
@@ -44,6 +46,11 @@ type config struct {
 	EngineOAuthClientID     string   `envconfig:"ENGINE_OAUTH_CLIENT_ID"`
 	EngineOAuthClientSecret string   `envconfig:"ENGINE_OAUTH_CLIENT_SECRET" secret:"true"`
 	EngineOAuthScopes       []string `envconfig:"ENGINE_OAUTH_SCOPES"` // comma-separated
+	// EngineAllowPlaintextAuth allows credentials over plain http:// to a host that is not
+	// loopback: the password or token to EXTWORKER_ENGINE_URL, the OAuth2 client secret to
+	// EXTWORKER_ENGINE_OAUTH_TOKEN_URL. Without it that is a configuration problem; with it,
+	// a warning at start.
+	EngineAllowPlaintextAuth bool `envconfig:"ENGINE_ALLOW_PLAINTEXT_AUTH"`
 	// HTTPS to the engine (and to the token endpoint): a CA bundle replacing the system
 	// roots, a client certificate.
 	EngineCAFile   string        `envconfig:"ENGINE_CA_FILE"`
@@ -52,7 +59,8 @@ type config struct {
 	EngineTimeout  time.Duration `envconfig:"ENGINE_TIMEOUT" default:"30s"`
 
 	// DatabaseURL is the ledger's PostgreSQL (pgx URL; TLS with sslmode=verify-full and
-	// sslrootcert=..., client certificates with sslcert/sslkey).
+	// sslrootcert=..., client certificates with sslcert/sslkey). Without sslmode, a host
+	// that is not loopback or a unix socket gets verify-full (databaseConfig).
 	DatabaseURL     string `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker" secret:"url"`
 	LedgerNamespace string `envconfig:"LEDGER_NAMESPACE" default:"default"`
 	// LedgerLease is how long one attempt owns an intent; it must leave a provider call
@@ -384,6 +392,11 @@ func (c config) authProblems() []error {
 		} else if err := checkHTTPURL(c.EngineOAuthTokenURL); err != nil {
 			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s: %w", redactedURL(c.EngineOAuthTokenURL), err))
 		}
+		if plaintextAuthURL(c.EngineOAuthTokenURL) && !c.EngineAllowPlaintextAuth {
+			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s is plain http to a host that is not loopback: "+
+				"the client secret (EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET) would travel in clear; use https, "+
+				"or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true", redactedURL(c.EngineOAuthTokenURL)))
+		}
 		if c.EngineOAuthClientID == "" {
 			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_CLIENT_ID is required for OAuth2 client credentials"))
 		}
@@ -391,7 +404,36 @@ func (c config) authProblems() []error {
 			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET (or EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE) is required for OAuth2 client credentials"))
 		}
 	}
+	if len(methods) == 1 && plaintextAuthURL(c.EngineURL) && !c.EngineAllowPlaintextAuth {
+		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s is plain http to a host that is not loopback: %s would travel in clear; "+
+			"use https, or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true", redactedURL(c.EngineURL), plaintextSecrets[methods[0]]))
+	}
 	return errs
+}
+
+// plaintextSecrets names what each authentication method sends to the engine, for messages.
+var plaintextSecrets = map[string]string{
+	"basic":  "the password (EXTWORKER_ENGINE_PASSWORD)",
+	"bearer": "the bearer token (EXTWORKER_ENGINE_TOKEN)",
+	"oauth2": "the OAuth2 access token",
+}
+
+// plaintextAuthURL reports whether raw is a plain http:// URL to a host that is not
+// loopback: credentials sent there can be read on the way. A URL that does not parse is
+// not one (checkHTTPURL reports it).
+func plaintextAuthURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname())
+}
+
+// loopbackHost reports whether host (no port, no brackets) is localhost or a loopback IP
+// address: traffic to it does not leave the machine.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // checkHTTPURL accepts an absolute http or https URL.
@@ -417,10 +459,102 @@ func checkDatabaseURL(dsn string) error {
 	if mode, ok := dsnParam(dsn, "sslmode"); ok && !slices.Contains(sslModes, mode) {
 		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: sslmode %q: want one of %s", redactedURL(dsn), mode, strings.Join(sslModes, ", "))
 	}
-	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+	if _, err := databaseConfig(dsn); err != nil {
 		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: %s", redactedURL(dsn), scrub(err.Error(), dsnSecrets(dsn)...))
 	}
 	return nil
+}
+
+// databaseConfig parses EXTWORKER_DATABASE_URL for pgx. When neither the URL (sslmode, or
+// its URL alias ssl) nor PGSSLMODE chooses a TLS mode and a host is not loopback or a unix
+// socket, the URL gets sslmode=verify-full: pgx's default, prefer, neither verifies the
+// server nor refuses plaintext when TLS fails, so anyone on the path could read the
+// ledger's traffic or pose as the database. An explicit sslmode is honoured
+// (databaseTLSWarning warns of the weak ones).
+func databaseConfig(dsn string) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil || sslModeChoice(dsn) != "" || localDatabase(pcfg.ConnConfig.Config) {
+		return pcfg, err
+	}
+	return pgxpool.ParseConfig(withSSLMode(dsn, "verify-full"))
+}
+
+// sslModeChoice names what chooses the TLS mode, for messages: "sslmode=require" (or the
+// URL alias "ssl=true") in dsn, or "PGSSLMODE=require" in the environment; "" when nothing
+// does and pgx's default applies.
+func sslModeChoice(dsn string) string {
+	if v, ok := dsnParam(dsn, "sslmode"); ok {
+		return "sslmode=" + v
+	}
+	if v, ok := dsnParam(dsn, "ssl"); ok {
+		return "ssl=" + v
+	}
+	if v := os.Getenv("PGSSLMODE"); v != "" {
+		return "PGSSLMODE=" + v
+	}
+	return ""
+}
+
+// withSSLMode adds sslmode=mode to a connection URL or key=value string that has none.
+func withSSLMode(dsn, mode string) string {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " sslmode=" + mode
+	}
+	frag := ""
+	if i := strings.IndexByte(dsn, '#'); i >= 0 {
+		dsn, frag = dsn[:i], dsn[i:]
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "sslmode=" + mode + frag
+}
+
+// databaseHosts lists the hosts pgx will try, with the TLS configuration of each attempt
+// (nil: plaintext).
+func databaseHosts(cc pgconn.Config) []*pgconn.FallbackConfig {
+	return append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...)
+}
+
+// isLocalDatabaseHost reports whether a pgx host is a unix socket or loopback.
+func isLocalDatabaseHost(h *pgconn.FallbackConfig) bool {
+	network, _ := pgconn.NetworkAddress(h.Host, h.Port)
+	return network == "unix" || loopbackHost(h.Host)
+}
+
+// localDatabase reports whether every host pgx will try is a unix socket or loopback.
+func localDatabase(cc pgconn.Config) bool {
+	for _, h := range databaseHosts(cc) {
+		if !isLocalDatabaseHost(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// databaseTLSWarning describes how an explicitly chosen sslmode leaves the connection to a
+// host that is not loopback open (plaintext, or TLS without verifying the server), or
+// returns "" when it does not. It names the host and the mode, never the URL's secrets.
+func databaseTLSWarning(dsn string, pcfg *pgxpool.Config) string {
+	choice := sslModeChoice(dsn)
+	if choice == "" {
+		choice = "its TLS settings" // a service file's, say
+	}
+	var unverified string
+	for _, h := range databaseHosts(pcfg.ConnConfig.Config) {
+		switch {
+		case isLocalDatabaseHost(h):
+		case h.TLSConfig == nil: // disable, or the fallback of allow and prefer
+			return fmt.Sprintf("EXTWORKER_DATABASE_URL: %s lets the connection to the ledger database at %s go without TLS: "+
+				"anyone on the path can read and change it; use sslmode=verify-full (sslrootcert= for a private CA)", choice, h.Host)
+		case h.TLSConfig.InsecureSkipVerify && h.TLSConfig.VerifyPeerCertificate == nil && unverified == "": // require
+			unverified = fmt.Sprintf("EXTWORKER_DATABASE_URL: %s encrypts the connection to the ledger database at %s but does not "+
+				"verify the server's certificate: anyone on the path can pose as the database; use sslmode=verify-full "+
+				"(sslrootcert= for a private CA)", choice, h.Host)
+		}
+	}
+	return unverified
 }
 
 func newLogger(c config, w io.Writer) *slog.Logger {
@@ -443,13 +577,23 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 
 func newClient(c config, logger *slog.Logger) (*camunda7.Client, error) {
 	cc := camunda7.Config{BaseURL: c.EngineURL, Username: c.EngineUser, Password: c.EnginePassword,
-		BearerToken: c.EngineToken, Timeout: c.EngineTimeout, Logger: logger}
+		BearerToken: c.EngineToken, AllowPlaintextAuth: c.EngineAllowPlaintextAuth, Timeout: c.EngineTimeout, Logger: logger}
 	tc, err := c.engineTLS()
 	if err != nil {
 		return nil, err
 	}
 	cc.TLS = tc
 	if c.EngineOAuthTokenURL != "" {
+		if plaintextAuthURL(c.EngineOAuthTokenURL) {
+			if !c.EngineAllowPlaintextAuth {
+				return nil, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s is plain http to a host that is not loopback: "+
+					"set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true to send the client secret in clear", redactedURL(c.EngineOAuthTokenURL))
+			}
+			if logger != nil {
+				logger.Warn("the OAuth2 client secret travels in clear over plain HTTP (EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH); use https",
+					slog.String("token_url", redactedURL(c.EngineOAuthTokenURL)))
+			}
+		}
 		cc.TokenSource = newOAuthTokenSource(c, tc)
 	}
 	return camunda7.New(cc)
@@ -489,6 +633,9 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 	if err != nil {
 		return nil, nil, err
 	}
+	if w := databaseTLSWarning(c.DatabaseURL, pcfg); w != "" {
+		logger.Warn(w)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
@@ -516,7 +663,7 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 
 // ledgerPoolConfig is the ledger pool's configuration: EXTWORKER_DATABASE_URL, capped.
 func ledgerPoolConfig(c config) (*pgxpool.Config, error) {
-	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	pcfg, err := databaseConfig(c.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}
@@ -535,7 +682,11 @@ func ledgerPoolConfig(c config) (*pgxpool.Config, error) {
 
 // migrate applies the ledger's migrations.
 func migrate(ctx context.Context, c config, out io.Writer) error {
-	pool, err := pgxpool.New(ctx, c.DatabaseURL)
+	pcfg, err := databaseConfig(c.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/pem"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -283,4 +287,149 @@ func TestLedgerPoolCap(t *testing.T) {
 	pc, err = ledgerPoolConfig(c)
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, pc.MaxConns)
+}
+
+// assertVerified checks that pgx tries every host of pc over TLS that verifies the server
+// against its name, and never in plaintext.
+func assertVerified(t *testing.T, pc *pgxpool.Config, dsn string) {
+	t.Helper()
+	hosts := databaseHosts(pc.ConnConfig.Config)
+	for _, h := range hosts {
+		if assert.NotNil(t, h.TLSConfig, "%s: host %s without TLS", dsn, h.Host) {
+			assert.False(t, h.TLSConfig.InsecureSkipVerify, "%s: host %s", dsn, h.Host)
+			assert.Nil(t, h.TLSConfig.VerifyPeerCertificate, dsn)
+			assert.Equal(t, h.Host, h.TLSConfig.ServerName, dsn)
+		}
+	}
+	assert.Empty(t, databaseTLSWarning(dsn, pc), dsn)
+}
+
+// EXTWORKER_DATABASE_URL without sslmode to a host that is not loopback is verified TLS
+// (sslmode=verify-full), not pgx's default prefer, which falls back to plaintext and
+// verifies nothing: for the ledger's pool, migrate's and the readiness checks'.
+func TestDatabaseTLSVerifiedByDefault(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	_, _, cert := writeClientCert(t, t.TempDir())
+	ca := writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})))
+	for _, dsn := range []string{
+		"postgres://u:db-s3cret@db.example.com/x",
+		"postgresql://u:db-s3cret@db.example.com:5433/x?application_name=worker&pool_max_conns=4",
+		"postgres://u:db-s3cret@10.1.2.3/x",
+		"postgres://u:db-s3cret@[2001:db8::1]:5432/x",
+		"postgres://u:db-s3cret@127.0.0.1:5432,db.example.com:5432/x",
+		"postgres://u:db-s3cret@db.example.com/x?sslrootcert=" + ca,
+		"host=db.example.com user=u password=db-s3cret dbname=x",
+	} {
+		pc, err := ledgerPoolConfig(config{DatabaseURL: dsn, LedgerMaxConns: 10})
+		require.NoError(t, err, dsn)
+		assertVerified(t, pc, dsn)
+		pc, err = databaseConfig(dsn) // migrate and openOpsPool
+		require.NoError(t, err, dsn)
+		assertVerified(t, pc, dsn)
+		require.NoError(t, checkDatabaseURL(dsn), dsn)
+		if strings.Contains(dsn, "sslrootcert") {
+			assert.NotNil(t, pc.ConnConfig.TLSConfig.RootCAs, "sslrootcert is kept")
+		}
+	}
+	pc, err := ledgerPoolConfig(config{DatabaseURL: "postgresql://u:p@db.example.com:5433/x?pool_max_conns=4", LedgerMaxConns: 10})
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, pc.MaxConns, "the URL's other parameters still apply")
+	assert.Equal(t, uint16(5433), pc.ConnConfig.Port)
+}
+
+// Loopback hosts and unix sockets keep pgx's default (the local test database has no TLS).
+func TestDatabaseTLSLoopbackKeepsDefault(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, dsn := range []string{
+		"postgres://extworker:extworker@127.0.0.1:5432/extworker",
+		"postgres://u:p@localhost/x",
+		"postgres://u:p@[::1]:5432/x",
+		"postgres://u:p@127.0.0.1,localhost/x",
+		"host=/var/run/postgresql user=u dbname=x",
+	} {
+		want, err := pgxpool.ParseConfig(dsn)
+		require.NoError(t, err)
+		got, err := databaseConfig(dsn)
+		require.NoError(t, err, dsn)
+		wantHosts, gotHosts := databaseHosts(want.ConnConfig.Config), databaseHosts(got.ConnConfig.Config)
+		require.Len(t, gotHosts, len(wantHosts), dsn)
+		for i := range wantHosts {
+			assert.Equal(t, wantHosts[i].TLSConfig == nil, gotHosts[i].TLSConfig == nil, dsn)
+			if wantHosts[i].TLSConfig != nil {
+				assert.Equal(t, wantHosts[i].TLSConfig.InsecureSkipVerify, gotHosts[i].TLSConfig.InsecureSkipVerify, dsn)
+			}
+		}
+		assert.Empty(t, databaseTLSWarning(dsn, got), dsn)
+	}
+}
+
+// An explicit sslmode (or PGSSLMODE) is honoured; one that skips verification to a host
+// that is not loopback is warned of, naming the mode and the host, never the password.
+func TestDatabaseTLSExplicitModeHonouredAndWarned(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, tc := range []struct {
+		mode      string
+		plaintext bool   // a host is tried without TLS
+		warn      string // "" none
+	}{
+		{"disable", true, "sslmode=disable lets the connection to the ledger database at db.example.com go without TLS"},
+		{"allow", true, "sslmode=allow lets the connection to the ledger database at db.example.com go without TLS"},
+		{"prefer", true, "sslmode=prefer lets the connection to the ledger database at db.example.com go without TLS"},
+		{"require", false, "sslmode=require encrypts the connection to the ledger database at db.example.com but does not verify the server's certificate"},
+		{"verify-ca", false, ""},
+		{"verify-full", false, ""},
+	} {
+		dsn := "postgres://u:db-s3cret@db.example.com/x?sslmode=" + tc.mode
+		pc, err := ledgerPoolConfig(config{DatabaseURL: dsn})
+		require.NoError(t, err, dsn)
+		plain := false
+		for _, h := range databaseHosts(pc.ConnConfig.Config) {
+			plain = plain || h.TLSConfig == nil
+		}
+		assert.Equal(t, tc.plaintext, plain, dsn)
+		w := databaseTLSWarning(dsn, pc)
+		assert.NotContains(t, w, "s3cret")
+		if tc.warn == "" {
+			assert.Empty(t, w, dsn)
+			continue
+		}
+		assert.Contains(t, w, tc.warn)
+		assert.Contains(t, w, "use sslmode=verify-full")
+
+		loopback := "postgres://u:p@127.0.0.1:5432/x?sslmode=" + tc.mode
+		pc, err = databaseConfig(loopback)
+		require.NoError(t, err)
+		assert.Empty(t, databaseTLSWarning(loopback, pc), "no warning for loopback")
+	}
+
+	dsn := "postgres://u:db-s3cret@db.example.com/x?sslmode=disable"
+	pc, err := ledgerPoolConfig(config{DatabaseURL: dsn})
+	require.NoError(t, err)
+	assert.Nil(t, pc.ConnConfig.TLSConfig, "sslmode=disable is honoured")
+	assert.Empty(t, pc.ConnConfig.Fallbacks)
+
+	// PGSSLMODE chooses too (pgx reads it), and is honoured like sslmode.
+	t.Setenv("PGSSLMODE", "require")
+	dsn = "postgres://u:db-s3cret@db.example.com/x"
+	pc, err = databaseConfig(dsn)
+	require.NoError(t, err)
+	require.NotNil(t, pc.ConnConfig.TLSConfig)
+	assert.True(t, pc.ConnConfig.TLSConfig.InsecureSkipVerify)
+	assert.Contains(t, databaseTLSWarning(dsn, pc), "EXTWORKER_DATABASE_URL: PGSSLMODE=require encrypts the connection to the ledger database at db.example.com")
+}
+
+// openLedger logs the warning once, before connecting.
+func TestDatabaseTLSWarningLoggedAtStart(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	// TEST-NET-1: nothing answers; the connection fails after the warning.
+	c := config{DatabaseURL: "postgres://u:db-s3cret@192.0.2.1:1/x?sslmode=require&connect_timeout=1", LedgerMaxConns: 1}
+	_, _, err := openLedger(ctx, c, logger, true)
+	require.Error(t, err)
+	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), logs.String())
+	assert.Contains(t, logs.String(), "sslmode=require encrypts the connection to the ledger database at 192.0.2.1 but does not verify")
+	assert.NotContains(t, logs.String(), "s3cret")
 }

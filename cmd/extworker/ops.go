@@ -59,7 +59,7 @@ func newOpsRegistry() *prometheus.Registry {
 // openOpsPool opens a small pool of its own for the readiness checks, so a busy ledger
 // pool does not make the worker look unready (and the checks do not take its connections).
 func openOpsPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(dbURL)
+	pc, err := databaseConfig(dbURL) // TLS verified by default, as the ledger's
 	if err != nil {
 		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}

@@ -212,8 +212,10 @@ func (c *config) scrubError(err error) error {
 }
 
 // oauthTokenSource fetches OAuth2 client-credentials tokens and caches each until shortly
-// before it expires. Unlike oauth2.ReuseTokenSource it takes the request's context, so
-// fetching a token is cancelled with the request that needed it.
+// before it expires, or until the engine rejects it (InvalidateToken: the camunda7 client
+// then fetches a new one and retries the request once). Unlike oauth2.ReuseTokenSource it
+// takes the request's context, so fetching a token is cancelled with the request that
+// needed it.
 type oauthTokenSource struct {
 	cfg    clientcredentials.Config
 	client *http.Client // for the token endpoint: the engine's TLS settings and timeout
@@ -222,7 +224,10 @@ type oauthTokenSource struct {
 	tok *oauth2.Token
 }
 
-var _ camunda7.TokenSource = (*oauthTokenSource)(nil)
+var (
+	_ camunda7.TokenSource      = (*oauthTokenSource)(nil)
+	_ camunda7.TokenInvalidator = (*oauthTokenSource)(nil)
+)
 
 func newOAuthTokenSource(c config, tc *tls.Config) *oauthTokenSource {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -253,6 +258,17 @@ func (s *oauthTokenSource) Token(ctx context.Context) (string, error) {
 	}
 	s.tok = tok
 	return tok.AccessToken, nil
+}
+
+// InvalidateToken drops the cached token if it is still token, the one the engine
+// rejected, so the next Token fetches a new one. Requests that were sent with the same
+// token and rejected after another request already replaced it leave the new one alone.
+func (s *oauthTokenSource) InvalidateToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tok != nil && s.tok.AccessToken == token {
+		s.tok = nil
+	}
 }
 
 // tokenError is a token the token endpoint did not give.

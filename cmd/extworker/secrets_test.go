@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -185,4 +188,189 @@ func TestOAuthClientCredentials(t *testing.T) {
 	assert.ErrorAs(t, err, &ce)
 	assert.False(t, strings.Contains(err.Error(), "at-1"))
 	_ = camunda7.ErrUnauthorized
+}
+
+// Credentials over plain http:// to a host that is not loopback are a configuration
+// problem naming the variable and EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH, showing no secret:
+// the password or token to EXTWORKER_ENGINE_URL, the OAuth2 client secret to
+// EXTWORKER_ENGINE_OAUTH_TOKEN_URL. Loopback hosts (the test engines, `make demo`), https
+// and no credentials are fine.
+func TestAuthPlaintextHTTPRefused(t *testing.T) {
+	oauth := func(tokenURL string) map[string]string {
+		return map[string]string{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL": tokenURL, "EXTWORKER_ENGINE_OAUTH_CLIENT_ID": "worker",
+			"EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET": "client-s3cret"}
+	}
+	with := func(m map[string]string, k, v string) map[string]string {
+		out := map[string]string{k: v}
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	basic := map[string]string{"EXTWORKER_ENGINE_USER": "worker", "EXTWORKER_ENGINE_PASSWORD": "pw-s3cret"}
+	bearer := map[string]string{"EXTWORKER_ENGINE_TOKEN": "tok-s3cret"}
+	const remote = "http://bpm.example.com/engine-rest"
+	const allow = "use https, or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true"
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string // problems; none: valid
+	}{
+		{"basic", with(basic, "EXTWORKER_ENGINE_URL", remote),
+			[]string{"EXTWORKER_ENGINE_URL " + remote + " is plain http to a host that is not loopback: the password (EXTWORKER_ENGINE_PASSWORD) would travel in clear; " + allow}},
+		{"bearer", with(bearer, "EXTWORKER_ENGINE_URL", "http://ops:url-s3cret@10.0.0.7:8080/engine-rest"),
+			[]string{"EXTWORKER_ENGINE_URL http://***@10.0.0.7:8080/engine-rest is plain http to a host that is not loopback: " +
+				"the bearer token (EXTWORKER_ENGINE_TOKEN) would travel in clear; " + allow}},
+		{"oauth2 token URL", with(oauth("http://idp.example.com/token"), "EXTWORKER_ENGINE_URL", "https://bpm.example.com/engine-rest"),
+			[]string{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL http://idp.example.com/token is plain http to a host that is not loopback: " +
+				"the client secret (EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET) would travel in clear; " + allow}},
+		{"oauth2 engine URL", with(oauth("https://idp.example.com/token"), "EXTWORKER_ENGINE_URL", remote),
+			[]string{"EXTWORKER_ENGINE_URL " + remote + " is plain http to a host that is not loopback: the OAuth2 access token would travel in clear"}},
+		{"oauth2 both", with(oauth("http://idp.example.com/token"), "EXTWORKER_ENGINE_URL", remote),
+			[]string{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL http://idp.example.com/token is plain http", "EXTWORKER_ENGINE_URL " + remote + " is plain http"}},
+		{"basic over loopback", with(basic, "EXTWORKER_ENGINE_URL", "http://127.0.0.1:8081/engine-rest"), nil},
+		{"bearer over localhost", with(bearer, "EXTWORKER_ENGINE_URL", "http://localhost:8080/engine-rest"), nil},
+		{"oauth2 over ::1", with(oauth("http://[::1]:9000/token"), "EXTWORKER_ENGINE_URL", "http://[::1]:8080/engine-rest"), nil},
+		{"basic over https", with(basic, "EXTWORKER_ENGINE_URL", "https://bpm.example.com/engine-rest"), nil},
+		{"no credentials", map[string]string{"EXTWORKER_ENGINE_URL": remote}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			c, err := loadConfig()
+			if tc.want == nil {
+				require.NoError(t, err)
+				var logs bytes.Buffer
+				_, err := newClient(c, slog.New(slog.NewTextHandler(&logs, nil)))
+				require.NoError(t, err)
+				assert.NotContains(t, logs.String(), "WARN", "no warning where nothing travels in clear")
+				return
+			}
+			lines := problemLines(t, err)
+			require.Len(t, lines, len(tc.want), lines)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			assert.NotContains(t, err.Error(), "s3cret")
+
+			// Allowed explicitly: valid, and each plaintext hop is warned of at start.
+			t.Setenv("EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH", "true")
+			c, err = loadConfig()
+			require.NoError(t, err)
+			assert.True(t, c.EngineAllowPlaintextAuth)
+			var logs bytes.Buffer
+			_, err = newClient(c, slog.New(slog.NewTextHandler(&logs, nil)))
+			require.NoError(t, err)
+			assert.Equal(t, len(tc.want), strings.Count(logs.String(), "level=WARN"), logs.String())
+			assert.Contains(t, logs.String(), "over plain HTTP")
+			assert.NotContains(t, logs.String(), "s3cret")
+		})
+	}
+
+	// newClient refuses it too, for a config that was not validated.
+	_, err := newClient(config{EngineURL: "https://bpm.example.com/engine-rest", EngineOAuthTokenURL: "http://idp.example.com/token",
+		EngineOAuthClientID: "worker", EngineOAuthClientSecret: "client-s3cret", EngineTimeout: time.Second}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "EXTWORKER_ENGINE_OAUTH_TOKEN_URL http://idp.example.com/token is plain http")
+	_, err = newClient(config{EngineURL: remote, EngineToken: "tok-s3cret", EngineTimeout: time.Second}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "AllowPlaintextAuth")
+	assert.NotContains(t, err.Error(), "s3cret")
+}
+
+// tokenServer is an OAuth2 token endpoint handing out at-1, at-2, ... each valid for an
+// hour, counting its fetches.
+func tokenServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var fetched atomic.Int32
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := fetched.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": fmt.Sprintf("at-%d", n), "token_type": "Bearer", "expires_in": 3600})
+	}))
+	t.Cleanup(idp.Close)
+	return idp, &fetched
+}
+
+// A 401 to a cached OAuth2 token (revoked, or the engine's keys rotated before it expired)
+// drops it: a new one is fetched, once, and the request sent again succeeds. A 401 to the
+// new token too is rejected credentials, with no loop.
+func TestOAuthTokenRefreshedOn401(t *testing.T) {
+	idp, fetched := tokenServer(t)
+	var engineHits atomic.Int32
+	var accept atomic.Value
+	accept.Store("at-2") // the first token is refused
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		engineHits.Add(1)
+		if r.Header.Get("Authorization") != "Bearer "+accept.Load().(string) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"version":"7.24.0"}`))
+	}))
+	t.Cleanup(engine.Close)
+
+	clearEnv(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", engine.URL+"/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_TOKEN_URL", idp.URL+"/token")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET", "client-s3cret")
+	c, err := loadConfig()
+	require.NoError(t, err)
+	client, err := newClient(c, nil)
+	require.NoError(t, err)
+
+	v, err := client.Version(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "7.24.0", v)
+	assert.EqualValues(t, 2, fetched.Load(), "the token endpoint is asked again once")
+	assert.EqualValues(t, 2, engineHits.Load(), "the request is sent again once")
+
+	_, err = client.Version(t.Context())
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, fetched.Load(), "the new token is cached")
+	assert.EqualValues(t, 3, engineHits.Load())
+
+	// Every token refused: one new token, one resend, then ErrUnauthorized.
+	accept.Store("none")
+	_, err = client.Version(t.Context())
+	require.ErrorIs(t, err, camunda7.ErrUnauthorized)
+	var ce *camunda7.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, http.StatusUnauthorized, ce.StatusCode)
+	assert.EqualValues(t, 3, fetched.Load())
+	assert.EqualValues(t, 5, engineHits.Load())
+
+	// At start that is the rejected-credentials exit, naming the OAuth2 variables.
+	err = checkEngine(t.Context(), c, discardLogger())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rejected the credentials (401): check EXTWORKER_ENGINE_OAUTH_TOKEN_URL")
+	assert.NotContains(t, err.Error(), "s3cret")
+	var cfgErr configError
+	assert.ErrorAs(t, err, &cfgErr)
+	assert.EqualValues(t, 5, fetched.Load(), "checkEngine's client: a token, and one more after the 401")
+	assert.EqualValues(t, 7, engineHits.Load())
+}
+
+// InvalidateToken drops the cached token only if it is the one rejected: requests that
+// were sent with the old token and come back after a new one was fetched leave it alone.
+func TestOAuthInvalidateOnlyRejectedToken(t *testing.T) {
+	idp, fetched := tokenServer(t)
+	s := newOAuthTokenSource(config{EngineOAuthTokenURL: idp.URL + "/token", EngineOAuthClientID: "worker",
+		EngineOAuthClientSecret: "s", EngineTimeout: 5 * time.Second}, nil)
+	tok, err := s.Token(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "at-1", tok)
+	s.InvalidateToken("at-1")
+	tok, err = s.Token(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "at-2", tok)
+	s.InvalidateToken("at-1") // a late 401 to the old token
+	tok, err = s.Token(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "at-2", tok)
+	assert.EqualValues(t, 2, fetched.Load())
 }

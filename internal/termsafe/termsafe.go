@@ -66,11 +66,11 @@ const maxString = 512
 type state uint8
 
 const (
-	normal state = iota
-	escape       // after ESC
-	csi          // ESC [ ... final byte
-	str          // ESC ] / P / X / ^ / _ ... BEL or ESC \
-	strEscape    // ESC inside a string
+	normal    state = iota
+	escape          // after ESC
+	csi             // ESC [ ... final byte
+	str             // ESC ] / P / X / ^ / _ ... BEL or ESC \
+	strEscape       // ESC inside a string
 )
 
 type filter struct {
