@@ -69,9 +69,14 @@ type config struct {
 	// LedgerMaxConns caps the ledger's connection pool, whatever MaxConcurrency is
 	// (pool_max_conns in DatabaseURL wins); see openLedger.
 	LedgerMaxConns int `envconfig:"LEDGER_MAX_CONNS" default:"10"`
-	// LedgerRetention is how long settled intents are kept; `run` prunes older ones hourly.
-	// Unknown and held intents are never pruned. 0 keeps everything.
+	// LedgerRetention is how long settled intents are kept; `run` prunes older ones hourly
+	// into tombstones. Orphaned, unknown and held intents are never pruned. 0 keeps
+	// everything; otherwise at least ProviderWindow plus a day (idempotency.MinRetention).
 	LedgerRetention time.Duration `envconfig:"LEDGER_RETENTION" default:"720h"`
+	// ApprovalThreshold is the two-person rule's (docs/operators.md): an operator's
+	// confirmed or retry verdict on an intent whose amount is above it (minor units), or
+	// not recorded, waits for a second operator's approval.
+	ApprovalThreshold int64 `envconfig:"APPROVAL_THRESHOLD" default:"0"`
 	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
 	ProviderURL string `envconfig:"PROVIDER_URL" secret:"url"`
 	// ProviderWindow is how long the provider keeps idempotency keys (Stripe: 24h). Past
@@ -276,6 +281,17 @@ func (c config) problems() []error {
 	}
 	if ok("EXTWORKER_LEDGER_RETENTION") && c.LedgerRetention < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must not be negative", c.LedgerRetention))
+	}
+	if ok("EXTWORKER_APPROVAL_THRESHOLD") && c.ApprovalThreshold < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_APPROVAL_THRESHOLD %d: must not be negative", c.ApprovalThreshold))
+	}
+	// A settled intent is pruned only once the provider has forgotten its key for a day:
+	// until then its row is what answers a late re-delivery (a tombstone after that).
+	if ok("EXTWORKER_LEDGER_RETENTION") && ok("EXTWORKER_PROVIDER_WINDOW") && c.LedgerRetention > 0 && c.ProviderWindow > 0 {
+		if min := idempotency.MinRetention(c.ProviderWindow); c.LedgerRetention < min {
+			errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must be 0 (keep everything) or at least EXTWORKER_PROVIDER_WINDOW %v plus %v, %v",
+				c.LedgerRetention, c.ProviderWindow, idempotency.PruneMargin, min))
+		}
 	}
 	if ok("EXTWORKER_PROVIDER_TIMEOUT") && c.ProviderTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_TIMEOUT %v: must be positive", c.ProviderTimeout))
@@ -653,7 +669,8 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 			return nil, nil, err
 		}
 	}
-	l, err := idempotency.New(pool, idempotency.Config{Namespace: c.LedgerNamespace, Lease: c.LedgerLease, ProviderWindow: c.ProviderWindow, Logger: logger})
+	l, err := idempotency.New(pool, idempotency.Config{Namespace: c.LedgerNamespace, Lease: c.LedgerLease, ProviderWindow: c.ProviderWindow,
+		ApprovalThreshold: c.ApprovalThreshold, Logger: logger})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

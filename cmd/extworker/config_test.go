@@ -215,6 +215,16 @@ func TestConfigRefusesUnsafeRelations(t *testing.T) {
 		{"negative idle poll interval", map[string]string{"IDLE_POLL_INTERVAL": "-1ms"}, []string{"EXTWORKER_IDLE_POLL_INTERVAL -1ms: must not be negative"}},
 		{"no idle poll interval", map[string]string{"IDLE_POLL_INTERVAL": "0"}, nil},
 		{"no ledger connections", map[string]string{"LEDGER_MAX_CONNS": "0"}, []string{"EXTWORKER_LEDGER_MAX_CONNS 0: must be at least 1"}},
+		// Issue 12, defect 4: a retention that prunes intents the provider may still hold
+		// keys for (EXTWORKER_LEDGER_RETENTION=1h was accepted).
+		{"retention of an hour", map[string]string{"LEDGER_RETENTION": "1h"},
+			[]string{"EXTWORKER_LEDGER_RETENTION 1h0m0s: must be 0 (keep everything) or at least EXTWORKER_PROVIDER_WINDOW 24h0m0s plus 24h0m0s, 48h0m0s"}},
+		{"retention within a long provider window", map[string]string{"LEDGER_RETENTION": "72h", "PROVIDER_WINDOW": "60h"},
+			[]string{"EXTWORKER_LEDGER_RETENTION 72h0m0s: must be 0 (keep everything) or at least EXTWORKER_PROVIDER_WINDOW 60h0m0s plus 24h0m0s"}},
+		{"shortest retention", map[string]string{"LEDGER_RETENTION": "48h"}, nil},
+		{"no pruning", map[string]string{"LEDGER_RETENTION": "0"}, nil},
+		{"negative approval threshold", map[string]string{"APPROVAL_THRESHOLD": "-1"}, []string{"EXTWORKER_APPROVAL_THRESHOLD -1: must not be negative"}},
+		{"approval threshold", map[string]string{"APPROVAL_THRESHOLD": "10000"}, nil},
 		{"long poll longer than the lock", map[string]string{"LONG_POLL": "1m", "LOCK_DURATION": "20s"}, nil},
 		{"engine timeout shorter than the long poll", map[string]string{"ENGINE_TIMEOUT": "5s", "LONG_POLL": "20s"}, nil},
 	} {
