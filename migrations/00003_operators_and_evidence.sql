@@ -92,8 +92,11 @@ BEGIN
     RETURN NEW;
 END $$;
 -- +goose StatementEnd
+-- The WHEN clause keeps the function off the workers' hot path: it runs only for rows
+-- leaving operator hold.
 CREATE TRIGGER extworker_intents_guard_operator_hold BEFORE UPDATE OF state ON extworker_intents
-    FOR EACH ROW EXECUTE FUNCTION extworker_guard_operator_hold();
+    FOR EACH ROW WHEN (OLD.state = 'operator_hold' AND NEW.state <> 'operator_hold')
+    EXECUTE FUNCTION extworker_guard_operator_hold();
 
 -- Prune, in one batch: settled intents (never orphaned ones, never unsettled ones) last
 -- changed before p_older_than ago become tombstones; their events stay. It runs with its
