@@ -40,9 +40,12 @@ down:
 
 # -timeout: cmd/extworker runs the fault tiers at the shipped defaults (20s locks and long
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
+# -tags failpoints: the crash tests' worker binaries and the failpoint package's own tests
+# (the production build has no failpoints, see failpoint's package comment).
 test: up
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 45m $(GOTESTFLAGS) ./...
+	$(GO) vet -tags failpoints ./...
+	$(GO) test -race -count=1 -timeout 45m -tags failpoints $(GOTESTFLAGS) ./...
 
 # make demo KILLER=1: the same demo invoices served by 3 worker processes that a killer
 # SIGKILLs at random and at the ledger's crash points (the soak harness, small and
@@ -65,8 +68,9 @@ endif
 # soak-short and soak-defaults run in CI (.ci/run); soak (the long short-timeouts tier)
 # by hand.
 SOAK_SEED ?= $(shell date +%s)
+# The soak's workers: a test build, with the failpoints its killer fires.
 bin/extworker: FORCE
-	$(GO) build -o bin/extworker ./cmd/extworker
+	$(GO) build -tags failpoints -o bin/extworker ./cmd/extworker
 FORCE:
 soak-short: up bin/extworker
 	$(GO) run ./cmd/extworker-soak -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
@@ -78,6 +82,16 @@ soak: up bin/extworker
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags failpoints ./...
+
+# The production packages build for Windows and macOS, and go.mod is tidy (CI runs both).
+PROD_PKGS = ./camunda7/... ./lockext/... ./tasks/... ./idempotency/... ./failure/... ./migrations/... ./metrics/... ./failpoint/... ./cmd/extworker/
+.PHONY: cross tidy-check
+cross:
+	GOOS=windows GOARCH=amd64 $(GO) build $(PROD_PKGS)
+	GOOS=darwin GOARCH=arm64 $(GO) build $(PROD_PKGS)
+tidy-check:
+	$(GO) mod tidy -diff
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

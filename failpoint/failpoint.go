@@ -6,18 +6,12 @@
 //	EXTWORKER_FAILPOINTS=after-dispatch-mark          kill at the first hit
 //	EXTWORKER_FAILPOINTS=before-complete@3,in-extension   kill at the third hit of one, the first of the other
 //
-// With the variable unset, Inject costs one atomic load and a branch (BenchmarkDisabled),
-// so the points stay compiled into the production binary, where they are inert.
+// The points exist only in builds with the failpoints tag (go build -tags failpoints,
+// on Unix): the crash tests, the fault matrix and the soak build their workers that way
+// (make test and the soak targets pass it). In every other build Inject is an empty
+// function the compiler removes, Enabled is false, and the production binary contains
+// no way to kill itself (TestProductionBinaryHasNoFailpoints).
 package failpoint
-
-import (
-	"os"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
-)
 
 // Env is the variable that enables failpoints.
 const Env = "EXTWORKER_FAILPOINTS"
@@ -31,47 +25,3 @@ const (
 	BeforeComplete      = "before-complete"       // the completion is about to be sent
 	InExtension         = "in-extension"          // a lock extension is about to be sent
 )
-
-var (
-	once    sync.Once
-	active  atomic.Bool
-	mu      sync.Mutex
-	targets map[string]int // point -> the hit that kills
-	hits    map[string]int
-)
-
-func load() {
-	spec := os.Getenv(Env)
-	if spec == "" {
-		return
-	}
-	targets, hits = map[string]int{}, map[string]int{}
-	for _, p := range strings.Split(spec, ",") {
-		name, nth, _ := strings.Cut(strings.TrimSpace(p), "@")
-		n, err := strconv.Atoi(nth)
-		if err != nil || n < 1 {
-			n = 1
-		}
-		if name != "" {
-			targets[name] = n
-		}
-	}
-	active.Store(len(targets) > 0)
-}
-
-// Inject kills the process if point is enabled and this is the hit it names.
-func Inject(point string) {
-	once.Do(load)
-	if !active.Load() {
-		return
-	}
-	mu.Lock()
-	n, ok := targets[point]
-	hits[point]++
-	kill := ok && hits[point] == n
-	mu.Unlock()
-	if kill {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
-	}
-}

@@ -1,3 +1,5 @@
+//go:build failpoints && unix
+
 package failpoint
 
 import (

@@ -31,7 +31,8 @@ var (
 	buildOut  []byte
 )
 
-// buildBinary builds the extworker binary once per test run.
+// buildBinary builds the extworker binary once per test run, with the failpoints the
+// fault matrix kills workers at (a test build: the production binary has none).
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -41,7 +42,7 @@ func buildBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "extworker")
-		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		buildOut, buildErr = exec.Command("go", "build", "-tags", "failpoints", "-o", binPath, ".").CombinedOutput()
 	})
 	require.NoError(t, buildErr, "go build: %s", buildOut)
 	return binPath
