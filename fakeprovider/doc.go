@@ -3,8 +3,8 @@
 // (Stripe, the IETF draft, Brandur's demo), forgets keys after a retention on a virtual
 // clock, offers a lagging business-key search, injects scripted faults, and records
 // every request in a Jepsen-style history. The demo, the crash-point tests and the soak
-// charge through it. The specification is reliability.md §4.3; the matrix rows it serves
-// are in §4.4.
+// charge through it (docs/reliability.md, The fake provider); the matrix rows it serves
+// are in the same document's Scenario matrix.
 //
 // # Endpoints
 //

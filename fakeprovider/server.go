@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Dialect is how the provider's idempotency layer answers conflicts (reliability.md §1.3).
+// Dialect is how the idempotency layer answers conflicts (docs/reliability.md, Dialects).
 type Dialect string
 
 // The three dialects. They differ in the status of a key reused with a different body

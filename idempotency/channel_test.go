@@ -18,7 +18,7 @@ import (
 	"github.com/extworker/extworker/tasks"
 )
 
-// N1 (reliability.md §4.4): an email whose answer is lost after it was sent. Whether it
+// N1 (docs/reliability.md, Scenario matrix): an email sent, its answer lost. Whether it
 // may be sent again is a choice per effect type, made explicit by the Effect:
 //
 //   - the provider dedupes by Idempotency-Key: the ledger reconciles by replaying the

@@ -36,7 +36,7 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// Rows W2, L1, D1 and O1 of the scenario matrix (reliability.md §4.4), each with real
+// Rows W2, L1, D1 and O1 (docs/reliability.md, Scenario matrix), each with real
 // worker processes of the binary (`extworker run`, the demo handlers charging through the
 // effect ledger), the real engine, the real PostgreSQL and the fake provider. Workers are
 // frozen with SIGSTOP and thawed with SIGCONT to make locks expire under a handler that

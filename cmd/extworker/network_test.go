@@ -26,7 +26,7 @@ import (
 // the oracle after each run.
 //
 // They run against the engine with REST authentication (`make up`'s second engine, its
-// own database): the harness of reliability.md §4.2 has authentication on, and it keeps
+// own database), as the harness does (docs/reliability.md, The harness); that also keeps
 // them apart from the other fault tests, which run their workers on the first engine.
 // Every worker binary serves the demo topics, so no other demo worker may run against
 // the same engine meanwhile; netCollectTask fails, naming the cause, if one took a task.

@@ -17,7 +17,7 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// The provider-side rows of the matrix (reliability.md §4.4): answers slower than the
+// The provider-side rows (docs/reliability.md, Scenario matrix): answers slower than the
 // client, 500s the provider stores, 409 in use, a mismatch that reaches the provider in
 // every dialect, retries past the idempotency window with and without a business search,
 // the search's index lag, and an instance cancelled while its charge is in flight. Each

@@ -1,4 +1,4 @@
-// Package oracle checks the effect ledger's invariants (reliability.md §4.1), the same
+// Package oracle checks the ledger invariants (docs/reliability.md, Invariants), the same
 // way for the crash-point scenarios, the model-based test and the soak, and returns
 // every violation it finds. Check looks at one business intent (I1, I4-I8): the fake
 // provider's record, the ledger row and its events, and the engine's result. The others

@@ -14,7 +14,7 @@ import (
 	"github.com/extworker/extworker/internal/oracle"
 )
 
-// Canary secrets planted in every run (reliability.md §4.1, I9): the engine password
+// Canaries planted in each run (I9, docs/reliability.md, Invariants): the engine password
 // (the engine on 8080 ignores it, so it only travels), a provider API token in the
 // provider URL, a password in the ledger database URL (sslpassword, unused without a
 // client key), and personal data in a process variable no handler fetches. None of them

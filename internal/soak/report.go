@@ -19,7 +19,7 @@ import (
 	"github.com/extworker/extworker/idempotency"
 )
 
-// report is the Jepsen-style account of one run (reliability.md §4.6): what was
+// report is the Jepsen-style account of one run (docs/reliability.md, The soak): what was
 // injected, what the system did, which invariants held, and where the history is.
 type report struct {
 	res        *Result

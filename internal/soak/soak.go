@@ -1,4 +1,4 @@
-// Package soak runs the seeded SIGKILL soak (reliability.md §4.6): several real worker
+// Package soak runs the seeded SIGKILL soak (docs/reliability.md, The soak): real worker
 // processes serve the demo topics while a killer SIGKILLs them at random and failpoints
 // kill them at the ledger's crash points, PostgreSQL and the engine restart, toxiproxy
 // windows slow and cut the workers' link to the fake provider, and the provider itself
@@ -198,7 +198,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		return res, err
 	}
 
-	// The provider's fault mix (§4.6), drawn per charge request from the run's seed;
+	// The provider's fault mix (docs/reliability.md, The soak), per charge request, seeded;
 	// declines are planted by amount below. The delay outlasts the lock and the point
 	// where the worker gives up on the call (Timing.ProviderDelay), so the worker gives up
 	// on an answer the provider then commits.

@@ -72,7 +72,7 @@ type window struct {
 	at, span time.Duration
 }
 
-// toxicWindows are the soak's network faults (reliability.md §4.6): 10 s of 500 ms
+// toxicWindows are the network faults (docs/reliability.md, The soak): 10 s of 500 ms
 // latency and 5 s of reset_peer on the workers' link to the provider, and, when asked,
 // a window of latency on their link to the engine; each at a seeded time within the
 // first three quarters of the kill phase, so they overlap the kills and the restarts.
