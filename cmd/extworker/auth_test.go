@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -27,10 +28,10 @@ func TestAuthEngineRightCredentials(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
 	t.Setenv("EXTWORKER_ENGINE_USER", testenv.AuthEngineUser)
 	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", testenv.AuthEnginePassword+"\n"))
-	cfg, err := loadConfig()
+	cfg, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	require.NoError(t, checkEngine(ctx, cfg, discardLogger()))
-	c, err := newClient(cfg, discardLogger())
+	require.NoError(t, daemon.CheckEngine(ctx, cfg, discardLogger()))
+	c, err := daemon.NewClient(cfg, discardLogger())
 	require.NoError(t, err)
 	locked, err := c.FetchAndLock(ctx, camunda7.FetchAndLockRequest{WorkerID: testenv.Unique("w"), MaxTasks: 1,
 		AsyncResponseTimeout: 5 * time.Second, Topics: []camunda7.FetchTopic{{TopicName: m.Topic, LockDuration: time.Minute}}})
@@ -91,8 +92,8 @@ func TestRunRejectedCredentials(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 			assert.NotContains(t, err.Error(), "wrong-s3cret")
 			assert.ErrorIs(t, err, camunda7.ErrUnauthorized)
-			var ce configError
-			assert.True(t, errors.As(err, &ce), "main exits with EX_CONFIG (%d)", exitConfig)
+			var ce daemon.ConfigError
+			assert.True(t, errors.As(err, &ce), "main exits with EX_CONFIG (%d)", daemon.ExitConfig)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -23,9 +24,9 @@ import (
 // so that the environment the tests run in does not leak into them.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	var c config
-	var o opsConfig
-	for _, cv := range append(specVars(&c), specVars(&o)...) {
+	var c daemon.Config
+	var o daemon.OpsConfig
+	for _, cv := range append(daemon.SpecVars(&c), daemon.SpecVars(&o)...) {
 		for _, name := range []string{cv.Name, cv.Name + "_FILE"} {
 			if _, ok := os.LookupEnv(name); ok {
 				t.Setenv(name, "") // restored at cleanup
@@ -40,8 +41,8 @@ func clearEnv(t *testing.T) {
 func problemLines(t *testing.T, err error) []string {
 	t.Helper()
 	require.Error(t, err)
-	var ce configError
-	require.ErrorAs(t, err, &ce, "main exits with EX_CONFIG (%d)", exitConfig)
+	var ce daemon.ConfigError
+	require.ErrorAs(t, err, &ce, "main exits with EX_CONFIG (%d)", daemon.ExitConfig)
 	msg, ok := strings.CutPrefix(err.Error(), "configuration: ")
 	require.True(t, ok, err.Error())
 	return strings.Split(msg, "\n")
@@ -70,14 +71,14 @@ func TestConfigListsEveryInvalidVariable(t *testing.T) {
 	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "many")
 	t.Setenv("EXTWORKER_PPROF", "yes")
 	t.Setenv("EXTWORKER_LEDGER_MAX_CONNS", "99999999999999999999")
-	_, err = loadConfig()
+	_, err = daemon.LoadConfig()
 	lines = problemLines(t, err)
 	assert.Contains(t, lines, `EXTWORKER_MAX_CONCURRENCY "many": not a whole number`)
 	assert.Contains(t, lines, `EXTWORKER_PPROF "yes": want true or false`)
 	assert.Contains(t, lines, `EXTWORKER_LEDGER_MAX_CONNS "99999999999999999999": out of range`)
 	assert.Len(t, lines, 5)
 
-	_, err = loadOpsConfig()
+	_, err = daemon.LoadOpsConfig()
 	lines = problemLines(t, err)
 	assert.ElementsMatch(t, []string{
 		`EXTWORKER_PPROF "yes": want true or false`,
@@ -105,7 +106,7 @@ func TestConfigInvalidVariablesExit78(t *testing.T) {
 			err := cmd.Run()
 			var exit *exec.ExitError
 			require.True(t, errors.As(err, &exit), "want an exit status, got %v; stderr:\n%s", err, stderr.String())
-			assert.Equal(t, exitConfig, exit.ExitCode(), stderr.String())
+			assert.Equal(t, daemon.ExitConfig, exit.ExitCode(), stderr.String())
 			for _, v := range []string{"EXTWORKER_LOCK_DURATION", "EXTWORKER_READY_TIMEOUT", "EXTWORKER_MAX_CONCURRENCY"} {
 				assert.Contains(t, stderr.String(), v)
 			}
@@ -120,9 +121,9 @@ func TestConfigInvalidVariablesExit78(t *testing.T) {
 // The shipped defaults pass every check, and reach tasks.Config as documented.
 func TestConfigDefaultsPass(t *testing.T) {
 	clearEnv(t)
-	c, err := loadConfig()
+	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	_, err = loadOpsConfig()
+	_, err = daemon.LoadOpsConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Minute, c.LedgerLease)
 	assert.Equal(t, 10*time.Second, c.ProviderTimeout)
@@ -131,7 +132,7 @@ func TestConfigDefaultsPass(t *testing.T) {
 	assert.Equal(t, 20*time.Second, c.LockDuration)
 	assert.Equal(t, 10, c.LedgerMaxConns)
 
-	w := c.workerConfig(discardLogger())
+	w := c.WorkerConfig(discardLogger())
 	assert.Equal(t, 5*time.Minute, w.ReportRetryFor)
 	assert.Equal(t, time.Second, w.IdlePollInterval)
 	assert.Equal(t, 30*time.Second, w.ShutdownGrace)
@@ -147,9 +148,9 @@ func TestWorkerConfigFromVariables(t *testing.T) {
 	t.Setenv("EXTWORKER_IDLE_POLL_INTERVAL", "250ms")
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "10s")
 	t.Setenv("EXTWORKER_SHUTDOWN_TIMEOUT", "12s")
-	c, err := loadConfig()
+	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	w := c.workerConfig(discardLogger()).WithDefaults()
+	w := c.WorkerConfig(discardLogger()).WithDefaults()
 	assert.Equal(t, 2*time.Minute, w.ReportRetryFor)
 	assert.Equal(t, 250*time.Millisecond, w.IdlePollInterval)
 	assert.Equal(t, 10*time.Second, w.ShutdownGrace)
@@ -157,19 +158,19 @@ func TestWorkerConfigFromVariables(t *testing.T) {
 	require.NoError(t, w.Validate())
 
 	t.Setenv("EXTWORKER_LONG_POLL", "0")
-	c, err = loadConfig()
+	c, err = daemon.LoadConfig()
 	require.NoError(t, err)
-	assert.Equal(t, tasks.NoLongPoll, c.workerConfig(discardLogger()).WithDefaults().AsyncResponseTimeout, "0: no long poll, not the default")
+	assert.Equal(t, tasks.NoLongPoll, c.WorkerConfig(discardLogger()).WithDefaults().AsyncResponseTimeout, "0: no long poll, not the default")
 	require.NoError(t, os.Unsetenv("EXTWORKER_LONG_POLL"))
 
 	t.Setenv("EXTWORKER_REPORT_RETRY_FOR", "0")
 	t.Setenv("EXTWORKER_IDLE_POLL_INTERVAL", "0s")
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "0")
 	require.NoError(t, os.Unsetenv("EXTWORKER_SHUTDOWN_TIMEOUT"))
-	c, err = loadConfig()
+	c, err = daemon.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 15*time.Second, c.ShutdownTimeout, "unset: the grace plus 15s")
-	w = c.workerConfig(discardLogger()).WithDefaults()
+	w = c.WorkerConfig(discardLogger()).WithDefaults()
 	assert.Equal(t, time.Nanosecond, w.ReportRetryFor, "0: no retrying past the minimum attempts")
 	assert.Equal(t, time.Nanosecond, w.IdlePollInterval, "0: no pause")
 	assert.Equal(t, time.Nanosecond, w.ShutdownGrace, "0: no grace")
@@ -178,7 +179,7 @@ func TestWorkerConfigFromVariables(t *testing.T) {
 
 	// Raising the grace alone keeps the timeout beyond it.
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "90s")
-	c, err = loadConfig()
+	c, err = daemon.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 105*time.Second, c.ShutdownTimeout)
 }
@@ -233,10 +234,10 @@ func TestConfigRefusesUnsafeRelations(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv("EXTWORKER_"+k, v)
 			}
-			c, err := loadConfig()
+			c, err := daemon.LoadConfig()
 			if tc.want == nil {
 				require.NoError(t, err)
-				require.NoError(t, c.workerConfig(discardLogger()).WithDefaults().Validate())
+				require.NoError(t, c.WorkerConfig(discardLogger()).WithDefaults().Validate())
 				return
 			}
 			lines := problemLines(t, err)
@@ -254,7 +255,7 @@ func TestConfigUnparsedSkipsRelations(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("EXTWORKER_LEDGER_LEASE", "two minutes")
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "1 minute")
-	_, err := loadConfig()
+	_, err := daemon.LoadConfig()
 	lines := problemLines(t, err)
 	assert.ElementsMatch(t, []string{
 		`EXTWORKER_LEDGER_LEASE "two minutes": not a duration: a number with a unit, such as 500ms, 20s, 2m or 1h`,
@@ -269,7 +270,7 @@ func TestConfigIgnoresUnprefixedVariables(t *testing.T) {
 	t.Setenv("LOCK_DURATION", "abc")
 	t.Setenv("DATABASE_URL", "postgres://other:secret@elsewhere/other")
 	t.Setenv("READY_TIMEOUT", "soon")
-	c, err := loadConfig()
+	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 20*time.Second, c.LockDuration)
 	assert.Equal(t, "postgres://extworker:extworker@127.0.0.1:5432/extworker", c.DatabaseURL)
@@ -278,23 +279,23 @@ func TestConfigIgnoresUnprefixedVariables(t *testing.T) {
 // The ledger's pool is capped by EXTWORKER_LEDGER_MAX_CONNS whatever the concurrency;
 // pool_max_conns in the URL wins.
 func TestLedgerPoolCap(t *testing.T) {
-	c := config{DatabaseURL: "postgres://u:p@db/x", MaxConcurrency: 200, LedgerMaxConns: 10}
-	pc, err := ledgerPoolConfig(c)
+	c := daemon.Config{DatabaseURL: "postgres://u:p@db/x", MaxConcurrency: 200, LedgerMaxConns: 10}
+	pc, err := daemon.LedgerPoolConfig(c)
 	require.NoError(t, err)
 	assert.EqualValues(t, 10, pc.MaxConns)
 
 	c.LedgerMaxConns = 3
-	pc, err = ledgerPoolConfig(c)
+	pc, err = daemon.LedgerPoolConfig(c)
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, pc.MaxConns)
 
 	c.DatabaseURL = "postgres://u:p@db/x?pool_max_conns=7"
-	pc, err = ledgerPoolConfig(c)
+	pc, err = daemon.LedgerPoolConfig(c)
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, pc.MaxConns)
 
 	c.DatabaseURL = "host=db user=u pool_max_conns=5"
-	pc, err = ledgerPoolConfig(c)
+	pc, err = daemon.LedgerPoolConfig(c)
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, pc.MaxConns)
 }
@@ -303,7 +304,7 @@ func TestLedgerPoolCap(t *testing.T) {
 // against its name, and never in plaintext.
 func assertVerified(t *testing.T, pc *pgxpool.Config, dsn string) {
 	t.Helper()
-	hosts := databaseHosts(pc.ConnConfig.Config)
+	hosts := daemon.DatabaseHosts(pc.ConnConfig.Config)
 	for _, h := range hosts {
 		if assert.NotNil(t, h.TLSConfig, "%s: host %s without TLS", dsn, h.Host) {
 			assert.False(t, h.TLSConfig.InsecureSkipVerify, "%s: host %s", dsn, h.Host)
@@ -311,7 +312,7 @@ func assertVerified(t *testing.T, pc *pgxpool.Config, dsn string) {
 			assert.Equal(t, h.Host, h.TLSConfig.ServerName, dsn)
 		}
 	}
-	assert.Empty(t, databaseTLSWarning(dsn, pc), dsn)
+	assert.Empty(t, daemon.DatabaseTLSWarning(dsn, pc), dsn)
 }
 
 // EXTWORKER_DATABASE_URL without sslmode to a host that is not loopback is verified TLS
@@ -330,18 +331,18 @@ func TestDatabaseTLSVerifiedByDefault(t *testing.T) {
 		"postgres://u:db-s3cret@db.example.com/x?sslrootcert=" + ca,
 		"host=db.example.com user=u password=db-s3cret dbname=x",
 	} {
-		pc, err := ledgerPoolConfig(config{DatabaseURL: dsn, LedgerMaxConns: 10})
+		pc, err := daemon.LedgerPoolConfig(daemon.Config{DatabaseURL: dsn, LedgerMaxConns: 10})
 		require.NoError(t, err, dsn)
 		assertVerified(t, pc, dsn)
-		pc, err = databaseConfig(dsn) // migrate and openOpsPool
+		pc, err = daemon.DatabaseConfig(dsn) // migrate and openOpsPool
 		require.NoError(t, err, dsn)
 		assertVerified(t, pc, dsn)
-		require.NoError(t, checkDatabaseURL(dsn), dsn)
+		require.NoError(t, daemon.CheckDatabaseURL(dsn), dsn)
 		if strings.Contains(dsn, "sslrootcert") {
 			assert.NotNil(t, pc.ConnConfig.TLSConfig.RootCAs, "sslrootcert is kept")
 		}
 	}
-	pc, err := ledgerPoolConfig(config{DatabaseURL: "postgresql://u:p@db.example.com:5433/x?pool_max_conns=4", LedgerMaxConns: 10})
+	pc, err := daemon.LedgerPoolConfig(daemon.Config{DatabaseURL: "postgresql://u:p@db.example.com:5433/x?pool_max_conns=4", LedgerMaxConns: 10})
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, pc.MaxConns, "the URL's other parameters still apply")
 	assert.Equal(t, uint16(5433), pc.ConnConfig.Port)
@@ -359,9 +360,9 @@ func TestDatabaseTLSLoopbackKeepsDefault(t *testing.T) {
 	} {
 		want, err := pgxpool.ParseConfig(dsn)
 		require.NoError(t, err)
-		got, err := databaseConfig(dsn)
+		got, err := daemon.DatabaseConfig(dsn)
 		require.NoError(t, err, dsn)
-		wantHosts, gotHosts := databaseHosts(want.ConnConfig.Config), databaseHosts(got.ConnConfig.Config)
+		wantHosts, gotHosts := daemon.DatabaseHosts(want.ConnConfig.Config), daemon.DatabaseHosts(got.ConnConfig.Config)
 		require.Len(t, gotHosts, len(wantHosts), dsn)
 		for i := range wantHosts {
 			assert.Equal(t, wantHosts[i].TLSConfig == nil, gotHosts[i].TLSConfig == nil, dsn)
@@ -369,7 +370,7 @@ func TestDatabaseTLSLoopbackKeepsDefault(t *testing.T) {
 				assert.Equal(t, wantHosts[i].TLSConfig.InsecureSkipVerify, gotHosts[i].TLSConfig.InsecureSkipVerify, dsn)
 			}
 		}
-		assert.Empty(t, databaseTLSWarning(dsn, got), dsn)
+		assert.Empty(t, daemon.DatabaseTLSWarning(dsn, got), dsn)
 	}
 }
 
@@ -390,14 +391,14 @@ func TestDatabaseTLSExplicitModeHonouredAndWarned(t *testing.T) {
 		{"verify-full", false, ""},
 	} {
 		dsn := "postgres://u:db-s3cret@db.example.com/x?sslmode=" + tc.mode
-		pc, err := ledgerPoolConfig(config{DatabaseURL: dsn})
+		pc, err := daemon.LedgerPoolConfig(daemon.Config{DatabaseURL: dsn})
 		require.NoError(t, err, dsn)
 		plain := false
-		for _, h := range databaseHosts(pc.ConnConfig.Config) {
+		for _, h := range daemon.DatabaseHosts(pc.ConnConfig.Config) {
 			plain = plain || h.TLSConfig == nil
 		}
 		assert.Equal(t, tc.plaintext, plain, dsn)
-		w := databaseTLSWarning(dsn, pc)
+		w := daemon.DatabaseTLSWarning(dsn, pc)
 		assert.NotContains(t, w, "s3cret")
 		if tc.warn == "" {
 			assert.Empty(t, w, dsn)
@@ -407,13 +408,13 @@ func TestDatabaseTLSExplicitModeHonouredAndWarned(t *testing.T) {
 		assert.Contains(t, w, "use sslmode=verify-full")
 
 		loopback := "postgres://u:p@127.0.0.1:5432/x?sslmode=" + tc.mode
-		pc, err = databaseConfig(loopback)
+		pc, err = daemon.DatabaseConfig(loopback)
 		require.NoError(t, err)
-		assert.Empty(t, databaseTLSWarning(loopback, pc), "no warning for loopback")
+		assert.Empty(t, daemon.DatabaseTLSWarning(loopback, pc), "no warning for loopback")
 	}
 
 	dsn := "postgres://u:db-s3cret@db.example.com/x?sslmode=disable"
-	pc, err := ledgerPoolConfig(config{DatabaseURL: dsn})
+	pc, err := daemon.LedgerPoolConfig(daemon.Config{DatabaseURL: dsn})
 	require.NoError(t, err)
 	assert.Nil(t, pc.ConnConfig.TLSConfig, "sslmode=disable is honoured")
 	assert.Empty(t, pc.ConnConfig.Fallbacks)
@@ -421,11 +422,11 @@ func TestDatabaseTLSExplicitModeHonouredAndWarned(t *testing.T) {
 	// PGSSLMODE chooses too (pgx reads it), and is honoured like sslmode.
 	t.Setenv("PGSSLMODE", "require")
 	dsn = "postgres://u:db-s3cret@db.example.com/x"
-	pc, err = databaseConfig(dsn)
+	pc, err = daemon.DatabaseConfig(dsn)
 	require.NoError(t, err)
 	require.NotNil(t, pc.ConnConfig.TLSConfig)
 	assert.True(t, pc.ConnConfig.TLSConfig.InsecureSkipVerify)
-	assert.Contains(t, databaseTLSWarning(dsn, pc), "EXTWORKER_DATABASE_URL: PGSSLMODE=require encrypts the connection to the ledger database at db.example.com")
+	assert.Contains(t, daemon.DatabaseTLSWarning(dsn, pc), "EXTWORKER_DATABASE_URL: PGSSLMODE=require encrypts the connection to the ledger database at db.example.com")
 }
 
 // openLedger logs the warning once, before connecting.
@@ -436,8 +437,8 @@ func TestDatabaseTLSWarningLoggedAtStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	// TEST-NET-1: nothing answers; the connection fails after the warning.
-	c := config{DatabaseURL: "postgres://u:db-s3cret@192.0.2.1:1/x?sslmode=require&connect_timeout=1", LedgerMaxConns: 1}
-	_, _, err := openLedger(ctx, c, logger, true)
+	c := daemon.Config{DatabaseURL: "postgres://u:db-s3cret@192.0.2.1:1/x?sslmode=require&connect_timeout=1", LedgerMaxConns: 1}
+	_, _, err := daemon.OpenLedger(ctx, c, logger, true)
 	require.Error(t, err)
 	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), logs.String())
 	assert.Contains(t, logs.String(), "sslmode=require encrypts the connection to the ledger database at 192.0.2.1 but does not verify")

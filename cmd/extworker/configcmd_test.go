@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/internal/daemon"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -75,10 +77,10 @@ func TestConfigCommandShowsInvalidAndOpsVariables(t *testing.T) {
 	assert.Regexp(t, `EXTWORKER_REPORT_RETRY_FOR\s+5m0s\s+default`, text)
 	assert.Regexp(t, `EXTWORKER_IDLE_POLL_INTERVAL\s+1s\s+default`, text)
 
-	masked := effectiveConfig([]varSet{{vars: specVars(&config{}), invalid: map[string]string{"EXTWORKER_ENGINE_TOKEN": "tok-s3cret"}}}, func(string) (string, bool) { return "", false })
+	masked := daemon.EffectiveConfig([]daemon.VarSet{{Vars: daemon.SpecVars(&daemon.Config{}), Invalid: map[string]string{"EXTWORKER_ENGINE_TOKEN": "tok-s3cret"}}}, func(string) (string, bool) { return "", false })
 	for _, e := range masked {
 		if e.Name == "EXTWORKER_ENGINE_TOKEN" {
-			assert.Equal(t, effective{Name: "EXTWORKER_ENGINE_TOKEN", Value: "***", Source: "env (invalid)"}, e)
+			assert.Equal(t, daemon.Effective{Name: "EXTWORKER_ENGINE_TOKEN", Value: "***", Source: "env (invalid)"}, e)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/tasks"
 )
@@ -191,8 +192,8 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 
 // newDemoEnv opens the ledger and a fake payment provider (EXTWORKER_PROVIDER_URL, or
 // one started in this process). The returned function releases them.
-func newDemoEnv(ctx context.Context, cfg config, logger *slog.Logger) (*demoEnv, *fakeprovider.Server, func(), error) {
-	ledger, pool, err := openLedger(ctx, cfg, logger, true)
+func newDemoEnv(ctx context.Context, cfg daemon.Config, logger *slog.Logger) (*demoEnv, *fakeprovider.Server, func(), error) {
+	ledger, pool, err := daemon.OpenLedger(ctx, cfg, logger, true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -237,12 +238,12 @@ func deployDemo(ctx context.Context, c *camunda7.Client) error {
 
 // runWorker runs the demo topics until ctx ends, serving metrics, health and readiness
 // on EXTWORKER_HTTP_ADDR (ops.go).
-func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
-	ops, err := loadOpsConfig()
+func runWorker(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
+	ops, err := daemon.LoadOpsConfig()
 	if err != nil {
 		return err
 	}
-	c, err := newClient(cfg, logger)
+	c, err := daemon.NewClient(cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 	defer closeEnv()
-	promReg := newOpsRegistry()
+	promReg := daemon.NewOpsRegistry()
 	m, err := metrics.New(promReg, metrics.Options{MaxConcurrency: cfg.MaxConcurrency})
 	if err != nil {
 		return err
@@ -260,12 +261,12 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	// records carry the task's fields) and names the intent on the task's records.
 	env.ledger = env.ledger.WithHooks(idempotency.Hooks{Observer: m, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
 	promReg.MustRegister(metrics.NewBacklogCollector(env.ledger, ops.ReadyTimeout, m, logger))
-	opsPool, err := openOpsPool(ctx, cfg.DatabaseURL)
+	opsPool, err := daemon.OpenOpsPool(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer opsPool.Close()
-	_, stopOps, err := startOps(ctx, ops, promReg, c, opsPool, m, logger)
+	_, stopOps, err := daemon.StartOps(ctx, ops, promReg, c, opsPool, m, logger)
 	if err != nil {
 		return err
 	}
@@ -274,7 +275,7 @@ func runWorker(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	wcfg := cfg.workerConfig(logger)
+	wcfg := cfg.WorkerConfig(logger)
 	wcfg.Observer = m
 	wcfg.OnTaskGone = env.orphaned(logger)
 	w, err := tasks.New(c, reg, wcfg)
@@ -311,22 +312,22 @@ func prunePeriodically(ctx context.Context, l *idempotency.Ledger, retention, ev
 }
 
 // runDemo deploys the demo, starts n invoices, works them off and prints what happened.
-func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer, n int) error {
+func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io.Writer, n int) error {
 	if n < 1 {
 		return errors.New("demo: -instances must be at least 1")
 	}
-	c, err := newClient(cfg, logger)
+	c, err := daemon.NewClient(cfg, logger)
 	if err != nil {
 		return err
 	}
 	v, err := c.Version(ctx)
 	if err != nil {
-		return fmt.Errorf("engine at %s: %w (run `make up`)", redactedURL(cfg.EngineURL), err)
+		return fmt.Errorf("engine at %s: %w (run `make up`)", daemon.RedactURL(cfg.EngineURL), err)
 	}
 	if err := deployDemo(ctx, c); err != nil {
 		return err
 	}
-	if err := migrate(ctx, cfg, io.Discard); err != nil {
+	if err := daemon.Migrate(ctx, cfg, io.Discard); err != nil {
 		return err
 	}
 	env, pay, closeEnv, err := newDemoEnv(ctx, cfg, logger)
@@ -380,13 +381,13 @@ func runDemo(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer
 		}
 	}
 	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
-		v, redactedURL(cfg.EngineURL), len(ids), n, duplicates, run)
+		v, daemon.RedactURL(cfg.EngineURL), len(ids), n, duplicates, run)
 
 	reg, err := demoHandlers(cfg.LockDuration, env)
 	if err != nil {
 		return err
 	}
-	wcfg := cfg.workerConfig(logger)
+	wcfg := cfg.WorkerConfig(logger)
 	wcfg.AsyncResponseTimeout = min(wcfg.AsyncResponseTimeout, 2*time.Second) // retries wait out their timeout; see README
 	w, err := tasks.New(c, reg, wcfg)
 	if err != nil {

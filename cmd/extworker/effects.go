@@ -17,6 +17,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/daemon"
 )
 
 // This file is `extworker effects`: the operator's view of the effect ledger. It lists
@@ -64,7 +65,7 @@ var allStates = []idempotency.State{
 const validStatesText = "prepared, dispatched, confirmed, rejected, unknown, reconciled, compensated, operator_hold"
 
 // runEffects is the operator's view of the effect ledger; effectsUsage lists its commands.
-func runEffects(ctx context.Context, cfg config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
+func runEffects(ctx context.Context, cfg daemon.Config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("effects: no command given\n" + effectsUsage)
 	}
@@ -99,7 +100,7 @@ func runEffects(ctx context.Context, cfg config, logger *slog.Logger, args []str
 
 // effectsCmd carries what every effects subcommand needs.
 type effectsCmd struct {
-	cfg            config
+	cfg            daemon.Config
 	logger         *slog.Logger
 	stdout, stderr io.Writer
 }
@@ -234,7 +235,7 @@ func parseState(name string) (idempotency.State, error) {
 
 // open opens the ledger, which must be migrated; close releases its pool.
 func (e *effectsCmd) open(ctx context.Context) (*idempotency.Ledger, func(), error) {
-	l, pool, err := openLedger(ctx, e.cfg, e.logger, true)
+	l, pool, err := daemon.OpenLedger(ctx, e.cfg, e.logger, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -487,12 +488,12 @@ func findIntent(ctx context.Context, l *idempotency.Ledger, cmd, scope, key stri
 // incidents. Engine trouble is recorded in the view, never returned: the ledger is
 // worth showing on its own.
 func (e *effectsCmd) engineView(ctx context.Context, row idempotency.Row) engineView {
-	v := engineView{URL: redactedURL(e.cfg.EngineURL), TaskID: strOf(row.TaskID)}
+	v := engineView{URL: daemon.RedactURL(e.cfg.EngineURL), TaskID: strOf(row.TaskID)}
 	piID := strOf(row.ProcessInstanceID)
 	if v.TaskID == "" && piID == "" {
 		return v
 	}
-	c, err := newClient(e.cfg, e.logger)
+	c, err := daemon.NewClient(e.cfg, e.logger)
 	if err != nil {
 		v.Error = err.Error()
 		return v
@@ -953,10 +954,10 @@ func (e *effectsCmd) resumeTask(ctx context.Context, row idempotency.Row) engine
 	failed := func(what string, err error) engineAction {
 		act.Action = "failed"
 		act.Message = fmt.Sprintf("%s task %s at %s: %s; give the task a retry in Cockpit (or PUT /external-task/%s/retries {\"retries\":1})",
-			what, taskID, redactedURL(e.cfg.EngineURL), e.engineError(err), taskID)
+			what, taskID, daemon.RedactURL(e.cfg.EngineURL), e.engineError(err), taskID)
 		return act
 	}
-	c, err := newClient(e.cfg, e.logger)
+	c, err := daemon.NewClient(e.cfg, e.logger)
 	if err != nil {
 		return failed("could not reach", err)
 	}

@@ -28,15 +28,16 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/termsafe"
 )
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "extworker:", termsafe.String(err.Error()))
-		var ce configError
+		var ce daemon.ConfigError
 		if errors.As(err, &ce) {
-			os.Exit(exitConfig) // retrying cannot help: a supervisor may stop restarting
+			os.Exit(daemon.ExitConfig) // retrying cannot help: a supervisor may stop restarting
 		}
 		os.Exit(1)
 	}
@@ -61,15 +62,15 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		return nil
 	}
 	if args[0] == "config" {
-		return configCommand(args[1:], stdout, stderr)
+		return daemon.ConfigCommand(args[1:], stdout, stderr)
 	}
-	cfg, err := loadConfig()
+	cfg, err := daemon.LoadConfig()
 	if err != nil {
-		return cfg.scrubError(err)
+		return cfg.ScrubError(err)
 	}
 	// No secret reaches an error message, whatever library wrote it.
-	defer func() { err = cfg.scrubError(err) }()
-	logger := newLogger(cfg, stderr)
+	defer func() { err = cfg.ScrubError(err) }()
+	logger := daemon.NewLogger(cfg, stderr)
 	ctx, stop := signalContext(logger, os.Exit)
 	defer stop()
 
@@ -77,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	case "run":
 		// Rejected credentials end the start here, with what to check, not in a worker
 		// whose every fetch fails.
-		if err := checkEngine(ctx, cfg, logger); err != nil {
+		if err := daemon.CheckEngine(ctx, cfg, logger); err != nil {
 			return err
 		}
 		return runWorker(ctx, cfg, logger)
@@ -90,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 		if *deployOnly {
-			c, err := newClient(cfg, logger)
+			c, err := daemon.NewClient(cfg, logger)
 			if err != nil {
 				return err
 			}
@@ -98,19 +99,19 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		}
 		return runDemo(ctx, cfg, logger, stdout, *n)
 	case "migrate":
-		return migrate(ctx, cfg, stdout)
+		return daemon.Migrate(ctx, cfg, stdout)
 	case "effects":
 		// Keys, provider and incident messages come from outside: nothing they carry
 		// reaches the operator's terminal as an escape sequence.
 		return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 	case "version":
-		c, err := newClient(cfg, logger)
+		c, err := daemon.NewClient(cfg, logger)
 		if err != nil {
 			return err
 		}
 		v, err := c.Version(ctx)
 		if err != nil {
-			return fmt.Errorf("engine at %s: %w", redactedURL(cfg.EngineURL), err)
+			return fmt.Errorf("engine at %s: %w", daemon.RedactURL(cfg.EngineURL), err)
 		}
 		fmt.Fprintln(stdout, v)
 		return nil

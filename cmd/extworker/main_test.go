@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -44,8 +45,8 @@ func TestUsageAndUnknownCommand(t *testing.T) {
 }
 
 func TestRedactedURL(t *testing.T) {
-	assert.Equal(t, "https://***@bpm.example.com/engine-rest", redactedURL("https://user:s3cret@bpm.example.com/engine-rest"))
-	assert.Equal(t, "http://127.0.0.1:8080/engine-rest", redactedURL("http://127.0.0.1:8080/engine-rest"))
+	assert.Equal(t, "https://***@bpm.example.com/engine-rest", daemon.RedactURL("https://user:s3cret@bpm.example.com/engine-rest"))
+	assert.Equal(t, "http://127.0.0.1:8080/engine-rest", daemon.RedactURL("http://127.0.0.1:8080/engine-rest"))
 }
 
 // The demo runs end to end against the real engine and PostgreSQL: invoices paid through
@@ -112,9 +113,9 @@ func TestRunRefusesUnmigratedDatabase(t *testing.T) {
 // and its fetch loop backs off until the engine is back, instead of exiting into a
 // supervisor's restart loop. Rejected credentials still stop it (auth_test.go).
 func TestCheckEngineUnreachableStartsAnyway(t *testing.T) {
-	c := config{EngineURL: "http://127.0.0.1:1/engine-rest", EngineTimeout: 2 * time.Second}
+	c := daemon.Config{EngineURL: "http://127.0.0.1:1/engine-rest", EngineTimeout: 2 * time.Second}
 	logs := &testenv.Buffer{}
-	err := checkEngine(context.Background(), c, newLogger(config{LogFormat: "json", LogLevel: "info"}, logs))
+	err := daemon.CheckEngine(context.Background(), c, daemon.NewLogger(daemon.Config{LogFormat: "json", LogLevel: "info"}, logs))
 	require.NoError(t, err)
 	assert.Contains(t, logs.String(), "engine not reachable at start; the worker will keep trying")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -50,7 +51,7 @@ func TestOpsReadiness(t *testing.T) {
 	testenv.Engine(t)
 	testenv.DB(t)
 	ctx := testenv.Context(t, time.Minute)
-	require.NoError(t, migrate(ctx, config{DatabaseURL: testenv.DBURL()}, io.Discard))
+	require.NoError(t, daemon.Migrate(ctx, daemon.Config{DatabaseURL: testenv.DBURL()}, io.Discard))
 	logger := slog.New(slog.DiscardHandler)
 
 	for _, tc := range []struct {
@@ -71,11 +72,11 @@ func TestOpsReadiness(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := camunda7.New(camunda7.Config{BaseURL: tc.engineURL})
 			require.NoError(t, err)
-			pool, err := openOpsPool(ctx, tc.dbURL)
+			pool, err := daemon.OpenOpsPool(ctx, tc.dbURL)
 			require.NoError(t, err)
 			defer pool.Close()
-			addr, stop, err := startOps(ctx, opsConfig{HTTPAddr: "127.0.0.1:0", Pprof: tc.pprof, ReadyTimeout: 2 * time.Second},
-				newOpsRegistry(), c, pool, nil, logger)
+			addr, stop, err := daemon.StartOps(ctx, daemon.OpsConfig{HTTPAddr: "127.0.0.1:0", Pprof: tc.pprof, ReadyTimeout: 2 * time.Second},
+				daemon.NewOpsRegistry(), c, pool, nil, logger)
 			require.NoError(t, err)
 			defer stop()
 
@@ -85,7 +86,7 @@ func TestOpsReadiness(t *testing.T) {
 
 			status, body = get(t, "http://"+addr+"/readyz")
 			assert.Equal(t, tc.wantStatus, status, body)
-			var res readiness
+			var res daemon.Readiness
 			require.NoError(t, json.Unmarshal([]byte(body), &res), body)
 			for check, want := range tc.wantChecks {
 				if want == "ok" {
@@ -112,7 +113,7 @@ func TestOpsAddressInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	_, _, err = startOps(context.Background(), opsConfig{HTTPAddr: ln.Addr().String()}, newOpsRegistry(), nil, nil, nil, slog.New(slog.DiscardHandler))
+	_, _, err = daemon.StartOps(context.Background(), daemon.OpsConfig{HTTPAddr: ln.Addr().String()}, daemon.NewOpsRegistry(), nil, nil, nil, slog.New(slog.DiscardHandler))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "EXTWORKER_HTTP_ADDR")
 }
@@ -132,9 +133,9 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	t.Setenv("EXTWORKER_HTTP_ADDR", addr)
 	t.Setenv("EXTWORKER_LONG_POLL", "1s")
 	t.Setenv("EXTWORKER_PROVIDER_URL", "")
-	cfg, err := loadConfig()
+	cfg, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	require.NoError(t, migrate(ctx, cfg, io.Discard))
+	require.NoError(t, daemon.Migrate(ctx, cfg, io.Discard))
 	require.NoError(t, deployDemo(ctx, c))
 	var ids []string
 	for i, amount := range []int64{1200, 3400, 25_000_00} { // the last is declined

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/daemon"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -33,7 +34,7 @@ func TestSecretFiles(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
 	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", "pa ss\n\n"))
 	t.Setenv("EXTWORKER_DATABASE_URL_FILE", writeFile(t, "db", "postgres://u:dbsecret@db.example.com/x?sslmode=verify-full\r\n"))
-	c, err := loadConfig()
+	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, "pa ss\n", c.EnginePassword, "only one trailing newline is trimmed")
 	assert.Equal(t, "postgres://u:dbsecret@db.example.com/x?sslmode=verify-full", c.DatabaseURL)
@@ -48,7 +49,7 @@ func TestSecretFileProblems(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", filepath.Join(t.TempDir(), "missing"))
 	t.Setenv("EXTWORKER_DATABASE_URL_FILE", writeFile(t, "empty", "\n"))
 	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
-	_, err := loadConfig()
+	_, err := daemon.LoadConfig()
 	require.Error(t, err)
 	msg := err.Error()
 	assert.Contains(t, msg, "EXTWORKER_ENGINE_TOKEN and EXTWORKER_ENGINE_TOKEN_FILE are both set")
@@ -58,7 +59,7 @@ func TestSecretFileProblems(t *testing.T) {
 	assert.Contains(t, msg, "is empty")
 	assert.Contains(t, msg, "EXTWORKER_MAX_CONCURRENCY")
 	assert.NotContains(t, msg, "tok-from")
-	var ce configError
+	var ce daemon.ConfigError
 	assert.ErrorAs(t, err, &ce, "main exits with EX_CONFIG")
 }
 
@@ -82,7 +83,7 @@ func TestAuthMethodProblems(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv("EXTWORKER_ENGINE_"+k, v)
 			}
-			_, err := loadConfig()
+			_, err := daemon.LoadConfig()
 			require.Error(t, err)
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), w)
@@ -93,37 +94,37 @@ func TestAuthMethodProblems(t *testing.T) {
 
 // PostgreSQL TLS: sslmode must be one pgx knows; pgx reads sslrootcert at start.
 func TestDatabaseTLSModes(t *testing.T) {
-	for _, mode := range sslModes {
-		require.NoError(t, checkDatabaseURL("postgres://u:p@db/x?sslmode="+mode), mode)
+	for _, mode := range daemon.SSLModes {
+		require.NoError(t, daemon.CheckDatabaseURL("postgres://u:p@db/x?sslmode="+mode), mode)
 	}
-	err := checkDatabaseURL("postgres://u:hunter2@db/x?sslmode=verify_full")
+	err := daemon.CheckDatabaseURL("postgres://u:hunter2@db/x?sslmode=verify_full")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `EXTWORKER_DATABASE_URL postgres://***@db/x?sslmode=verify_full: sslmode "verify_full": want one of disable, allow, prefer, require, verify-ca, verify-full`)
-	err = checkDatabaseURL("host=db user=u password=hunter2 sslmode=secure")
+	err = daemon.CheckDatabaseURL("host=db user=u password=hunter2 sslmode=secure")
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2")
 
-	err = checkDatabaseURL("postgres://u:hunter2@db/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")
+	err = daemon.CheckDatabaseURL("postgres://u:hunter2@db/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")
 	require.Error(t, err, "a missing CA file is found at start")
 	assert.Contains(t, err.Error(), "ca.pem")
 	assert.NotContains(t, err.Error(), "hunter2")
 
 	t.Setenv("EXTWORKER_DATABASE_URL", "postgres://u:p@db/x?sslmode=bogus")
 	t.Setenv("EXTWORKER_LOG_LEVEL", "loud")
-	_, err = loadConfig()
+	_, err = daemon.LoadConfig()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `sslmode "bogus"`)
 	assert.Contains(t, err.Error(), "EXTWORKER_LOG_LEVEL", "listed with the other problems")
 }
 
 func TestMasking(t *testing.T) {
-	assert.Equal(t, "postgres://extworker:***@db:5432/x?sslmode=require", maskURL("postgres://extworker:s3cret@db:5432/x?sslmode=require"))
-	assert.Equal(t, "postgres://u:***@db/x", maskURL("postgres://u:p%40ss@word@db/x"))
-	assert.Equal(t, "https://bpm.example.com/engine-rest", maskURL("https://bpm.example.com/engine-rest"))
-	assert.Equal(t, "postgres://u@db/x?password=***&sslpassword=***", maskURL("postgres://u@db/x?password=a&sslpassword=b"))
-	assert.Equal(t, "host=db password=*** user=u", maskURL("host=db password='a b' user=u"))
-	assert.Equal(t, "host=db password=*** sslpassword=***", redactedURL("host=db password=x1 sslpassword=x2"))
-	assert.Equal(t, "cannot connect as *** to ***", scrub("cannot connect as hunter2 to hunter2", "hunter2", "ab"))
+	assert.Equal(t, "postgres://extworker:***@db:5432/x?sslmode=require", daemon.MaskURL("postgres://extworker:s3cret@db:5432/x?sslmode=require"))
+	assert.Equal(t, "postgres://u:***@db/x", daemon.MaskURL("postgres://u:p%40ss@word@db/x"))
+	assert.Equal(t, "https://bpm.example.com/engine-rest", daemon.MaskURL("https://bpm.example.com/engine-rest"))
+	assert.Equal(t, "postgres://u@db/x?password=***&sslpassword=***", daemon.MaskURL("postgres://u@db/x?password=a&sslpassword=b"))
+	assert.Equal(t, "host=db password=*** user=u", daemon.MaskURL("host=db password='a b' user=u"))
+	assert.Equal(t, "host=db password=*** sslpassword=***", daemon.RedactURL("host=db password=x1 sslpassword=x2"))
+	assert.Equal(t, "cannot connect as *** to ***", daemon.Scrub("cannot connect as hunter2 to hunter2", "hunter2", "ab"))
 }
 
 // OAuth2 client credentials: one token fetched, cached, and sent as the bearer token.
@@ -165,9 +166,9 @@ func TestOAuthClientCredentials(t *testing.T) {
 		require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
 		assert.Equal(t, "7.24.0\n", out.String())
 	}
-	c, err := loadConfig()
+	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	client, err := newClient(c, nil)
+	client, err := daemon.NewClient(c, nil)
 	require.NoError(t, err)
 	for range 3 {
 		_, err := client.Version(context.Background())
@@ -177,14 +178,14 @@ func TestOAuthClientCredentials(t *testing.T) {
 
 	// A client the token endpoint rejects: a clear error at start, no secret in it.
 	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE", writeFile(t, "cs2", "wrong-s3cret"))
-	c, err = loadConfig()
+	c, err = daemon.LoadConfig()
 	require.NoError(t, err)
-	err = checkEngine(context.Background(), c, discardLogger())
+	err = daemon.CheckEngine(context.Background(), c, discardLogger())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the token endpoint rejected the client: check EXTWORKER_ENGINE_OAUTH_TOKEN_URL")
 	assert.Contains(t, err.Error(), "invalid_client")
 	assert.NotContains(t, err.Error(), "s3cret")
-	var ce configError
+	var ce daemon.ConfigError
 	assert.ErrorAs(t, err, &ce)
 	assert.False(t, strings.Contains(err.Error(), "at-1"))
 	_ = camunda7.ErrUnauthorized
@@ -239,11 +240,11 @@ func TestAuthPlaintextHTTPRefused(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			c, err := loadConfig()
+			c, err := daemon.LoadConfig()
 			if tc.want == nil {
 				require.NoError(t, err)
 				var logs bytes.Buffer
-				_, err := newClient(c, slog.New(slog.NewTextHandler(&logs, nil)))
+				_, err := daemon.NewClient(c, slog.New(slog.NewTextHandler(&logs, nil)))
 				require.NoError(t, err)
 				assert.NotContains(t, logs.String(), "WARN", "no warning where nothing travels in clear")
 				return
@@ -257,11 +258,11 @@ func TestAuthPlaintextHTTPRefused(t *testing.T) {
 
 			// Allowed explicitly: valid, and each plaintext hop is warned of at start.
 			t.Setenv("EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH", "true")
-			c, err = loadConfig()
+			c, err = daemon.LoadConfig()
 			require.NoError(t, err)
 			assert.True(t, c.EngineAllowPlaintextAuth)
 			var logs bytes.Buffer
-			_, err = newClient(c, slog.New(slog.NewTextHandler(&logs, nil)))
+			_, err = daemon.NewClient(c, slog.New(slog.NewTextHandler(&logs, nil)))
 			require.NoError(t, err)
 			assert.Equal(t, len(tc.want), strings.Count(logs.String(), "level=WARN"), logs.String())
 			assert.Contains(t, logs.String(), "over plain HTTP")
@@ -270,11 +271,11 @@ func TestAuthPlaintextHTTPRefused(t *testing.T) {
 	}
 
 	// newClient refuses it too, for a config that was not validated.
-	_, err := newClient(config{EngineURL: "https://bpm.example.com/engine-rest", EngineOAuthTokenURL: "http://idp.example.com/token",
+	_, err := daemon.NewClient(daemon.Config{EngineURL: "https://bpm.example.com/engine-rest", EngineOAuthTokenURL: "http://idp.example.com/token",
 		EngineOAuthClientID: "worker", EngineOAuthClientSecret: "client-s3cret", EngineTimeout: time.Second}, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "EXTWORKER_ENGINE_OAUTH_TOKEN_URL http://idp.example.com/token is plain http")
-	_, err = newClient(config{EngineURL: remote, EngineToken: "tok-s3cret", EngineTimeout: time.Second}, nil)
+	_, err = daemon.NewClient(daemon.Config{EngineURL: remote, EngineToken: "tok-s3cret", EngineTimeout: time.Second}, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "AllowPlaintextAuth")
 	assert.NotContains(t, err.Error(), "s3cret")
@@ -318,9 +319,9 @@ func TestOAuthTokenRefreshedOn401(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_OAUTH_TOKEN_URL", idp.URL+"/token")
 	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
 	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET", "client-s3cret")
-	c, err := loadConfig()
+	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	client, err := newClient(c, nil)
+	client, err := daemon.NewClient(c, nil)
 	require.NoError(t, err)
 
 	v, err := client.Version(t.Context())
@@ -345,11 +346,11 @@ func TestOAuthTokenRefreshedOn401(t *testing.T) {
 	assert.EqualValues(t, 5, engineHits.Load())
 
 	// At start that is the rejected-credentials exit, naming the OAuth2 variables.
-	err = checkEngine(t.Context(), c, discardLogger())
+	err = daemon.CheckEngine(t.Context(), c, discardLogger())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "rejected the credentials (401): check EXTWORKER_ENGINE_OAUTH_TOKEN_URL")
 	assert.NotContains(t, err.Error(), "s3cret")
-	var cfgErr configError
+	var cfgErr daemon.ConfigError
 	assert.ErrorAs(t, err, &cfgErr)
 	assert.EqualValues(t, 5, fetched.Load(), "checkEngine's client: a token, and one more after the 401")
 	assert.EqualValues(t, 7, engineHits.Load())
@@ -359,7 +360,7 @@ func TestOAuthTokenRefreshedOn401(t *testing.T) {
 // were sent with the old token and come back after a new one was fetched leave it alone.
 func TestOAuthInvalidateOnlyRejectedToken(t *testing.T) {
 	idp, fetched := tokenServer(t)
-	s := newOAuthTokenSource(config{EngineOAuthTokenURL: idp.URL + "/token", EngineOAuthClientID: "worker",
+	s := daemon.NewOAuthTokenSource(daemon.Config{EngineOAuthTokenURL: idp.URL + "/token", EngineOAuthClientID: "worker",
 		EngineOAuthClientSecret: "s", EngineTimeout: 5 * time.Second}, nil)
 	tok, err := s.Token(t.Context())
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/daemon"
 )
 
 // writeClientCert makes a self-signed client certificate and key, as PEM files.
@@ -61,8 +62,8 @@ func TestEngineMutualTLS(t *testing.T) {
 	caFile := filepath.Join(dir, "ca.pem")
 	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
 
-	version := func(c config) error {
-		cl, err := newClient(c, nil)
+	version := func(c daemon.Config) error {
+		cl, err := daemon.NewClient(c, nil)
 		if err != nil {
 			return err
 		}
@@ -74,7 +75,7 @@ func TestEngineMutualTLS(t *testing.T) {
 		}
 		return err
 	}
-	base := config{EngineURL: srv.URL + "/engine-rest", EngineTimeout: 5 * time.Second}
+	base := daemon.Config{EngineURL: srv.URL + "/engine-rest", EngineTimeout: 5 * time.Second}
 
 	withAll := base
 	withAll.EngineCAFile, withAll.EngineCertFile, withAll.EngineKeyFile = caFile, certFile, keyFile

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 	"github.com/extworker/extworker/migrations"
 )
 
-// opsConfig is the operations endpoint's configuration, read from EXTWORKER_* variables
+// OpsConfig is the operations endpoint's configuration, read from EXTWORKER_* variables
 // beside config (kept apart so the two evolve independently).
-type opsConfig struct {
+type OpsConfig struct {
 	// HTTPAddr is where /metrics, /healthz and /readyz (and /debug/pprof/ when enabled)
 	// are served. "off" serves nothing. Binding it is a start-up error: a worker nobody
 	// can watch should not run unnoticed.
@@ -37,29 +37,29 @@ type opsConfig struct {
 	ReadyTimeout time.Duration `envconfig:"READY_TIMEOUT" default:"2s"`
 }
 
-// loadOpsConfig reads opsConfig's variables, naming every one that does not parse or is
+// LoadOpsConfig reads opsConfig's variables, naming every one that does not parse or is
 // out of range (readOpsConfig in config.go; loadConfig lists the same problems beside
 // config's, so that one start shows them all). It is a configError: exit status 78.
-func loadOpsConfig() (opsConfig, error) {
-	c, _, errs := readOpsConfig()
+func LoadOpsConfig() (OpsConfig, error) {
+	c, _, errs := ReadOpsConfig()
 	if len(errs) > 0 {
-		return c, configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
+		return c, ConfigError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
 	}
 	return c, nil
 }
 
-// newOpsRegistry returns a private registry (no global state) with the Go runtime's and
+// NewOpsRegistry returns a private registry (no global state) with the Go runtime's and
 // the process's collectors.
-func newOpsRegistry() *prometheus.Registry {
+func NewOpsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
-// openOpsPool opens a small pool of its own for the readiness checks, so a busy ledger
+// OpenOpsPool opens a small pool of its own for the readiness checks, so a busy ledger
 // pool does not make the worker look unready (and the checks do not take its connections).
-func openOpsPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
-	pc, err := databaseConfig(dbURL) // TLS verified by default, as the ledger's
+func OpenOpsPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	pc, err := DatabaseConfig(dbURL) // TLS verified by default, as the ledger's
 	if err != nil {
 		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}
@@ -68,13 +68,13 @@ func openOpsPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 
-// readiness is /readyz's answer: each check "ok" or what failed.
-type readiness struct {
+// Readiness is /readyz's answer: each check "ok" or what failed.
+type Readiness struct {
 	Status string            `json:"status"` // ready or not ready
 	Checks map[string]string `json:"checks"` // engine, database, migrations
 }
 
-// startOps serves the operations endpoints on cfg.HTTPAddr until stop is called:
+// StartOps serves the operations endpoints on cfg.HTTPAddr until stop is called:
 //
 //	/metrics        Prometheus exposition of gatherer
 //	/healthz        200 "ok" while the process serves HTTP (liveness)
@@ -86,7 +86,7 @@ type readiness struct {
 // It returns the address it listens on (useful with port 0). m, if not nil, counts
 // failed readiness checks as engine and database errors. stop shuts the server down,
 // waiting up to 5s for requests in flight; it is safe to call twice.
-func startOps(ctx context.Context, cfg opsConfig, gatherer prometheus.Gatherer, c *camunda7.Client, pool *pgxpool.Pool,
+func StartOps(ctx context.Context, cfg OpsConfig, gatherer prometheus.Gatherer, c *camunda7.Client, pool *pgxpool.Pool,
 	m *metrics.Metrics, logger *slog.Logger) (addr string, stop func(), err error) {
 	if cfg.HTTPAddr == "off" {
 		logger.Info("operations endpoint off (EXTWORKER_HTTP_ADDR=off)")
@@ -146,8 +146,8 @@ func startOps(ctx context.Context, cfg opsConfig, gatherer prometheus.Gatherer, 
 }
 
 // checkReady runs the readiness checks concurrently, each bounded by timeout.
-func checkReady(ctx context.Context, timeout time.Duration, c *camunda7.Client, pool *pgxpool.Pool, m *metrics.Metrics) readiness {
-	res := readiness{Status: "ready", Checks: map[string]string{}}
+func checkReady(ctx context.Context, timeout time.Duration, c *camunda7.Client, pool *pgxpool.Pool, m *metrics.Metrics) Readiness {
+	res := Readiness{Status: "ready", Checks: map[string]string{}}
 	var mu sync.Mutex
 	record := func(check string, err error) {
 		mu.Lock()

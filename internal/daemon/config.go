@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -30,12 +30,12 @@ import (
 	"github.com/extworker/extworker/tasks"
 )
 
-// config is the daemon's configuration, read from EXTWORKER_* variables.
+// Config is the daemon's configuration, read from EXTWORKER_* variables.
 //
-// Fields tagged secret:"true" are masked by `extworker config` and may also be read from a
+// Fields tagged secret:"true" are masked by `extworker Config` and may also be read from a
 // file named by EXTWORKER_<NAME>_FILE (secrets.go); secret:"url" fields are URLs whose
 // password is masked, and they too may come from a file.
-type config struct {
+type Config struct {
 	EngineURL      string `envconfig:"ENGINE_URL" default:"http://127.0.0.1:8080/engine-rest" secret:"url"`
 	EngineUser     string `envconfig:"ENGINE_USER"`
 	EnginePassword string `envconfig:"ENGINE_PASSWORD" secret:"true"`
@@ -124,14 +124,14 @@ const defaultShutdownSlack = 15 * time.Second
 // envPrefix starts every variable's name.
 const envPrefix = "EXTWORKER_"
 
-// loadConfig reads the environment: EXTWORKER_* variables (config's and opsConfig's),
+// LoadConfig reads the environment: EXTWORKER_* variables (config's and opsConfig's),
 // then the secrets named by EXTWORKER_*_FILE, then validates. Every problem is listed
 // together, each naming its variable: values that do not parse (a duration of "abc")
 // as well as values out of range and relations between variables that cannot be safe.
 // The returned config is filled in as far as it could be even when an error is returned,
 // for `extworker config`.
-func loadConfig() (config, error) {
-	var c config
+func LoadConfig() (Config, error) {
+	var c Config
 	invalid, errs := processEnv(&c)
 	c.invalid = invalid
 	if _, set := os.LookupEnv(envPrefix + "SHUTDOWN_TIMEOUT"); !set && c.parsed("EXTWORKER_SHUTDOWN_GRACE") {
@@ -141,18 +141,18 @@ func loadConfig() (config, error) {
 	errs = append(errs, c.problems()...)
 	// The operations endpoint's variables are read again by `run` (loadOpsConfig); their
 	// problems are listed here too, so that one start shows every problem.
-	_, _, opsErrs := readOpsConfig()
+	_, _, opsErrs := ReadOpsConfig()
 	errs = append(errs, opsErrs...)
 	if len(errs) > 0 {
-		return c, configError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
+		return c, ConfigError{fmt.Errorf("configuration: %w", errors.Join(errs...))}
 	}
 	return c, nil
 }
 
-// readOpsConfig reads opsConfig's variables (loadOpsConfig) and returns every problem,
+// ReadOpsConfig reads opsConfig's variables (loadOpsConfig) and returns every problem,
 // with the values that did not parse.
-func readOpsConfig() (opsConfig, map[string]string, []error) {
-	var c opsConfig
+func ReadOpsConfig() (OpsConfig, map[string]string, []error) {
+	var c OpsConfig
 	invalid, errs := processEnv(&c)
 	if _, bad := invalid["EXTWORKER_READY_TIMEOUT"]; !bad && c.ReadyTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_READY_TIMEOUT %v: must be positive", c.ReadyTimeout))
@@ -170,7 +170,7 @@ func readOpsConfig() (opsConfig, map[string]string, []error) {
 // envconfig.Process with a prefix, the unprefixed name (LOCK_DURATION) is never used
 // instead, so another program's variables cannot configure the worker unnoticed.
 func processEnv(spec any) (invalid map[string]string, errs []error) {
-	for _, cv := range specVars(spec) {
+	for _, cv := range SpecVars(spec) {
 		f := cv.structField
 		tag := fmt.Sprintf("envconfig:%q", cv.Name)
 		if cv.def != "" {
@@ -199,7 +199,7 @@ var durationType = reflect.TypeFor[time.Duration]()
 
 // parseProblem describes a value that does not parse as its field's type, naming the
 // variable and never showing a secret.
-func parseProblem(cv configVar, value string, err error) error {
+func parseProblem(cv ConfigVar, value string, err error) error {
 	shown := fmt.Sprintf("%q", value)
 	if cv.secret != "" {
 		shown = "(value not shown)"
@@ -223,7 +223,7 @@ func parseProblem(cv configVar, value string, err error) error {
 }
 
 // parsed reports whether every one of the named variables parsed (or was not set).
-func (c config) parsed(names ...string) bool {
+func (c Config) parsed(names ...string) bool {
 	for _, n := range names {
 		if _, bad := c.invalid[n]; bad {
 			return false
@@ -232,19 +232,19 @@ func (c config) parsed(names ...string) bool {
 	return true
 }
 
-// configError is a configuration the worker cannot start with, or credentials the engine
+// ConfigError is a configuration the worker cannot start with, or credentials the engine
 // rejected: retrying cannot help, so main exits with exitConfig.
-type configError struct{ err error }
+type ConfigError struct{ err error }
 
-func (e configError) Error() string { return e.err.Error() }
-func (e configError) Unwrap() error { return e.err }
+func (e ConfigError) Error() string { return e.err.Error() }
+func (e ConfigError) Unwrap() error { return e.err }
 
-// exitConfig is EX_CONFIG from sysexits.h: a supervisor can refuse to restart on it
+// ExitConfig is EX_CONFIG from sysexits.h: a supervisor can refuse to restart on it
 // (systemd: RestartPreventExitStatus=78).
-const exitConfig = 78
+const ExitConfig = 78
 
 // problems returns every problem with c, each naming its variable and never a secret.
-func (c config) problems() []error {
+func (c Config) problems() []error {
 	var errs []error
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -256,7 +256,7 @@ func (c config) problems() []error {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel))
 	}
 	if err := checkHTTPURL(c.EngineURL); err != nil {
-		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s: %w", redactedURL(c.EngineURL), err))
+		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s: %w", RedactURL(c.EngineURL), err))
 	}
 	errs = append(errs, c.authProblems()...)
 	if (c.EngineCertFile == "") != (c.EngineKeyFile == "") {
@@ -264,7 +264,7 @@ func (c config) problems() []error {
 	} else if _, err := c.engineTLS(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+	if err := CheckDatabaseURL(c.DatabaseURL); err != nil {
 		errs = append(errs, err)
 	}
 	// A variable that did not parse is reported once, as such (processEnv): the checks
@@ -364,7 +364,7 @@ const minLockDuration = time.Second
 const minIdlePollInterval = 100 * time.Millisecond
 
 // authMethod names the engine authentication configured: "", "basic", "bearer" or "oauth2".
-func (c config) authMethods() []string {
+func (c Config) authMethods() []string {
 	var m []string
 	if c.EngineUser != "" || c.EnginePassword != "" {
 		m = append(m, "basic")
@@ -378,21 +378,21 @@ func (c config) authMethods() []string {
 	return m
 }
 
-// authVars names the variables of an authentication method, for messages.
-var authVars = map[string]string{
+// AuthVars names the variables of an authentication method, for messages.
+var AuthVars = map[string]string{
 	"basic":  "EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD",
 	"bearer": "EXTWORKER_ENGINE_TOKEN",
 	"oauth2": "EXTWORKER_ENGINE_OAUTH_TOKEN_URL, EXTWORKER_ENGINE_OAUTH_CLIENT_ID and EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET (scopes: EXTWORKER_ENGINE_OAUTH_SCOPES)",
 }
 
 // authProblems checks that at most one authentication method is configured, completely.
-func (c config) authProblems() []error {
+func (c Config) authProblems() []error {
 	var errs []error
 	methods := c.authMethods()
 	if len(methods) > 1 {
 		var vars []string
 		for _, m := range methods {
-			vars = append(vars, m+" ("+authVars[m]+")")
+			vars = append(vars, m+" ("+AuthVars[m]+")")
 		}
 		errs = append(errs, fmt.Errorf("engine authentication: choose one of %s", strings.Join(vars, ", ")))
 	}
@@ -406,12 +406,12 @@ func (c config) authProblems() []error {
 		if c.EngineOAuthTokenURL == "" {
 			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_TOKEN_URL is required for OAuth2 client credentials"))
 		} else if err := checkHTTPURL(c.EngineOAuthTokenURL); err != nil {
-			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s: %w", redactedURL(c.EngineOAuthTokenURL), err))
+			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s: %w", RedactURL(c.EngineOAuthTokenURL), err))
 		}
 		if plaintextAuthURL(c.EngineOAuthTokenURL) && !c.EngineAllowPlaintextAuth {
 			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s is plain http to a host that is not loopback: "+
 				"the client secret (EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET) would travel in clear; use https, "+
-				"or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true", redactedURL(c.EngineOAuthTokenURL)))
+				"or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true", RedactURL(c.EngineOAuthTokenURL)))
 		}
 		if c.EngineOAuthClientID == "" {
 			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_CLIENT_ID is required for OAuth2 client credentials"))
@@ -422,7 +422,7 @@ func (c config) authProblems() []error {
 	}
 	if len(methods) == 1 && plaintextAuthURL(c.EngineURL) && !c.EngineAllowPlaintextAuth {
 		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s is plain http to a host that is not loopback: %s would travel in clear; "+
-			"use https, or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true", redactedURL(c.EngineURL), plaintextSecrets[methods[0]]))
+			"use https, or set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true", RedactURL(c.EngineURL), plaintextSecrets[methods[0]]))
 	}
 	return errs
 }
@@ -466,28 +466,28 @@ func checkHTTPURL(raw string) error {
 	return nil
 }
 
-// sslModes are the PostgreSQL TLS modes pgx understands, weakest first.
-var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
+// SSLModes are the PostgreSQL TLS modes pgx understands, weakest first.
+var SSLModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
 
-// checkDatabaseURL checks EXTWORKER_DATABASE_URL's sslmode, then lets pgx parse it (which
+// CheckDatabaseURL checks EXTWORKER_DATABASE_URL's sslmode, then lets pgx parse it (which
 // also reads sslrootcert, sslcert and sslkey). Messages show the URL without its password.
-func checkDatabaseURL(dsn string) error {
-	if mode, ok := dsnParam(dsn, "sslmode"); ok && !slices.Contains(sslModes, mode) {
-		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: sslmode %q: want one of %s", redactedURL(dsn), mode, strings.Join(sslModes, ", "))
+func CheckDatabaseURL(dsn string) error {
+	if mode, ok := dsnParam(dsn, "sslmode"); ok && !slices.Contains(SSLModes, mode) {
+		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: sslmode %q: want one of %s", RedactURL(dsn), mode, strings.Join(SSLModes, ", "))
 	}
-	if _, err := databaseConfig(dsn); err != nil {
-		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: %s", redactedURL(dsn), scrub(err.Error(), dsnSecrets(dsn)...))
+	if _, err := DatabaseConfig(dsn); err != nil {
+		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: %s", RedactURL(dsn), Scrub(err.Error(), dsnSecrets(dsn)...))
 	}
 	return nil
 }
 
-// databaseConfig parses EXTWORKER_DATABASE_URL for pgx. When neither the URL (sslmode, or
+// DatabaseConfig parses EXTWORKER_DATABASE_URL for pgx. When neither the URL (sslmode, or
 // its URL alias ssl) nor PGSSLMODE chooses a TLS mode and a host is not loopback or a unix
 // socket, the URL gets sslmode=verify-full: pgx's default, prefer, neither verifies the
 // server nor refuses plaintext when TLS fails, so anyone on the path could read the
 // ledger's traffic or pose as the database. An explicit sslmode is honoured
 // (databaseTLSWarning warns of the weak ones).
-func databaseConfig(dsn string) (*pgxpool.Config, error) {
+func DatabaseConfig(dsn string) (*pgxpool.Config, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil || sslModeChoice(dsn) != "" || localDatabase(pcfg.ConnConfig.Config) {
 		return pcfg, err
@@ -527,9 +527,9 @@ func withSSLMode(dsn, mode string) string {
 	return dsn + sep + "sslmode=" + mode + frag
 }
 
-// databaseHosts lists the hosts pgx will try, with the TLS configuration of each attempt
+// DatabaseHosts lists the hosts pgx will try, with the TLS configuration of each attempt
 // (nil: plaintext).
-func databaseHosts(cc pgconn.Config) []*pgconn.FallbackConfig {
+func DatabaseHosts(cc pgconn.Config) []*pgconn.FallbackConfig {
 	return append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...)
 }
 
@@ -541,7 +541,7 @@ func isLocalDatabaseHost(h *pgconn.FallbackConfig) bool {
 
 // localDatabase reports whether every host pgx will try is a unix socket or loopback.
 func localDatabase(cc pgconn.Config) bool {
-	for _, h := range databaseHosts(cc) {
+	for _, h := range DatabaseHosts(cc) {
 		if !isLocalDatabaseHost(h) {
 			return false
 		}
@@ -549,16 +549,16 @@ func localDatabase(cc pgconn.Config) bool {
 	return true
 }
 
-// databaseTLSWarning describes how an explicitly chosen sslmode leaves the connection to a
+// DatabaseTLSWarning describes how an explicitly chosen sslmode leaves the connection to a
 // host that is not loopback open (plaintext, or TLS without verifying the server), or
 // returns "" when it does not. It names the host and the mode, never the URL's secrets.
-func databaseTLSWarning(dsn string, pcfg *pgxpool.Config) string {
+func DatabaseTLSWarning(dsn string, pcfg *pgxpool.Config) string {
 	choice := sslModeChoice(dsn)
 	if choice == "" {
 		choice = "its TLS settings" // a service file's, say
 	}
 	var unverified string
-	for _, h := range databaseHosts(pcfg.ConnConfig.Config) {
+	for _, h := range DatabaseHosts(pcfg.ConnConfig.Config) {
 		switch {
 		case isLocalDatabaseHost(h):
 		case h.TLSConfig == nil: // disable, or the fallback of allow and prefer
@@ -573,7 +573,7 @@ func databaseTLSWarning(dsn string, pcfg *pgxpool.Config) string {
 	return unverified
 }
 
-func newLogger(c config, w io.Writer) *slog.Logger {
+func NewLogger(c Config, w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.LogLevel))
 	format := c.LogFormat
@@ -591,7 +591,7 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
 }
 
-func newClient(c config, logger *slog.Logger) (*camunda7.Client, error) {
+func NewClient(c Config, logger *slog.Logger) (*camunda7.Client, error) {
 	cc := camunda7.Config{BaseURL: c.EngineURL, Username: c.EngineUser, Password: c.EnginePassword,
 		BearerToken: c.EngineToken, AllowPlaintextAuth: c.EngineAllowPlaintextAuth, Timeout: c.EngineTimeout, Logger: logger}
 	tc, err := c.engineTLS()
@@ -603,21 +603,21 @@ func newClient(c config, logger *slog.Logger) (*camunda7.Client, error) {
 		if plaintextAuthURL(c.EngineOAuthTokenURL) {
 			if !c.EngineAllowPlaintextAuth {
 				return nil, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s is plain http to a host that is not loopback: "+
-					"set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true to send the client secret in clear", redactedURL(c.EngineOAuthTokenURL))
+					"set EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH=true to send the client secret in clear", RedactURL(c.EngineOAuthTokenURL))
 			}
 			if logger != nil {
 				logger.Warn("the OAuth2 client secret travels in clear over plain HTTP (EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH); use https",
-					slog.String("token_url", redactedURL(c.EngineOAuthTokenURL)))
+					slog.String("token_url", RedactURL(c.EngineOAuthTokenURL)))
 			}
 		}
-		cc.TokenSource = newOAuthTokenSource(c, tc)
+		cc.TokenSource = NewOAuthTokenSource(c, tc)
 	}
 	return camunda7.New(cc)
 }
 
 // engineTLS is the TLS configuration for the engine and its token endpoint: nil (the
 // system roots) unless a CA bundle or a client certificate is configured.
-func (c config) engineTLS() (*tls.Config, error) {
+func (c Config) engineTLS() (*tls.Config, error) {
 	if c.EngineCAFile == "" && c.EngineCertFile == "" {
 		return nil, nil
 	}
@@ -642,14 +642,14 @@ func (c config) engineTLS() (*tls.Config, error) {
 	return tc, nil
 }
 
-// openLedger connects to the ledger database and checks it is migrated (unless migrating
+// OpenLedger connects to the ledger database and checks it is migrated (unless migrating
 // is what the caller is about to do).
-func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigrated bool) (*idempotency.Ledger, *pgxpool.Pool, error) {
-	pcfg, err := ledgerPoolConfig(c)
+func OpenLedger(ctx context.Context, c Config, logger *slog.Logger, requireMigrated bool) (*idempotency.Ledger, *pgxpool.Pool, error) {
+	pcfg, err := LedgerPoolConfig(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	if w := databaseTLSWarning(c.DatabaseURL, pcfg); w != "" {
+	if w := DatabaseTLSWarning(c.DatabaseURL, pcfg); w != "" {
 		logger.Warn(w)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -658,7 +658,7 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, nil, fmt.Errorf("ledger database at %s: %w", redactedURL(c.DatabaseURL), err)
+		return nil, nil, fmt.Errorf("ledger database at %s: %w", RedactURL(c.DatabaseURL), err)
 	}
 	if requireMigrated {
 		db := stdlib.OpenDBFromPool(pool)
@@ -678,9 +678,9 @@ func openLedger(ctx context.Context, c config, logger *slog.Logger, requireMigra
 	return l, pool, nil
 }
 
-// ledgerPoolConfig is the ledger pool's configuration: EXTWORKER_DATABASE_URL, capped.
-func ledgerPoolConfig(c config) (*pgxpool.Config, error) {
-	pcfg, err := databaseConfig(c.DatabaseURL)
+// LedgerPoolConfig is the ledger pool's configuration: EXTWORKER_DATABASE_URL, capped.
+func LedgerPoolConfig(c Config) (*pgxpool.Config, error) {
+	pcfg, err := DatabaseConfig(c.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}
@@ -697,9 +697,9 @@ func ledgerPoolConfig(c config) (*pgxpool.Config, error) {
 	return pcfg, nil
 }
 
-// migrate applies the ledger's migrations.
-func migrate(ctx context.Context, c config, out io.Writer) error {
-	pcfg, err := databaseConfig(c.DatabaseURL)
+// Migrate applies the ledger's migrations.
+func Migrate(ctx context.Context, c Config, out io.Writer) error {
+	pcfg, err := DatabaseConfig(c.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
 	}
@@ -712,7 +712,7 @@ func migrate(ctx context.Context, c config, out io.Writer) error {
 	defer db.Close()
 	applied, err := migrations.Up(ctx, db)
 	if err != nil {
-		return fmt.Errorf("ledger database at %s: %w", redactedURL(c.DatabaseURL), err)
+		return fmt.Errorf("ledger database at %s: %w", RedactURL(c.DatabaseURL), err)
 	}
 	if len(applied) == 0 {
 		fmt.Fprintln(out, "ledger database is up to date")
@@ -722,7 +722,7 @@ func migrate(ctx context.Context, c config, out io.Writer) error {
 	return nil
 }
 
-func (c config) workerConfig(logger *slog.Logger) tasks.Config {
+func (c Config) WorkerConfig(logger *slog.Logger) tasks.Config {
 	longPoll := c.LongPoll
 	if longPoll == 0 {
 		longPoll = tasks.NoLongPoll // idle polls paced by EXTWORKER_IDLE_POLL_INTERVAL
@@ -741,20 +741,20 @@ func orNone(d time.Duration) time.Duration {
 	return d
 }
 
-// redactedURL hides credentials (user info, and password or sslpassword parameters) in a
+// RedactURL hides credentials (user info, and password or sslpassword parameters) in a
 // URL or a key=value connection string, for messages.
-func redactedURL(u string) string {
+func RedactURL(u string) string {
 	if i := strings.Index(u, "@"); i > 0 {
 		if j := strings.Index(u, "://"); j > 0 && j < i {
 			u = u[:j+3] + "***" + u[i:]
 		}
 	}
-	return maskParams(u)
+	return MaskParams(u)
 }
 
-// maskParams replaces the values of password-like parameters (password=, sslpassword=)
+// MaskParams replaces the values of password-like parameters (password=, sslpassword=)
 // in a URL's query or a key=value connection string with ***.
-func maskParams(u string) string {
+func MaskParams(u string) string {
 	for _, key := range []string{"sslpassword=", "password="} {
 		from := 0
 		for {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // Secrets: read from files, kept out of messages, and the OAuth2 token source.
 //
@@ -33,9 +33,9 @@ import (
 // maxSecretFile bounds what a _FILE may hold; secrets are small.
 const maxSecretFile = 64 << 10
 
-// configVar is one EXTWORKER_ variable: its name, its field in config (or opsConfig) and
+// ConfigVar is one EXTWORKER_ variable: its name, its field in config (or opsConfig) and
 // how it is masked.
-type configVar struct {
+type ConfigVar struct {
 	Name        string // EXTWORKER_ENGINE_URL
 	secret      string // "", "true" (masked whole) or "url" (password inside masked)
 	def         string // the default
@@ -45,21 +45,21 @@ type configVar struct {
 
 // vars lists c's variables in declaration order; the fields are addressable when c is a
 // pointer's target.
-func (c *config) vars() []configVar { return specVars(c) }
+func (c *Config) vars() []ConfigVar { return SpecVars(c) }
 
-// specVars lists the variables of spec, a pointer to a struct whose exported fields carry
+// SpecVars lists the variables of spec, a pointer to a struct whose exported fields carry
 // envconfig tags, in declaration order.
-func specVars(spec any) []configVar {
+func SpecVars(spec any) []ConfigVar {
 	v := reflect.ValueOf(spec).Elem()
 	t := v.Type()
-	var out []configVar
+	var out []ConfigVar
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, ok := f.Tag.Lookup("envconfig")
 		if !ok || !f.IsExported() {
 			continue
 		}
-		out = append(out, configVar{Name: envPrefix + name, secret: f.Tag.Get("secret"), def: f.Tag.Get("default"),
+		out = append(out, ConfigVar{Name: envPrefix + name, secret: f.Tag.Get("secret"), def: f.Tag.Get("default"),
 			field: v.Field(i), structField: f})
 	}
 	return out
@@ -67,7 +67,7 @@ func specVars(spec any) []configVar {
 
 // readSecretFiles fills secret fields from their EXTWORKER_*_FILE files and returns every
 // problem found.
-func (c *config) readSecretFiles(lookup func(string) (string, bool)) []error {
+func (c *Config) readSecretFiles(lookup func(string) (string, bool)) []error {
 	var errs []error
 	for _, cv := range c.vars() {
 		if cv.secret == "" || cv.field.Kind() != reflect.String {
@@ -125,7 +125,7 @@ func readSecretFile(path string) (string, error) {
 
 // secrets returns every secret value in c (whole secrets, and the passwords inside URLs),
 // for scrub. Defaults are public (the local test database's password) and left out.
-func (c *config) secrets() []string {
+func (c *Config) secrets() []string {
 	var out []string
 	for _, cv := range c.vars() {
 		if cv.field.Kind() != reflect.String || cv.field.String() == "" || cv.field.String() == cv.def {
@@ -178,9 +178,9 @@ func dsnParam(dsn, key string) (string, bool) {
 	return "", false
 }
 
-// scrub replaces every occurrence of the given secrets in s with ***: the last line of
+// Scrub replaces every occurrence of the given secrets in s with ***: the last line of
 // defence for text that came from elsewhere (a driver's error message).
-func scrub(s string, secrets ...string) string {
+func Scrub(s string, secrets ...string) string {
 	for _, sec := range secrets {
 		if len(sec) >= 3 { // shorter ones would mangle ordinary text; they are masked where they are known
 			s = strings.ReplaceAll(s, sec, "***")
@@ -199,12 +199,12 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// scrubError hides c's secrets in err's text, keeping its chain.
-func (c *config) scrubError(err error) error {
+// ScrubError hides c's secrets in err's text, keeping its chain.
+func (c *Config) ScrubError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := scrub(err.Error(), c.secrets()...)
+	msg := Scrub(err.Error(), c.secrets()...)
 	if msg == err.Error() {
 		return err
 	}
@@ -229,7 +229,7 @@ var (
 	_ camunda7.TokenInvalidator = (*oauthTokenSource)(nil)
 )
 
-func newOAuthTokenSource(c config, tc *tls.Config) *oauthTokenSource {
+func NewOAuthTokenSource(c Config, tc *tls.Config) *oauthTokenSource {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if tc != nil {
 		tr.TLSClientConfig = tc.Clone()
@@ -278,13 +278,13 @@ type tokenError struct {
 }
 
 func (e *tokenError) Error() string {
-	return fmt.Sprintf("OAuth2 token from %s: %v", redactedURL(e.url), e.err)
+	return fmt.Sprintf("OAuth2 token from %s: %v", RedactURL(e.url), e.err)
 }
 func (e *tokenError) Unwrap() error { return e.err }
 
-// tokenRejected reports whether the token endpoint refused the client's credentials
+// TokenRejected reports whether the token endpoint refused the client's credentials
 // (400 invalid_client or invalid_scope, 401, 403), which retrying cannot fix.
-func tokenRejected(err error) bool {
+func TokenRejected(err error) bool {
 	var re *oauth2.RetrieveError
 	if !errors.As(err, &re) || re.Response == nil {
 		return false

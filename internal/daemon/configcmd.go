@@ -1,7 +1,8 @@
-package main
+package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
@@ -19,57 +21,57 @@ import (
 // masked replaces a secret's value in `extworker config`.
 const masked = "***"
 
-// configCommand prints the effective configuration: every EXTWORKER_ variable with its
+// ConfigCommand prints the effective configuration: every EXTWORKER_ variable with its
 // value (defaults applied) and where it came from, secrets masked. With an invalid
 // configuration it prints what it could read, then returns every problem.
-func configCommand(args []string, stdout, stderr io.Writer) error {
+func ConfigCommand(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print a JSON object of variable: value")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := loadConfig()
-	var ce configError
+	c, err := LoadConfig()
+	var ce ConfigError
 	if err != nil && !errors.As(err, &ce) {
 		return err
 	}
-	ops, opsInvalid, _ := readOpsConfig() // its problems are in err already
-	sets := []varSet{{vars: c.vars(), fromFile: c.fromFile, invalid: c.invalid}, {vars: specVars(&ops), invalid: opsInvalid}}
+	ops, opsInvalid, _ := ReadOpsConfig() // its problems are in err already
+	sets := []VarSet{{Vars: c.vars(), FromFile: c.fromFile, Invalid: c.invalid}, {Vars: SpecVars(&ops), Invalid: opsInvalid}}
 	if perr := printConfig(sets, os.LookupEnv, *asJSON, stdout); perr != nil {
 		return perr
 	}
-	return c.scrubError(err)
+	return c.ScrubError(err)
 }
 
-// varSet is the variables of one configuration struct (config, opsConfig) with the
+// VarSet is the variables of one configuration struct (config, opsConfig) with the
 // secrets read from files and the values that did not parse.
-type varSet struct {
-	vars     []configVar
-	fromFile map[string]string
-	invalid  map[string]string
+type VarSet struct {
+	Vars     []ConfigVar
+	FromFile map[string]string
+	Invalid  map[string]string
 }
 
-// effective is one variable as `extworker config` shows it.
-type effective struct {
+// Effective is one variable as `extworker config` shows it.
+type Effective struct {
 	Name, Value, Source string
 }
 
-// effectiveConfig lists the variables with their masked values and sources: "env",
+// EffectiveConfig lists the variables with their masked values and sources: "env",
 // "file PATH", "default", or "env (invalid)" for a value that did not parse (shown as
 // given, unless it is a secret).
-func effectiveConfig(sets []varSet, lookup func(string) (string, bool)) []effective {
-	var out []effective
+func EffectiveConfig(sets []VarSet, lookup func(string) (string, bool)) []Effective {
+	var out []Effective
 	for _, set := range sets {
-		for _, cv := range set.vars {
-			e := effective{Name: cv.Name, Value: formatValue(cv.field), Source: "default"}
+		for _, cv := range set.Vars {
+			e := Effective{Name: cv.Name, Value: formatValue(cv.field), Source: "default"}
 			if v, ok := lookup(cv.Name); ok && v != "" {
 				e.Source = "env"
 			}
-			if path, ok := set.fromFile[cv.Name]; ok {
+			if path, ok := set.FromFile[cv.Name]; ok {
 				e.Source = "file " + path
 			}
-			if raw, ok := set.invalid[cv.Name]; ok {
+			if raw, ok := set.Invalid[cv.Name]; ok {
 				e.Value, e.Source = raw, "env (invalid)"
 			}
 			switch {
@@ -77,7 +79,7 @@ func effectiveConfig(sets []varSet, lookup func(string) (string, bool)) []effect
 			case cv.secret == "true":
 				e.Value = masked
 			case cv.secret == "url":
-				e.Value = maskURL(e.Value)
+				e.Value = MaskURL(e.Value)
 			}
 			out = append(out, e)
 		}
@@ -95,9 +97,9 @@ func formatValue(v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
-// maskURL keeps a URL or connection string readable (user, host, database, parameters)
+// MaskURL keeps a URL or connection string readable (user, host, database, parameters)
 // and masks its password and password-like parameters.
-func maskURL(s string) string {
+func MaskURL(s string) string {
 	if u, err := url.Parse(s); err == nil && strings.Contains(s, "://") && u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			// url.UserPassword would escape the stars; splice the text instead.
@@ -108,11 +110,11 @@ func maskURL(s string) string {
 			}
 		}
 	}
-	return maskParams(s)
+	return MaskParams(s)
 }
 
-func printConfig(sets []varSet, lookup func(string) (string, bool), asJSON bool, w io.Writer) error {
-	vars := effectiveConfig(sets, lookup)
+func printConfig(sets []VarSet, lookup func(string) (string, bool), asJSON bool, w io.Writer) error {
+	vars := EffectiveConfig(sets, lookup)
 	if asJSON {
 		m := make(map[string]string, len(vars))
 		for _, v := range vars {
@@ -128,33 +130,33 @@ func printConfig(sets []varSet, lookup func(string) (string, bool), asJSON bool,
 	return tw.Flush()
 }
 
-// checkEngine asks the engine for its version before the worker starts, so that rejected
+// CheckEngine asks the engine for its version before the worker starts, so that rejected
 // credentials (or a token endpoint refusing the client) end the start at once with a
 // message saying which variables to check, instead of a worker failing every fetch.
-func checkEngine(ctx context.Context, c config, logger *slog.Logger) error {
-	client, err := newClient(c, logger)
+func CheckEngine(ctx context.Context, c Config, logger *slog.Logger) error {
+	client, err := NewClient(c, logger)
 	if err != nil {
-		return configError{err}
+		return ConfigError{err}
 	}
 	defer client.CloseIdleConnections()
 	v, err := client.Version(ctx)
 	if err == nil {
-		logger.Info("engine reachable", slog.String("engine_url", redactedURL(c.EngineURL)), slog.String("version", v))
+		logger.Info("engine reachable", slog.String("engine_url", RedactURL(c.EngineURL)), slog.String("version", v))
 		return nil
 	}
-	where := redactedURL(c.EngineURL)
+	where := RedactURL(c.EngineURL)
 	methods := c.authMethods()
 	var ce *camunda7.Error
 	switch {
 	case errors.As(err, &ce) && errors.Is(err, camunda7.ErrUnauthorized) && len(methods) == 0:
-		return configError{fmt.Errorf("engine at %s requires authentication (%d): set %s, %s, or %s: %w",
-			where, ce.StatusCode, authVars["basic"], authVars["bearer"], authVars["oauth2"], err)}
+		return ConfigError{fmt.Errorf("engine at %s requires authentication (%d): set %s, %s, or %s: %w",
+			where, ce.StatusCode, AuthVars["basic"], AuthVars["bearer"], AuthVars["oauth2"], err)}
 	case errors.As(err, &ce) && errors.Is(err, camunda7.ErrUnauthorized):
-		return configError{fmt.Errorf("engine at %s rejected the credentials (%d): check %s: %w",
-			where, ce.StatusCode, authVars[methods[0]], err)}
-	case tokenRejected(err):
-		return configError{fmt.Errorf("engine at %s: the token endpoint rejected the client: check %s: %w",
-			where, authVars["oauth2"], err)}
+		return ConfigError{fmt.Errorf("engine at %s rejected the credentials (%d): check %s: %w",
+			where, ce.StatusCode, AuthVars[methods[0]], err)}
+	case TokenRejected(err):
+		return ConfigError{fmt.Errorf("engine at %s: the token endpoint rejected the client: check %s: %w",
+			where, AuthVars["oauth2"], err)}
 	case errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown):
 		// Unreachable is not misconfigured: start anyway, and let the fetch loop back off
 		// until the engine answers, instead of exiting into a supervisor's restart loop.
@@ -163,3 +165,11 @@ func checkEngine(ctx context.Context, c config, logger *slog.Logger) error {
 	}
 	return fmt.Errorf("engine at %s: %w", where, err)
 }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newTabWriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
