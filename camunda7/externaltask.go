@@ -209,10 +209,14 @@ type CompleteRequest struct {
 	LocalVariables Variables `json:"localVariables,omitempty"`
 }
 
-// Complete completes a task locked by r.WorkerID.
+// Complete completes a task locked by r.WorkerID. A File variable without content (as
+// fetchAndLock returns Files) is refused before sending, with ErrNoContent.
 func (c *Client) Complete(ctx context.Context, taskID string, r CompleteRequest) error {
 	op := "complete external task " + taskID
 	if err := checkTask(op, taskID, r.WorkerID); err != nil {
+		return err
+	}
+	if err := checkContent(op, r.Variables, r.LocalVariables); err != nil {
 		return err
 	}
 	return c.taskPost(ctx, op, taskID, "complete", r)
@@ -252,6 +256,9 @@ func (c *Client) Failure(ctx context.Context, taskID string, r FailureRequest) e
 	if r.Retries < 0 || r.RetryTimeout < 0 {
 		return invalid(op, "Retries %d and RetryTimeout %v must not be negative", r.Retries, r.RetryTimeout)
 	}
+	if err := checkContent(op, r.Variables, r.LocalVariables); err != nil {
+		return err
+	}
 	return c.taskPost(ctx, op, taskID, "failure", failureDto{
 		WorkerID: r.WorkerID, ErrorMessage: r.ErrorMessage, ErrorDetails: r.ErrorDetails,
 		Retries: r.Retries, RetryTimeout: r.RetryTimeout.Milliseconds(),
@@ -276,6 +283,9 @@ func (c *Client) BPMNError(ctx context.Context, taskID string, r BPMNErrorReques
 	}
 	if r.ErrorCode == "" {
 		return invalid(op, "ErrorCode is empty")
+	}
+	if err := checkContent(op, r.Variables); err != nil {
+		return err
 	}
 	return c.taskPost(ctx, op, taskID, "bpmnError", r)
 }

@@ -2,6 +2,7 @@ package camunda7
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"maps"
 	"math"
 	"mime"
+	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +57,14 @@ var (
 	// ErrVariableValue means the value does not fit the variable's type
 	// (for example a Long holding 1.5, or Bytes that are not base64).
 	ErrVariableValue = errors.New("camunda7: variable value malformed")
+	// ErrNoContent means a File variable about to be sent has no content (a
+	// null value): the engine answers such a request with a 500, so Complete,
+	// Failure and BPMNError refuse it before sending. A File as fetchAndLock
+	// returns it carries only its metadata; download the content with
+	// Client.VariableData (or LocalVariableData), or build the variable with
+	// FileVar.
+	ErrNoContent = errors.New("camunda7: File variable has no content (fetched Files carry only their metadata: " +
+		"download the content with Client.VariableData, or build the variable with FileVar)")
 )
 
 // VariableError describes why a variable could not be built, sent or read.
@@ -64,7 +75,7 @@ type VariableError struct {
 	Name string // Name is the variable's name; empty when not known (Variable.Decode).
 	Type string // Type is the variable's type as sent or received.
 	Want string // Want is the type the caller asked for; empty when no particular type was asked for.
-	Err  error  // Err is the reason; it wraps ErrVariableMissing, ErrVariableType, ErrVariableNull or ErrVariableValue.
+	Err  error  // Err is the reason; it wraps ErrVariableMissing, ErrVariableType, ErrVariableNull, ErrVariableValue or ErrNoContent.
 }
 
 // Error formats the error, e.g.
@@ -954,4 +965,64 @@ func (vs Variables) Value(name string) (any, error) {
 		return nil, &VariableError{Name: name, Type: v.Type, Err: err}
 	}
 	return val, nil
+}
+
+// checkContent reports, as a request the client refuses to send (ErrInvalidArgument and
+// ErrNotSent), the first File variable in sets without content, by sorted name, as a
+// *VariableError wrapping ErrNoContent. The engine would answer it with a 500
+// ("Provided value is not of File, InputStream or byte[] type"), which looks like an
+// engine failure rather than the handler's mistake. A Bytes variable with a null value
+// passes: the engine accepts it (a null Bytes, whose data reads as empty).
+func checkContent(op string, sets ...Variables) error {
+	for _, vs := range sets {
+		for _, name := range slices.Sorted(maps.Keys(vs)) {
+			v := vs[name]
+			if canonicalType(v.Type) == TypeFile && v.err == nil && v.isNull() {
+				return &argError{op: op, err: fmt.Errorf("encode request: %w", &VariableError{Name: name, Type: v.Type, Err: ErrNoContent})}
+			}
+		}
+	}
+	return nil
+}
+
+// VariableData downloads the content of a process instance's File or Bytes variable
+// (GET /process-instance/{id}/variables/{name}/data), which fetchAndLock and the
+// variable queries do not send for Files. The content is read whole, so it is bounded
+// by Config.MaxResponseBytes (ErrResponseTooLarge beyond it).
+//
+// Errors: ErrNotFound when the instance has no such variable (it may live in a narrower
+// scope: see LocalVariableData) or the instance does not exist (the engine's 500 for an
+// unknown instance is reported as ErrNotFound too); ErrBadRequest when the variable is
+// neither File nor Bytes. The variable's content never appears in an error.
+func (c *Client) VariableData(ctx context.Context, processInstanceID, name string) ([]byte, error) {
+	op := fmt.Sprintf("get content of variable %q of process instance %s", name, processInstanceID)
+	if processInstanceID == "" || name == "" {
+		return nil, invalid(op, "process instance id and variable name are required")
+	}
+	return c.variableData(ctx, op, "/process-instance/"+url.PathEscape(processInstanceID)+"/variables/"+url.PathEscape(name)+"/data")
+}
+
+// LocalVariableData downloads the content of a File or Bytes variable local to an
+// execution (GET /execution/{id}/localVariables/{name}/data): a variable of the
+// external task's own scope (an input mapping, or a variable set locally). Errors as for
+// VariableData; ErrNotFound when the execution has no such local variable.
+func (c *Client) LocalVariableData(ctx context.Context, executionID, name string) ([]byte, error) {
+	op := fmt.Sprintf("get content of local variable %q of execution %s", name, executionID)
+	if executionID == "" || name == "" {
+		return nil, invalid(op, "execution id and variable name are required")
+	}
+	return c.variableData(ctx, op, "/execution/"+url.PathEscape(executionID)+"/localVariables/"+url.PathEscape(name)+"/data")
+}
+
+func (c *Client) variableData(ctx context.Context, op, path string) ([]byte, error) {
+	var s string // the body as it came, whatever its content type
+	err := c.do(ctx, call{op: op, method: http.MethodGet, path: path, out: &s})
+	if e, ok := err.(*Error); ok && e.StatusCode == http.StatusInternalServerError && strings.HasSuffix(e.Message, "doesn't exist: execution is null") {
+		// The engine's answer for an unknown process instance or execution.
+		e.kind = ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
 }

@@ -1,0 +1,402 @@
+// Package httpeffect builds an idempotency.Effect for the common provider shape: one
+// HTTP request that carries the provider key in an Idempotency-Key header, and a lookup
+// URL that tells whether the provider has a request under a key.
+//
+// New returns an Effect whose Dispatch sends the request and classifies the answer the
+// way the ledger needs it:
+//
+//   - the request certainly did not leave (connection refused, a DNS failure, the
+//     context ended before it was written in full): idempotency.NotSent, so the intent
+//     goes back to prepared and the next attempt sends it again;
+//   - 429 Too Many Requests: idempotency.NotSent, with the Retry-After delay (seconds or
+//     an HTTP date, at most MaxRetryAfter) on the error's RetryAfter method, so the
+//     task's retry waits at least that long;
+//   - any other 4xx: Spec.Reject decides whether it is a definitive decline
+//     (idempotency.Rejected with the code and message it maps: a declined card, an
+//     unknown recipient); otherwise it is idempotency.NotSent too (a 4xx is a refusal,
+//     not an effect);
+//   - 2xx: Spec.Decode turns the answer into the result the ledger records (it may also
+//     return idempotency.Rejected for a decline the provider answers with a 2xx);
+//   - everything else, above all a 5xx, a timeout or a connection lost after the request
+//     was written, a 2xx that cannot be decoded, a redirect (never followed): the outcome
+//     is unknown, and the error is a plain one.
+//
+// A 5xx can only be retried safely with Reconcile or Search: the provider may have acted
+// before failing, and the ledger never sends an unknown intent again until a lookup says
+// the provider has no record of it. Spec.LookupURL gives the Effect the standard
+// Reconcile, a GET of a URL that names the key: 200 is Found (decoded by Decode), 404 is
+// NotFound, anything else StillUnknown. Without LookupURL (or an Effect.Search the
+// caller sets), an unknown intent goes to an operator (operator_hold, with an incident),
+// who settles it by hand.
+//
+// Request bodies are never stored: the ledger keeps only the intent's digest, the
+// Effect keeps Spec.Body only to send it, and no error of this package contains a
+// request or response body, a URL's path or query, or a header value: only the method,
+// the host, status codes and short reasons, since errors end up in the ledger's trail
+// and the engine's incidents. Decode and Reject see the answer's body; what they return
+// is recorded, so they should return only what belongs in the ledger.
+package httpeffect
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/extworker/extworker/idempotency"
+)
+
+// Defaults for Spec fields left zero.
+const (
+	DefaultKeyHeader        = "Idempotency-Key"
+	DefaultTimeout          = 30 * time.Second
+	DefaultMaxResponseBytes = 1 << 20
+)
+
+// MaxRetryAfter caps the delay a 429's Retry-After can ask for.
+const MaxRetryAfter = time.Hour
+
+// Spec describes the provider request of one effect and how to read its answers. Build
+// one per intent: Body is the request of that intent.
+type Spec struct {
+	// Name names the call in errors, e.g. "pay.example charge". Default: the method and
+	// the URL's host. Never put a secret or personal data in it.
+	Name string
+	// Client sends the requests. Default http.DefaultClient. Redirects are never followed
+	// (a 3xx is an unknown outcome): a POST redirected by a 303 would turn into a GET.
+	Client *http.Client
+	// Method is the request's method. Default POST.
+	Method string
+	// URL is the request's URL, http or https. Required.
+	URL string
+	// Header is sent with the request and with lookups (credentials, Content-Type). The
+	// key header is added to the request. Content-Type defaults to application/json when
+	// there is a Body.
+	Header http.Header
+	// Body is the request's body, sent as it is.
+	Body []byte
+	// KeyHeader is the header that carries the provider key. Default Idempotency-Key.
+	KeyHeader string
+	// Timeout bounds each request and lookup, reading the answer included. Default 30s.
+	// The ledger bounds a dispatch by the intent's lease as well.
+	Timeout time.Duration
+	// MaxResponseBytes caps the answer body read. Default 1 MiB. A larger 2xx answer is
+	// an unknown outcome (the provider acted; the answer cannot be read).
+	MaxResponseBytes int64
+	// Decode turns a 2xx answer (and a lookup's 200) into the result to record: the
+	// provider's reference and the values the task completes with. It may return
+	// idempotency.Rejected for a decline answered with a 2xx; any other error makes the
+	// outcome unknown (its text is not printed: it may quote the body). Default: an
+	// empty result.
+	Decode func(status int, header http.Header, body []byte) (idempotency.Result, error)
+	// Reject maps a 4xx answer other than 429 to a decline (ok true): its code and
+	// message become the idempotency.Rejection, and by default the task's BPMN error. A
+	// 4xx it does not map (or without Reject) is idempotency.NotSent. It is never asked
+	// about a 5xx: a server error is never a decline.
+	Reject func(status int, body []byte) (code, message string, ok bool)
+	// LookupURL returns the URL that looks the effect up by its provider key
+	// (q.ProviderKey), e.g. "https://pay.example/charges?idempotency_key=" +
+	// url.QueryEscape(q.ProviderKey). Set, the Effect gets a Reconcile that GETs it (with
+	// Header, without a body or the key header): 200 is Found, decoded by Decode; 404 is
+	// NotFound, which lets the ledger send the intent again under the same key, so the
+	// URL must answer 404 only for a key the provider does not know (a wrong path answers
+	// 404 too: see LookupNotFound); anything else is StillUnknown.
+	LookupURL func(q idempotency.Query) string
+	// LookupNotFound, if set, must confirm a lookup's 404 from its body (the provider's
+	// own "no such key" answer) before it counts as NotFound; a 404 it does not confirm
+	// is StillUnknown.
+	LookupNotFound func(body []byte) bool
+}
+
+// New returns the Effect for s, or what is wrong with s.
+func New(s Spec) (idempotency.Effect, error) {
+	u, err := url.Parse(s.URL)
+	switch {
+	case s.URL == "":
+		return idempotency.Effect{}, errors.New("httpeffect: Spec.URL is required")
+	case err != nil:
+		return idempotency.Effect{}, errors.New("httpeffect: Spec.URL does not parse")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return idempotency.Effect{}, errors.New("httpeffect: Spec.URL must be http or https")
+	case u.Host == "":
+		return idempotency.Effect{}, errors.New("httpeffect: Spec.URL has no host")
+	case s.Timeout < 0 || s.MaxResponseBytes < 0:
+		return idempotency.Effect{}, errors.New("httpeffect: Spec.Timeout and Spec.MaxResponseBytes must not be negative")
+	}
+	if s.Method == "" {
+		s.Method = http.MethodPost
+	}
+	if s.KeyHeader == "" {
+		s.KeyHeader = DefaultKeyHeader
+	}
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if s.MaxResponseBytes == 0 {
+		s.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if s.Name == "" {
+		s.Name = s.Method + " " + u.Host
+	}
+	base := http.DefaultClient
+	if s.Client != nil {
+		base = s.Client
+	}
+	hc := *base
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	e := &effect{s: s, hc: &hc}
+	eff := idempotency.Effect{Dispatch: e.dispatch}
+	if s.LookupURL != nil {
+		eff.Reconcile = e.reconcile
+	}
+	return eff, nil
+}
+
+type effect struct {
+	s  Spec
+	hc *http.Client
+}
+
+// answer is an HTTP answer read in full (up to MaxResponseBytes).
+type answer struct {
+	status  int
+	header  http.Header
+	body    []byte
+	readErr error // the body could not be read, or was too large
+}
+
+// send performs one request. It returns an answer, or a *TransportError.
+func (e *effect) send(ctx context.Context, method, rawURL string, body []byte, key string) (*answer, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.s.Timeout)
+	defer cancel()
+	// wrote turns true once a whole request has been written to a connection: the line
+	// between "certainly not sent" and "outcome unknown". It never turns back (the
+	// transport may write the request again on a new connection).
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, rd)
+	if err != nil {
+		return nil, &TransportError{Op: e.s.Name, Err: errors.New("the request could not be built")}
+	}
+	for k, vs := range e.s.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set(e.s.KeyHeader, key)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		return nil, &TransportError{Op: e.s.Name, Sent: wrote.Load(), Err: stripURL(err)}
+	}
+	defer resp.Body.Close()
+	a := &answer{status: resp.StatusCode, header: resp.Header}
+	a.body, a.readErr = io.ReadAll(io.LimitReader(resp.Body, e.s.MaxResponseBytes+1))
+	if a.readErr == nil && int64(len(a.body)) > e.s.MaxResponseBytes {
+		a.readErr = fmt.Errorf("answer larger than %d bytes (Spec.MaxResponseBytes)", e.s.MaxResponseBytes)
+	} else if a.readErr != nil {
+		a.readErr = stripURL(a.readErr)
+	}
+	return a, nil
+}
+
+func (e *effect) dispatch(ctx context.Context, providerKey string) (idempotency.Result, error) {
+	a, err := e.send(ctx, e.s.Method, e.s.URL, e.s.Body, providerKey)
+	if err != nil {
+		var te *TransportError
+		if errors.As(err, &te) && !te.Sent {
+			return idempotency.Result{}, idempotency.NotSent(err)
+		}
+		return idempotency.Result{}, err
+	}
+	switch st := a.status; {
+	case st >= 200 && st < 300:
+		if a.readErr != nil {
+			return idempotency.Result{}, &DecodeError{Op: e.s.Name, StatusCode: st, Reason: "the answer could not be read: " + a.readErr.Error(), Err: a.readErr}
+		}
+		return e.decode(a)
+	case st == http.StatusTooManyRequests:
+		return idempotency.Result{}, idempotency.NotSent(&StatusError{Op: e.s.Name, StatusCode: st,
+			Retry: parseRetryAfter(a.header.Get("Retry-After"), time.Now())})
+	case st >= 400 && st < 500:
+		if e.s.Reject != nil && a.readErr == nil {
+			if code, msg, ok := e.s.Reject(st, a.body); ok {
+				return idempotency.Result{}, idempotency.Rejected(code, msg)
+			}
+		}
+		return idempotency.Result{}, idempotency.NotSent(&StatusError{Op: e.s.Name, StatusCode: st})
+	case st == http.StatusServiceUnavailable:
+		return idempotency.Result{}, &StatusError{Op: e.s.Name, StatusCode: st, Retry: parseRetryAfter(a.header.Get("Retry-After"), time.Now())}
+	}
+	return idempotency.Result{}, &StatusError{Op: e.s.Name, StatusCode: a.status}
+}
+
+// decode runs Decode on a 2xx answer; a decline passes as it is, any other failure is a
+// *DecodeError (an unknown outcome).
+func (e *effect) decode(a *answer) (idempotency.Result, error) {
+	if e.s.Decode == nil {
+		return idempotency.Result{}, nil
+	}
+	r, err := e.s.Decode(a.status, a.header, a.body)
+	if err == nil {
+		return r, nil
+	}
+	var rej *idempotency.Rejection
+	if errors.As(err, &rej) {
+		return idempotency.Result{}, rej
+	}
+	return idempotency.Result{}, &DecodeError{Op: e.s.Name, StatusCode: a.status, Reason: fmt.Sprintf("Decode failed (%T)", err), Err: err}
+}
+
+func (e *effect) reconcile(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
+	u := e.s.LookupURL(q)
+	a, err := e.send(ctx, http.MethodGet, u, nil, "")
+	if err != nil {
+		var te *TransportError
+		if errors.As(err, &te) {
+			te.Op += " lookup"
+		}
+		return idempotency.Reconciliation{}, err // the ledger counts it as StillUnknown, unless the attempt ended
+	}
+	switch {
+	case a.readErr != nil:
+		return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d, and its answer could not be read", a.status)), nil
+	case a.status == http.StatusOK:
+		if e.s.Decode == nil {
+			return idempotency.Found(idempotency.Result{}), nil
+		}
+		r, err := e.s.Decode(a.status, a.header, a.body)
+		var rej *idempotency.Rejection
+		switch {
+		case err == nil:
+			return idempotency.Found(r), nil
+		case errors.As(err, &rej):
+			return idempotency.ReconciledRejected(rej.Code, rej.Message), nil
+		}
+		return idempotency.StillUnknown(fmt.Sprintf("lookup answered 200, and Decode failed (%T)", err)), nil
+	case a.status == http.StatusNotFound:
+		if e.s.LookupNotFound != nil && !e.s.LookupNotFound(a.body) {
+			return idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)"), nil
+		}
+		return idempotency.NotFound(), nil
+	}
+	return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d", a.status)), nil
+}
+
+// StatusError is an answer that is neither a success nor a decline. Dispatch returns it
+// wrapped with idempotency.NotSent for a 4xx (429 included), as it is (an unknown
+// outcome) otherwise.
+type StatusError struct {
+	Op         string // Spec.Name
+	StatusCode int
+	// Retry is the delay the Retry-After header of a 429 or 503 asked for, at most
+	// MaxRetryAfter; zero without one.
+	Retry time.Duration
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("httpeffect: %s: status %d", e.Op, e.StatusCode)
+	if t := http.StatusText(e.StatusCode); t != "" {
+		s += " " + t
+	}
+	if e.Retry > 0 {
+		s += fmt.Sprintf(" (retry after %v)", e.Retry)
+	}
+	return s
+}
+
+// RetryAfter is the delay the provider asked for; the ledger waits at least that long
+// before a NotSent intent's next attempt.
+func (e *StatusError) RetryAfter() time.Duration { return e.Retry }
+
+// TransportError is a request that got no answer. Sent tells whether the whole request
+// had been written to a connection before the failure: if not, the provider cannot have
+// acted on it, and Dispatch wraps the error with idempotency.NotSent.
+type TransportError struct {
+	Op   string // Spec.Name, plus " lookup" for a lookup
+	Sent bool
+	Err  error // the network error, without the URL
+}
+
+func (e *TransportError) Error() string {
+	state := "request not written"
+	if e.Sent {
+		state = "request written, no answer"
+	}
+	return fmt.Sprintf("httpeffect: %s: %s: %v", e.Op, state, e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// DecodeError is a 2xx answer that could not be read or decoded: the provider acted, and
+// what it did is unknown until a lookup tells. Err is kept for errors.As but not printed:
+// a decoding error can quote the body.
+type DecodeError struct {
+	Op         string
+	StatusCode int
+	Reason     string
+	Err        error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("httpeffect: %s: status %d: %s", e.Op, e.StatusCode, e.Reason)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// stripURL drops the *url.Error wrapper, whose text holds the whole URL (a query may
+// carry a key or personal data), keeping the network error it wraps.
+func stripURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// parseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3) received at now:
+// delay-seconds or an HTTP date. It returns 0 for an empty, invalid or past value, and
+// at most MaxRetryAfter.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter
+		}
+		d = time.Duration(secs) * time.Second
+	} else {
+		at, err := http.ParseTime(v)
+		if err != nil {
+			return 0
+		}
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), MaxRetryAfter)
+}
