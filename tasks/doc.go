@@ -4,13 +4,22 @@
 //
 // # Writing a handler
 //
+// A handler binds its input from the task's variables into a struct (Task.Bind, by the
+// fields' var tags), and the topic fetches exactly those variables (VariablesOf):
+//
+//	type collectIn struct {
+//		InvoiceID string `var:"invoiceId"`
+//		Amount    int64  `var:"amountCents"`
+//		Note      string `var:"note,optional"`
+//	}
+//
 //	reg := tasks.NewRegistry()
 //	err := reg.Register("collect-payment", func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
-//		amount, err := t.Variables().Long("amount")
-//		if err != nil {
-//			return nil, failure.Permanent(err) // bad input: an incident, no retries
+//		var in collectIn
+//		if err := t.Bind(&in); err != nil {
+//			return nil, err // bad input: a permanent error, an incident naming the variable
 //		}
-//		ref, err := charge(ctx, t.BusinessKey(), amount)
+//		ref, err := charge(ctx, t.BusinessKey(), in.Amount)
 //		switch {
 //		case errors.Is(err, errDeclined):
 //			return nil, failure.BPMNError("PAYMENT_DECLINED", "card declined", nil)
@@ -18,10 +27,42 @@
 //			return nil, err // retryable, by the topic's retry policy
 //		}
 //		return camunda7.Variables{"paymentRef": camunda7.StringVar(ref)}, nil
-//	}, tasks.TopicOptions{LockDuration: time.Minute, Variables: []string{"amount"}, MaxConcurrency: 4})
+//	}, tasks.TopicOptions{LockDuration: time.Minute, Variables: tasks.VariablesOf[collectIn](), MaxConcurrency: 4})
 //
 //	w, err := tasks.New(client, reg, tasks.Config{MaxConcurrency: 16, Logger: logger})
 //	err = w.Run(ctx) // until ctx ends; then drains
+//
+// Bind reads strings, booleans, integers (within the field's range), floats, time.Time
+// (Date), []byte (Bytes), and Json variables into structs, maps and slices; `,optional`
+// lets a variable be missing or null. Its error lists every variable that is missing or
+// does not fit, without their values, and is marked failure.Permanent. The typed
+// accessors of Variables() (String, Long, JSON, ...) remain for handlers that read
+// variables one by one.
+//
+// TopicOptions carries every fetch setting of camunda7.FetchTopic (the variables, the
+// filters on business key, process definition, version tag, tenant and process
+// variables, DeserializeValues, IncludeExtensionProperties) under the same names, and
+// passes them to fetchAndLock unchanged.
+//
+// # Testing a handler
+//
+// Package taskstest runs a handler against a task with no engine: through this package's
+// real Registry and Worker, over an in-memory engine, so that the result is what
+// production would report (retries by the topic's policy, classification, recovered
+// panics, errorMessage and errorDetails) and what the handler was given (only the
+// variables the topic fetches):
+//
+//	res := taskstest.Run(t, collect, taskstest.Task{Topic: "collect-payment", BusinessKey: "B-1",
+//		Variables: camunda7.Variables{"invoiceId": camunda7.StringVar("INV-1"), "amountCents": camunda7.LongVar(1200)}},
+//		collectOptions)
+//	// res.Completed.Variables, res.BPMNError.Code, res.Failure.Retries, res.Outcome ...
+//
+// # The engine
+//
+// A Worker makes its engine calls through Engine: fetchAndLock, complete, failure,
+// bpmnError, unlock, extendLock and lock (lockext.Locker), and the task and history
+// queries it needs to resolve lost answers and orphaned locks. *camunda7.Client
+// implements it for a real engine, taskstest.Engine in memory.
 //
 // # How a task travels
 //

@@ -19,19 +19,25 @@ import (
 type Handler func(ctx context.Context, t *Task) (camunda7.Variables, error)
 
 // TopicOptions configure one topic. Zero values take the documented defaults.
+//
+// Its fetch fields (LockDuration through IncludeExtensionProperties) are those of
+// camunda7.FetchTopic, of the same names and types, and reach the engine's fetchAndLock
+// unchanged: every filter the client supports can be set here (a test fails when
+// camunda7.FetchTopic gains one that TopicOptions does not pass on).
 type TopicOptions struct {
 	// LockDuration is how long a fetched task stays locked; the extender renews it
 	// while the handler runs. Default 30s.
 	LockDuration time.Duration
 	// Variables names the variables to fetch. Default none: fetching everything must be
-	// asked for with AllVariables, never happen by accident.
+	// asked for with AllVariables, never happen by accident. VariablesOf lists those a
+	// struct for Task.Bind names.
 	Variables []string
 	// AllVariables fetches every variable visible from the task.
 	AllVariables bool
 	// LocalVariables fetches only variables local to the task's execution.
 	LocalVariables bool
 
-	// Filters, passed to the engine as they are.
+	// Filters, passed to the engine as they are: only tasks that match them are fetched.
 	BusinessKey                 string
 	ProcessDefinitionID         string
 	ProcessDefinitionIDIn       []string
@@ -40,10 +46,17 @@ type TopicOptions struct {
 	ProcessDefinitionVersionTag string
 	TenantIDIn                  []string
 	WithoutTenantID             bool
-	ProcessVariables            map[string]any
+	// ProcessVariables fetches only tasks whose process instance has these variables
+	// with these values.
+	ProcessVariables map[string]any
 
+	// DeserializeValues asks the engine to deserialize Object variables with their Java
+	// class before sending them; keep it false for Go handlers (the class must be on the
+	// engine's classpath, and the JSON accessors read the serialized form).
+	DeserializeValues bool
 	// IncludeExtensionProperties fetches the service task's camunda:properties.
 	IncludeExtensionProperties bool
+
 	// MaxConcurrency caps this topic's running handlers. 0: only the worker's limit.
 	MaxConcurrency int
 	// Retry decides retries and backoff for retryable failures. Default 3 attempts,
@@ -84,6 +97,8 @@ func (o TopicOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
+// fetchTopic is the one conversion from a topic's options to what fetchAndLock asks
+// the engine for.
 func (o TopicOptions) fetchTopic(name string) camunda7.FetchTopic {
 	return camunda7.FetchTopic{
 		TopicName: name, LockDuration: o.LockDuration,
@@ -92,7 +107,7 @@ func (o TopicOptions) fetchTopic(name string) camunda7.FetchTopic {
 		ProcessDefinitionKey: o.ProcessDefinitionKey, ProcessDefinitionKeyIn: o.ProcessDefinitionKeyIn,
 		ProcessDefinitionVersionTag: o.ProcessDefinitionVersionTag, TenantIDIn: o.TenantIDIn,
 		WithoutTenantID: o.WithoutTenantID, ProcessVariables: o.ProcessVariables,
-		IncludeExtensionProperties: o.IncludeExtensionProperties,
+		DeserializeValues: o.DeserializeValues, IncludeExtensionProperties: o.IncludeExtensionProperties,
 	}
 }
 
@@ -106,6 +121,7 @@ type topic struct {
 	name    string
 	handler Handler
 	opts    TopicOptions
+	fetch   camunda7.FetchTopic // opts.fetchTopic(name), built once
 }
 
 // NewRegistry returns an empty registry.
@@ -131,7 +147,7 @@ func (r *Registry) Register(name string, h Handler, opts TopicOptions) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("register topic %q: %w", name, errors.Join(errs...))
 	}
-	r.topics[name] = &topic{name: name, handler: h, opts: opts}
+	r.topics[name] = &topic{name: name, handler: h, opts: opts, fetch: opts.fetchTopic(name)}
 	i, _ := slices.BinarySearch(r.names, name)
 	r.names = slices.Insert(r.names, i, name)
 	return nil

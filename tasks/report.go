@@ -174,6 +174,10 @@ func (w *Worker) deliver(ctx context.Context, id string, send func(context.Conte
 				log.Info("report delivered", slog.Int("attempts", attempt), slog.Duration("after", time.Since(start).Round(time.Millisecond)))
 			}
 			return nil
+		case errors.Is(err, camunda7.ErrInvalidArgument):
+			// Refused by the client before sending (a variable that cannot be encoded, a
+			// fetched File sent on without its content): it would be refused again.
+			return err
 		case errors.Is(err, camunda7.ErrNotSent), errors.Is(err, camunda7.ErrOptimisticLock):
 			again = true
 		case errors.Is(err, camunda7.ErrThrottled):
@@ -233,7 +237,10 @@ func (w *Worker) resolve(ctx context.Context, id string, sendErr error, log *slo
 //   - a 4xx refusal of the request itself (a badly formatted Date variable, a variable
 //     the engine cannot deserialize): permanent, with the engine's message, for an
 //     operator to fix the handler or the data;
-//   - throttling (429 or 413 from a proxy) that outlasted ReportRetryFor: retryable.
+//   - throttling (429 or 413 from a proxy) that outlasted ReportRetryFor: retryable;
+//   - a request the client refused to send (camunda7.ErrInvalidArgument: a variable the
+//     handler returned cannot be encoded, or is a fetched File without its content):
+//     permanent, naming the variable.
 //
 // A lost or taken lock, a gone task, a suspended instance, refused credentials and
 // answers never received are not turned into failures (the failure would meet the same).
@@ -242,6 +249,8 @@ func refusedReport(op string, err error) (failure.Outcome, bool) {
 	switch {
 	case err == nil, lockext.LostAnswer(err), errors.Is(err, camunda7.ErrSuspended), errors.Is(err, camunda7.ErrUnauthorized):
 		return failure.Outcome{}, false
+	case errors.Is(err, camunda7.ErrInvalidArgument):
+		return failure.Classify(failure.Permanent(fmt.Errorf("%s refused before sending: %w", op, err))), true
 	case errors.Is(err, camunda7.ErrThrottled):
 		return failure.Classify(fmt.Errorf("%s throttled by the engine or a proxy: %w", op, err)), true
 	case errors.As(err, &ee) && ee.StatusCode >= 500 && !errors.Is(err, camunda7.ErrOptimisticLock):

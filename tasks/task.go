@@ -13,6 +13,7 @@ type Task struct {
 	raw      camunda7.LockedExternalTask
 	workerID string
 	attempt  int
+	fetch    camunda7.FetchTopic // what the topic asked the engine for (Bind's hints)
 
 	mu    sync.Mutex
 	local camunda7.Variables
@@ -77,7 +78,8 @@ func (t *Task) ExtensionProperty(name string) (string, bool) {
 }
 
 // Variables are the variables fetched for the task, with typed accessors
-// (Variables().String("invoiceId"), .Long("amount"), .JSON("order", &o), ...).
+// (Variables().String("invoiceId"), .Long("amount"), .JSON("order", &o), ...). Bind
+// reads them into a struct instead.
 func (t *Task) Variables() camunda7.Variables { return t.raw.Variables }
 
 // Raw returns the task as the engine sent it.

@@ -192,7 +192,7 @@ func (c Config) Validate() error {
 
 // Worker fetches tasks for the registry's topics and runs their handlers.
 type Worker struct {
-	c   *camunda7.Client
+	c   Engine
 	reg *Registry
 	cfg Config
 	log *slog.Logger
@@ -229,14 +229,15 @@ type Stats struct {
 	MaxInFlight atomic.Int64
 }
 
-// New returns a worker for the registry's topics.
-func New(c *camunda7.Client, reg *Registry, cfg Config) (*Worker, error) {
+// New returns a worker for the registry's topics that talks to the engine through c: a
+// *camunda7.Client in production, a taskstest.Engine in handler tests.
+func New(c Engine, reg *Registry, cfg Config) (*Worker, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if c == nil || reg == nil || len(reg.topics) == 0 {
-		return nil, errors.New("tasks: a client and a registry with at least one topic are required")
+	if isNil(c) || reg == nil || len(reg.topics) == 0 {
+		return nil, errors.New("tasks: an engine client and a registry with at least one topic are required")
 	}
 	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
 		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1)}, nil
@@ -514,7 +515,7 @@ func (w *Worker) plan(limit int) (camunda7.FetchAndLockRequest, bool) {
 			continue
 		}
 		req.MaxTasks = min(req.MaxTasks, free)
-		req.Topics = append(req.Topics, t.opts.fetchTopic(name))
+		req.Topics = append(req.Topics, t.fetch)
 	}
 	return req, len(req.Topics) > 0
 }
@@ -680,6 +681,7 @@ func (w *Worker) release(topic, id string) {
 // handle runs one task from lock to report.
 func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedExternalTask, sentAt time.Time) {
 	task := newTask(raw, w.cfg.WorkerID, t.opts.Retry.Attempt(raw.Retries))
+	task.fetch = t.fetch
 	log := w.log.With(
 		slog.String("topic", raw.TopicName),
 		slog.String("external_task_id", raw.ID),
