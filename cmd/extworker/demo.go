@@ -12,12 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
-	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -107,10 +107,9 @@ func chargeResult(id string) idempotency.Result {
 // ledger: the provider is charged at most once per invoice, whatever the engine
 // redelivers, and an unknown outcome is reconciled with the provider before anything is
 // sent again.
-func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
-	reg := tasks.NewRegistry()
+func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.Handler, tasks.TopicOptions) error) error {
 	retry := failure.RetryPolicy{MaxAttempts: 5, InitialDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
-	err := reg.Register(demoTopicCollect, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
+	err := register(demoTopicCollect, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
 		invoice, err := t.Variables().String("invoiceId")
 		if err != nil {
 			return nil, failure.Permanent(err)
@@ -175,9 +174,9 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 		return camunda7.Variables{"paymentRef": camunda7.StringVar(out.ProviderRef)}, nil
 	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"invoiceId", "amountCents"}, MaxConcurrency: 8, Retry: retry})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	err = reg.Register(demoTopicReceipt, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
+	err = register(demoTopicReceipt, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
 		ref, err := t.Variables().String("paymentRef")
 		if err != nil {
 			return nil, failure.Permanent(err)
@@ -187,16 +186,12 @@ func demoHandlers(lock time.Duration, env *demoEnv) (*tasks.Registry, error) {
 		}
 		return camunda7.Variables{"receiptId": camunda7.StringVar("rcpt_" + strings.TrimPrefix(ref, "ch_"))}, nil
 	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"paymentRef"}, Retry: retry})
-	return reg, err
+	return err
 }
 
-// newDemoEnv opens the ledger and a fake payment provider (EXTWORKER_PROVIDER_URL, or
-// one started in this process). The returned function releases them.
-func newDemoEnv(ctx context.Context, cfg daemon.Config, logger *slog.Logger) (*demoEnv, *fakeprovider.Server, func(), error) {
-	ledger, pool, err := daemon.OpenLedger(ctx, cfg, logger, true)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+// newDemoEnv charges through ledger and a fake payment provider (EXTWORKER_PROVIDER_URL,
+// or one started in this process). The returned function stops the provider.
+func newDemoEnv(cfg daemon.Config, ledger *idempotency.Ledger) (*demoEnv, *fakeprovider.Server, func(), error) {
 	// A fresh connection per request: on a reused one, net/http itself silently resends a
 	// request carrying an Idempotency-Key whose answer was lost, and the demo wants to show
 	// the ledger reconciling such outcomes.
@@ -204,8 +199,8 @@ func newDemoEnv(ctx context.Context, cfg daemon.Config, logger *slog.Logger) (*d
 		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: cfg.ProviderTimeout}}}
 	var srv *fakeprovider.Server
 	if cfg.ProviderURL == "" {
+		var err error
 		if srv, err = fakeprovider.Start(demoDeclineLimit); err != nil {
-			pool.Close()
 			return nil, nil, nil, err
 		}
 		env.pay.BaseURL = srv.URL()
@@ -214,7 +209,6 @@ func newDemoEnv(ctx context.Context, cfg daemon.Config, logger *slog.Logger) (*d
 		if srv != nil {
 			_ = srv.Close()
 		}
-		pool.Close()
 	}, nil
 }
 
@@ -236,79 +230,24 @@ func deployDemo(ctx context.Context, c *camunda7.Client) error {
 	return err
 }
 
-// runWorker runs the demo topics until ctx ends, serving metrics, health and readiness
-// on EXTWORKER_HTTP_ADDR (ops.go).
+// runWorker runs the demo topics until ctx ends, as any worker program does through the
+// entry point (package extworker): metrics, health and readiness on EXTWORKER_HTTP_ADDR,
+// the ledger's hooks and pruning, orphaned intents flagged.
 func runWorker(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
-	ops, err := daemon.LoadOpsConfig()
+	app, err := extworker.New(ctx, extworker.Options{Logger: logger})
 	if err != nil {
 		return err
 	}
-	c, err := daemon.NewClient(cfg, logger)
-	if err != nil {
-		return err
-	}
-	env, _, closeEnv, err := newDemoEnv(ctx, cfg, logger)
+	defer app.Close()
+	env, _, closeEnv, err := newDemoEnv(cfg, app.Ledger())
 	if err != nil {
 		return err
 	}
 	defer closeEnv()
-	promReg := daemon.NewOpsRegistry()
-	m, err := metrics.New(promReg, metrics.Options{MaxConcurrency: cfg.MaxConcurrency})
-	if err != nil {
+	if err := demoHandlers(cfg.LockDuration, env, app.Handle); err != nil {
 		return err
 	}
-	// The ledger reports to the metrics, logs through the running task's logger (so its
-	// records carry the task's fields) and names the intent on the task's records.
-	env.ledger = env.ledger.WithHooks(idempotency.Hooks{Observer: m, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
-	promReg.MustRegister(metrics.NewBacklogCollector(env.ledger, ops.ReadyTimeout, m, logger))
-	opsPool, err := daemon.OpenOpsPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer opsPool.Close()
-	_, stopOps, err := daemon.StartOps(ctx, ops, promReg, c, opsPool, m, logger)
-	if err != nil {
-		return err
-	}
-	defer stopOps()
-	reg, err := demoHandlers(cfg.LockDuration, env)
-	if err != nil {
-		return err
-	}
-	wcfg := cfg.WorkerConfig(logger)
-	wcfg.Observer = m
-	wcfg.OnTaskGone = env.orphaned(logger)
-	w, err := tasks.New(c, reg, wcfg)
-	if err != nil {
-		return err
-	}
-	if cfg.LedgerRetention > 0 {
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() { defer close(done); prunePeriodically(ctx, env.ledger, cfg.LedgerRetention, time.Hour, logger) }()
-	}
-	return w.Run(ctx)
-}
-
-// prunePeriodically deletes settled intents older than retention, every interval, until
-// ctx ends.
-func prunePeriodically(ctx context.Context, l *idempotency.Ledger, retention, every time.Duration, logger *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		n, err := l.Prune(ctx, retention)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			logger.Warn("pruning the ledger failed; will try again", slog.Any("error", err))
-		case n > 0:
-			logger.Info("pruned settled intents", slog.Int64("deleted", n), slog.Duration("retention", retention))
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
+	return app.Run(ctx)
 }
 
 // runDemo deploys the demo, starts n invoices, works them off and prints what happened.
@@ -330,7 +269,12 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 	if err := daemon.Migrate(ctx, cfg, io.Discard); err != nil {
 		return err
 	}
-	env, pay, closeEnv, err := newDemoEnv(ctx, cfg, logger)
+	ledger, pool, err := daemon.OpenLedger(ctx, cfg, logger, true)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	env, pay, closeEnv, err := newDemoEnv(cfg, ledger)
 	if err != nil {
 		return err
 	}
@@ -383,8 +327,8 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
 		v, daemon.RedactURL(cfg.EngineURL), len(ids), n, duplicates, run)
 
-	reg, err := demoHandlers(cfg.LockDuration, env)
-	if err != nil {
+	reg := tasks.NewRegistry()
+	if err := demoHandlers(cfg.LockDuration, env, reg.Register); err != nil {
 		return err
 	}
 	wcfg := cfg.WorkerConfig(logger)

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -213,7 +214,7 @@ func secondSignalExits(t *testing.T, sig syscall.Signal, code int) {
 }
 
 func TestSignalExitCode(t *testing.T) {
-	assert.Equal(t, 130, signalExitCode(os.Interrupt))
-	assert.Equal(t, 130, signalExitCode(syscall.SIGINT))
-	assert.Equal(t, 143, signalExitCode(syscall.SIGTERM))
+	assert.Equal(t, 130, daemon.SignalExitCode(os.Interrupt))
+	assert.Equal(t, 130, daemon.SignalExitCode(syscall.SIGINT))
+	assert.Equal(t, 143, daemon.SignalExitCode(syscall.SIGTERM))
 }

@@ -234,10 +234,10 @@ func (c Config) parsed(names ...string) bool {
 
 // ConfigError is a configuration the worker cannot start with, or credentials the engine
 // rejected: retrying cannot help, so main exits with exitConfig.
-type ConfigError struct{ err error }
+type ConfigError struct{ Err error }
 
-func (e ConfigError) Error() string { return e.err.Error() }
-func (e ConfigError) Unwrap() error { return e.err }
+func (e ConfigError) Error() string { return e.Err.Error() }
+func (e ConfigError) Unwrap() error { return e.Err }
 
 // ExitConfig is EX_CONFIG from sysexits.h: a supervisor can refuse to restart on it
 // (systemd: RestartPreventExitStatus=78).

@@ -1,0 +1,237 @@
+// Package extworker runs Camunda 7 external-task workers in production: a program's main
+// registers its handlers and hands over, and gets what a worker needs around them.
+//
+//	func main() {
+//		extworker.Main(func(app *extworker.App) error {
+//			return app.Handle("shipping.book-courier", bookCourier(app.Ledger()), tasks.TopicOptions{})
+//		})
+//	}
+//
+// Main, and New with Run for a program that wants its own control, give the handlers:
+//
+//   - configuration from the EXTWORKER_* variables (docs/configuration.md), secrets from
+//     their _FILE variants, every problem listed at once (exit status 78, ExitConfig);
+//   - the engine client, checked at start: rejected credentials exit 78 too, instead of a
+//     worker whose every fetch fails;
+//   - the effect ledger (package idempotency) on EXTWORKER_DATABASE_URL, which must be
+//     migrated (`extworker migrate`), reporting to the metrics and logging through each
+//     task's logger, pruned hourly (EXTWORKER_LEDGER_RETENTION), and told about tasks the
+//     engine cancelled (their intents are flagged orphaned for an operator);
+//   - /metrics, /healthz and /readyz on EXTWORKER_HTTP_ADDR;
+//   - the worker (package tasks): long polling, lock extension, retries, classified
+//     failures;
+//   - signals: SIGINT or SIGTERM stops gracefully within EXTWORKER_SHUTDOWN_TIMEOUT; a
+//     second one exits at once with 130 or 143.
+//
+// Handlers are ordinary tasks.Handler functions; package tasks has the task's variables
+// and outcomes, package idempotency the ledger, package failure the outcomes' kinds.
+package extworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/metrics"
+	"github.com/extworker/extworker/tasks"
+)
+
+// ExitConfig is the exit status of a configuration the worker cannot run with: an invalid
+// variable, or credentials the engine rejects. Retrying cannot help; a supervisor may stop
+// restarting (EX_CONFIG).
+const ExitConfig = daemon.ExitConfig
+
+// App is one worker process: its configuration, engine client, ledger, metrics and the
+// topics its handlers serve. Build it with New (or let Main do it), register handlers
+// with Handle, then Run it.
+type App struct {
+	cfg      daemon.Config
+	ops      daemon.OpsConfig
+	logger   *slog.Logger
+	client   *camunda7.Client
+	ledger   *idempotency.Ledger
+	pool     *pgxpool.Pool
+	opsPool  *pgxpool.Pool
+	promReg  *prometheus.Registry
+	metrics  *metrics.Metrics
+	registry *tasks.Registry
+	errs     []error
+}
+
+// Options are what New takes besides the environment. The zero value is the default.
+type Options struct {
+	// Logger receives the process's records. Default: EXTWORKER_LOG_LEVEL and
+	// EXTWORKER_LOG_FORMAT on standard error.
+	Logger *slog.Logger
+}
+
+// New reads the configuration from the environment, checks that the engine accepts the
+// credentials, and opens the ledger, which must be migrated. Its errors are what Main
+// reports: a configuration error or rejected credentials satisfy IsConfigError. Close
+// releases what it opened; Run does not.
+func New(ctx context.Context, opts Options) (*App, error) {
+	cfg, err := daemon.LoadConfig()
+	if err != nil {
+		return nil, cfg.ScrubError(err)
+	}
+	ops, err := daemon.LoadOpsConfig()
+	if err != nil {
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = daemon.NewLogger(cfg, os.Stderr)
+	}
+	a := &App{cfg: cfg, ops: ops, logger: logger, registry: tasks.NewRegistry()}
+	if err := a.open(ctx); err != nil {
+		a.Close()
+		return nil, cfg.ScrubError(err)
+	}
+	return a, nil
+}
+
+func (a *App) open(ctx context.Context) error {
+	if err := daemon.CheckEngine(ctx, a.cfg, a.logger); err != nil {
+		return err
+	}
+	var err error
+	if a.client, err = daemon.NewClient(a.cfg, a.logger); err != nil {
+		return err
+	}
+	if a.ledger, a.pool, err = daemon.OpenLedger(ctx, a.cfg, a.logger, true); err != nil {
+		return err
+	}
+	a.promReg = daemon.NewOpsRegistry()
+	if a.metrics, err = metrics.New(a.promReg, metrics.Options{MaxConcurrency: a.cfg.MaxConcurrency}); err != nil {
+		return err
+	}
+	// The ledger reports to the metrics, logs through the running task's logger (so its
+	// records carry the task's fields) and names the intent on the task's records.
+	a.ledger = a.ledger.WithHooks(idempotency.Hooks{Observer: a.metrics, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
+	a.promReg.MustRegister(metrics.NewBacklogCollector(a.ledger, a.ops.ReadyTimeout, a.metrics, a.logger))
+	a.opsPool, err = daemon.OpenOpsPool(ctx, a.cfg.DatabaseURL)
+	return err
+}
+
+// IsConfigError reports whether err (from New or Run) is a configuration the worker
+// cannot run with: Main exits with ExitConfig for it.
+func IsConfigError(err error) bool {
+	var ce daemon.ConfigError
+	return errors.As(err, &ce)
+}
+
+// Ledger is the effect ledger, for handlers to run their side effects through.
+func (a *App) Ledger() *idempotency.Ledger { return a.ledger }
+
+// Logger is the process's logger (EXTWORKER_LOG_LEVEL, EXTWORKER_LOG_FORMAT). Inside a
+// handler, tasks.Logger(ctx) has the task's fields too.
+func (a *App) Logger() *slog.Logger { return a.logger }
+
+// Client is the engine client, for what a handler needs beyond its task (correlating a
+// message, reading another instance's variables).
+func (a *App) Client() *camunda7.Client { return a.client }
+
+// Handle registers h for topic; opts.LockDuration defaults to EXTWORKER_LOCK_DURATION. A
+// registration error (a topic twice, invalid options) is returned here and again by Run.
+func (a *App) Handle(topic string, h tasks.Handler, opts tasks.TopicOptions) error {
+	if opts.LockDuration == 0 {
+		opts.LockDuration = a.cfg.LockDuration
+	}
+	if err := a.registry.Register(topic, h, opts); err != nil {
+		a.errs = append(a.errs, err)
+		return err
+	}
+	return nil
+}
+
+// Run serves the registered topics until ctx ends, then stops gracefully: it stops
+// fetching, lets running handlers finish within EXTWORKER_SHUTDOWN_GRACE, and returns
+// within EXTWORKER_SHUTDOWN_TIMEOUT. Meanwhile it serves /metrics, /healthz and /readyz
+// and prunes the ledger hourly.
+func (a *App) Run(ctx context.Context) error {
+	if len(a.errs) > 0 {
+		return errors.Join(a.errs...)
+	}
+	if len(a.registry.Topics()) == 0 {
+		return daemon.ConfigError{Err: errors.New("no topics registered: call App.Handle before Run")}
+	}
+	_, stopOps, err := daemon.StartOps(ctx, a.ops, a.promReg, a.client, a.opsPool, a.metrics, a.logger)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
+	wcfg := a.cfg.WorkerConfig(a.logger)
+	wcfg.Observer = a.metrics
+	wcfg.OnTaskGone = a.orphaned
+	w, err := tasks.New(a.client, a.registry, wcfg)
+	if err != nil {
+		return err
+	}
+	if a.cfg.LedgerRetention > 0 {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			daemon.PrunePeriodically(ctx, a.ledger, a.cfg.LedgerRetention, time.Hour, a.logger)
+		}()
+	}
+	return a.cfg.ScrubError(w.Run(ctx))
+}
+
+// orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).
+func (a *App) orphaned(ctx context.Context, g tasks.Gone) {
+	if _, err := a.ledger.MarkOrphaned(ctx, g.ProcessInstanceID, g.TaskID, g.Reason); err != nil {
+		a.logger.Error("flagging the intents of a cancelled task failed; find them with `extworker effects list`",
+			slog.String("external_task_id", g.TaskID), slog.String("process_instance_id", g.ProcessInstanceID), slog.Any("error", err))
+	}
+}
+
+// Close releases the ledger's and the operations server's database pools.
+func (a *App) Close() {
+	if a.pool != nil {
+		a.pool.Close()
+	}
+	if a.opsPool != nil {
+		a.opsPool.Close()
+	}
+}
+
+// Main is a worker program's whole main: it builds the App from the environment, lets
+// setup register the handlers, and runs until SIGINT or SIGTERM. It exits 0 after a
+// graceful stop, ExitConfig (78) for a configuration the worker cannot run with
+// (invalid variables, rejected credentials, no topic), 130 or 143 on a second signal,
+// and 1 for any other error, which it prints first. It never returns.
+func Main(setup func(*App) error) {
+	os.Exit(run(setup))
+}
+
+func run(setup func(*App) error) int {
+	cfg, _ := daemon.LoadConfig() // for the logger; New reports its problems
+	logger := daemon.NewLogger(cfg, os.Stderr)
+	ctx, stop := daemon.SignalContext(logger, os.Exit)
+	defer stop()
+	app, err := New(ctx, Options{Logger: logger})
+	if err == nil {
+		defer app.Close()
+		if err = setup(app); err == nil {
+			err = app.Run(ctx)
+		}
+	}
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "extworker:", err)
+	if IsConfigError(err) {
+		return ExitConfig
+	}
+	return 1
+}

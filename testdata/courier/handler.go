@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/idempotency/httpeffect"
+	"github.com/extworker/extworker/tasks"
+)
+
+// booking is what the courier is asked to do for one shipment.
+type booking struct {
+	Shipment string `var:"shipmentId" json:"shipment"`
+	Postcode string `var:"postcode" json:"postcode"`
+}
+
+// bookCourier books a courier for the task's shipment, once per shipment whatever the
+// engine redelivers: the booking runs through the ledger under the key shipment:ID. An
+// address the courier refuses (422) is the process's ADDRESS_REJECTED error.
+func bookCourier(ledger *idempotency.Ledger) tasks.Handler {
+	courier := os.Getenv("COURIER_URL")
+	return func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
+		var in booking
+		if err := t.Bind(&in); err != nil {
+			return nil, err // names the variable; an incident, not a retry loop
+		}
+		body, _ := json.Marshal(in)
+		eff, err := httpeffect.New(httpeffect.Spec{
+			URL:  courier + "/bookings",
+			Body: body,
+			Decode: func(_ int, _ http.Header, body []byte) (idempotency.Result, error) {
+				var b struct{ ID string }
+				err := json.Unmarshal(body, &b)
+				return idempotency.Result{ProviderRef: b.ID, Values: map[string]any{"bookingId": b.ID}}, err
+			},
+			Reject: func(status int, _ []byte) (string, string, bool) {
+				return "ADDRESS_REJECTED", "the courier does not deliver there", status == http.StatusUnprocessableEntity
+			},
+			LookupURL: func(q idempotency.Query) string { return courier + "/bookings?key=" + q.ProviderKey },
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, err := ledger.Do(ctx, t.Intent("courier.book", "shipment:"+in.Shipment, in), eff)
+		if err != nil {
+			return nil, err
+		}
+		return camunda7.Variables{"bookingId": camunda7.StringVar(out.ProviderRef)}, nil
+	}
+}

@@ -1,0 +1,213 @@
+package extworker_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/testenv"
+	"github.com/extworker/extworker/migrations"
+)
+
+// courierBPMN is the user's process: book a courier for a shipment; an address the
+// courier refuses ends on its own path.
+const courierBPMN = `<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:camunda="http://camunda.org/schema/1.0/bpmn"
+                  id="courier" targetNamespace="http://example.com/courier">
+  <bpmn:error id="Rejected" name="Address rejected" errorCode="ADDRESS_REJECTED"/>
+  <bpmn:process id="%s" isExecutable="true" camunda:historyTimeToLive="P1D">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="book"/>
+    <bpmn:serviceTask id="book" camunda:type="external" camunda:topic="shipping.book-courier"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="book" targetRef="booked"/>
+    <bpmn:endEvent id="booked"/>
+    <bpmn:boundaryEvent id="rejected" attachedToRef="book"><bpmn:errorEventDefinition errorRef="Rejected"/></bpmn:boundaryEvent>
+    <bpmn:sequenceFlow id="f3" sourceRef="rejected" targetRef="undeliverable"/>
+    <bpmn:endEvent id="undeliverable"/>
+  </bpmn:process>
+</bpmn:definitions>`
+
+// courier is the user's provider: it books once per Idempotency-Key, refuses postcode
+// 00000 with a 422, and looks bookings up by key.
+type courier struct {
+	mu       sync.Mutex
+	bookings map[string]string // key -> booking id
+	posts    int
+}
+
+func (c *courier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.Method == http.MethodGet {
+		id, ok := c.bookings[r.URL.Query().Get("key")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, `{"id":%q}`, id)
+		return
+	}
+	c.posts++
+	body, _ := io.ReadAll(r.Body)
+	if strings.Contains(string(body), `"postcode":"00000"`) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	id, ok := c.bookings[key]
+	if !ok {
+		id = fmt.Sprintf("bk_%d", len(c.bookings)+1)
+		c.bookings[key] = id
+	}
+	fmt.Fprintf(w, `{"id":%q}`, id)
+}
+
+// buildUserModule builds testdata/courier, a module of its own that requires this one.
+func buildUserModule(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "courier")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("testdata", "courier")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build testdata/courier: %s", out)
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// A user's own module, with one ledger-backed handler and a five-line main, serves its
+// topic through the entry point against the real engine and PostgreSQL: every shipment
+// booked once (a twin delivery of one shipment too), a refused address on the process's
+// error path, /readyz ready, /metrics exposed, and a clean exit on SIGTERM.
+func TestUserModule(t *testing.T) {
+	c := testenv.Engine(t)
+	pool := testenv.DB(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+	db := stdlib.OpenDBFromPool(pool)
+	_, err := migrations.Up(ctx, db)
+	require.NoError(t, err)
+	bin := buildUserModule(t)
+
+	main, err := os.ReadFile(filepath.Join("testdata", "courier", "main.go"))
+	require.NoError(t, err)
+	body := string(main)[strings.Index(string(main), "func main()"):]
+	assert.LessOrEqual(t, strings.Count(strings.TrimSpace(body), "\n")+1, 15, "a complete worker's main in at most 15 lines")
+
+	prov := &courier{bookings: map[string]string{}}
+	srv := httptest.NewServer(prov)
+	defer srv.Close()
+	key := testenv.Unique("courier")
+	_, err = c.Deploy(ctx, camunda7.Deployment{Name: key, Resources: []camunda7.Resource{{Name: key + ".bpmn", Content: []byte(fmt.Sprintf(courierBPMN, key))}}})
+	require.NoError(t, err)
+	start := func(shipment, postcode string) string {
+		pi, err := c.StartProcess(ctx, key, camunda7.StartProcessRequest{BusinessKey: shipment,
+			Variables: camunda7.Variables{"shipmentId": camunda7.StringVar(shipment), "postcode": camunda7.StringVar(postcode)}})
+		require.NoError(t, err)
+		return pi.ID
+	}
+	run := testenv.Unique("S")
+	ids := []string{start(run+"-1", "10115"), start(run+"-2", "80331"), start(run+"-1", "10115"), start(run+"-3", "00000")}
+
+	addr := freeAddr(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_DATABASE_URL="+testenv.DBURL(),
+		"EXTWORKER_LEDGER_NAMESPACE="+key, "EXTWORKER_HTTP_ADDR="+addr, "EXTWORKER_LOG_LEVEL=warn", "COURIER_URL="+srv.URL)
+	var logs testenv.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", logs.String())
+		}
+	}()
+
+	testenv.Eventually(t, 2*time.Minute, "every instance ended", func() (bool, error) {
+		for _, id := range ids {
+			h, err := c.HistoricProcessInstance(ctx, id)
+			if err != nil || h.State != "COMPLETED" {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	ends := map[string]int{}
+	for _, id := range ids {
+		acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {id}})
+		require.NoError(t, err)
+		for _, a := range acts {
+			if a.ActivityType == "noneEndEvent" {
+				ends[a.ActivityID]++
+			}
+		}
+	}
+	assert.Equal(t, map[string]int{"booked": 3, "undeliverable": 1}, ends)
+	prov.mu.Lock()
+	assert.Len(t, prov.bookings, 2, "one booking per shipment, the twin delivery included")
+	prov.mu.Unlock()
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := get("/readyz")
+	assert.Equal(t, http.StatusOK, code, "/readyz")
+	code, metrics := get("/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, metrics, `extworker_tasks_completed_total{topic="shipping.book-courier"}`)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		assert.NoError(t, err, "a graceful stop exits 0")
+	case <-time.After(time.Minute):
+		t.Fatal("no exit within a minute of SIGTERM")
+	}
+}
+
+// The same program exits 78 (ExitConfig) when the engine rejects its credentials, with
+// what to check, and without the secret.
+func TestUserModuleRejectedCredentials(t *testing.T) {
+	testenv.AuthEngine(t)
+	testenv.DB(t)
+	bin := buildUserModule(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.AuthEngineURL(), "EXTWORKER_ENGINE_USER="+testenv.AuthEngineUser,
+		"EXTWORKER_ENGINE_PASSWORD=wrong-s3cret", "EXTWORKER_DATABASE_URL="+testenv.DBURL(), "EXTWORKER_HTTP_ADDR=off")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "exit status expected, got %v: %s", err, out)
+	assert.Equal(t, 78, ee.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), "rejected the credentials")
+	assert.NotContains(t, string(out), "wrong-s3cret")
+	assert.NotContains(t, string(out), "panic")
+}
