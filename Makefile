@@ -1,7 +1,7 @@
 # extworker: one command each for the main job and the tests, on a fresh machine.
 #   make up     PostgreSQL + the engines under test (installed, built and started when needed)
 #   make test   make up, then the whole Go suite with the race detector
-#   make demo   make up, then the demo: invoices paid, declined (BPMN error) and one incident
+#   make demo   make up, then the demo (examples/invoice): invoices paid, declined (BPMN error) and one incident
 #   make down   stop the engines and PostgreSQL
 # ENGINE=camunda7 (default) | operaton | cibseven picks the engine; see README.md.
 
@@ -38,7 +38,7 @@ down:
 	@bash testenv/engine-down.sh
 	@pg_ctlcluster $$(ls /usr/lib/postgresql | sort -n | tail -1) main stop 2>/dev/null || true
 
-# -timeout: cmd/extworker runs the fault tiers at the shipped defaults (20s locks and long
+# -timeout: examples/invoice runs the fault tiers at the shipped defaults (20s locks and long
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
 # -tags failpoints: the crash tests' worker binaries and the failpoint package's own tests
 # (the production build has no failpoints, see failpoint's package comment).
@@ -53,10 +53,10 @@ test: up
 KILLER ?=
 demo: up
 ifeq ($(KILLER),)
-	$(GO) run ./cmd/extworker demo
+	$(GO) run ./examples/invoice demo
 else
-	$(MAKE) bin/extworker
-	$(GO) run ./cmd/extworker-soak -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(MAKE) bin/invoice
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 endif
 
 # The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
@@ -68,24 +68,25 @@ endif
 # soak-short and soak-defaults run in CI (.ci/run); soak (the long short-timeouts tier)
 # by hand.
 SOAK_SEED ?= $(shell date +%s)
-# The soak's workers: a test build, with the failpoints its killer fires.
-bin/extworker: FORCE
-	$(GO) build -tags failpoints -o bin/extworker ./cmd/extworker
+# The soak's workers: the demo's worker (examples/invoice) in a test build, with the
+# failpoints its killer fires.
+bin/invoice: FORCE
+	$(GO) build -tags failpoints -o bin/invoice ./examples/invoice
 FORCE:
-soak-short: up bin/extworker
-	$(GO) run ./cmd/extworker-soak -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+soak-short: up bin/invoice
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 .PHONY: soak-defaults
-soak-defaults: up bin/extworker
-	$(GO) run ./cmd/extworker-soak -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
-soak: up bin/extworker
-	$(GO) run ./cmd/extworker-soak -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+soak-defaults: up bin/invoice
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+soak: up bin/invoice
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./...
 
 # The production packages build for Windows and macOS, and go.mod is tidy (CI runs both).
-PROD_PKGS = ./camunda7/... ./lockext/... ./tasks/... ./idempotency/... ./failure/... ./migrations/... ./metrics/... ./failpoint/... ./cmd/extworker/
+PROD_PKGS = . ./camunda7/... ./lockext/... ./tasks/... ./idempotency/... ./failure/... ./migrations/... ./metrics/... ./failpoint/... ./cmd/extworker/
 .PHONY: cross tidy-check
 cross:
 	GOOS=windows GOARCH=amd64 $(GO) build $(PROD_PKGS)

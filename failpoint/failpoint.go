@@ -10,7 +10,7 @@
 // on Unix): the crash tests, the fault matrix and the soak build their workers that way
 // (make test and the soak targets pass it). In every other build Inject is an empty
 // function the compiler removes, Enabled is false, and the production binary contains
-// no way to kill itself (TestProductionBinaryHasNoFailpoints).
+// no way to kill itself (TestProductionBinaryHasNoFailpointsOrFakes).
 package failpoint
 
 // Env is the variable that enables failpoints.

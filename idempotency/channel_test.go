@@ -12,8 +12,8 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failure"
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/tasks"
 )

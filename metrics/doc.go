@@ -8,7 +8,7 @@
 //	w, err := tasks.New(client, reg, tasks.Config{MaxConcurrency: 16, Observer: m, Logger: logger})
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// The daemon (`extworker run`) serves them on EXTWORKER_HTTP_ADDR (default
+// A worker program (package extworker's App.Run) serves them on EXTWORKER_HTTP_ADDR (default
 // 127.0.0.1:9464) at /metrics, beside /healthz and /readyz. deploy/prometheus/alerts.yml
 // holds the alert rules and deploy/grafana/extworker.json the dashboard.
 //

@@ -105,7 +105,8 @@ func TestEngineApplicationConfig(t *testing.T) {
 	assert.Equal(t, "full", bpm["history-level"])
 }
 
-// The worker's image: a static binary, a small base, a non-root user, `run` by default.
+// The worker's image: the demo's worker (or WORKER) and the operator's tool, static binaries,
+// a small base, a non-root user, `run` by default.
 func TestDockerfile(t *testing.T) {
 	data, err := os.ReadFile("../Dockerfile")
 	require.NoError(t, err)
@@ -115,7 +116,8 @@ func TestDockerfile(t *testing.T) {
 	assert.Contains(t, df, "./cmd/extworker")
 	assert.Contains(t, df, "FROM gcr.io/distroless/static-debian12:nonroot")
 	assert.Contains(t, df, "USER 65532:65532")
-	assert.Contains(t, df, `ENTRYPOINT ["/extworker"]`)
+	assert.Contains(t, df, `ENTRYPOINT ["/worker"]`)
+	assert.Contains(t, df, "ARG WORKER=./examples/invoice")
 	assert.Contains(t, df, `CMD ["run"]`)
 
 	ignore, err := os.ReadFile("../.dockerignore")

@@ -23,7 +23,7 @@ import (
 
 func main() {
 	var cfg soak.Config
-	flag.StringVar(&cfg.Binary, "bin", "bin/extworker", "the extworker binary to run as workers")
+	flag.StringVar(&cfg.Binary, "bin", "bin/invoice", "the worker binary to run (examples/invoice built with -tags failpoints: make bin/invoice)")
 	flag.StringVar(&cfg.EngineURL, "engine", "http://127.0.0.1:8080/engine-rest", "the engine's REST root")
 	flag.StringVar(&cfg.DatabaseURL, "db", "postgres://extworker:extworker@127.0.0.1:5432/extworker", "the ledger database")
 	flag.IntVar(&cfg.Instances, "instances", 1000, "invoices to start")

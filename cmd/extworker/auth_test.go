@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"testing"
 	"time"
 
@@ -59,41 +58,4 @@ func TestAuthEngineWrongPassword(t *testing.T) {
 		Topics: []camunda7.FetchTopic{{TopicName: "t", LockDuration: time.Minute}}})
 	require.ErrorIs(t, err, camunda7.ErrUnauthorized)
 	assert.NotContains(t, err.Error(), "wrong-s3cret")
-}
-
-// `extworker run` with wrong credentials stops at once with what to check (no worker
-// retrying fetches forever), exits with EX_CONFIG, and shows no secret.
-func TestRunRejectedCredentials(t *testing.T) {
-	testenv.AuthEngine(t)
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want string
-	}{
-		{"wrong password", map[string]string{"EXTWORKER_ENGINE_USER": testenv.AuthEngineUser, "EXTWORKER_ENGINE_PASSWORD": "wrong-s3cret"},
-			"rejected the credentials (401): check EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD"},
-		{"unknown user", map[string]string{"EXTWORKER_ENGINE_USER": "nobody", "EXTWORKER_ENGINE_PASSWORD": "wrong-s3cret"},
-			"rejected the credentials (401)"},
-		{"bearer token where basic is expected", map[string]string{"EXTWORKER_ENGINE_TOKEN": "wrong-s3cret"},
-			"rejected the credentials (401): check EXTWORKER_ENGINE_TOKEN"},
-		{"no credentials", nil,
-			"requires authentication (401): set EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD, EXTWORKER_ENGINE_TOKEN, or EXTWORKER_ENGINE_OAUTH_"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			start := time.Now()
-			err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
-			require.Error(t, err)
-			assert.Less(t, time.Since(start), 10*time.Second, "no retry loop")
-			assert.Contains(t, err.Error(), "engine at "+testenv.AuthEngineURL()+" ")
-			assert.Contains(t, err.Error(), tc.want)
-			assert.NotContains(t, err.Error(), "wrong-s3cret")
-			assert.ErrorIs(t, err, camunda7.ErrUnauthorized)
-			var ce daemon.ConfigError
-			assert.True(t, errors.As(err, &ce), "main exits with EX_CONFIG (%d)", daemon.ExitConfig)
-		})
-	}
 }

@@ -10,31 +10,45 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// symbols builds the extworker binary with the build tags given and returns its symbol
+// symbols builds the package in dir with the build tags given and returns its symbol
 // table (go tool nm).
-func symbols(t *testing.T, tags ...string) string {
+func symbols(t *testing.T, dir string, tags ...string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "extworker")
+	bin := filepath.Join(t.TempDir(), "bin")
 	args := []string{"build", "-o", bin}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	out, err := exec.Command("go", append(args, dir)...).CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	nm, err := exec.Command("go", "tool", "nm", bin).CombinedOutput()
 	require.NoError(t, err, "go tool nm: %s", nm)
 	return string(nm)
 }
 
-// The production binary cannot kill itself: failpoints exist only in builds with the
-// failpoints tag, which the crash tests use (the check below proves the symbol test sees
-// them when they are there).
-func TestProductionBinaryHasNoFailpoints(t *testing.T) {
+// The production binary cannot kill itself, and charges no fake provider: failpoints
+// exist only in builds with the failpoints tag (which the crash tests' workers use; the
+// last check proves the symbol test sees them when they are there), the fake provider
+// and the test environment only in the demo and the tests.
+func TestProductionBinaryHasNoFailpointsOrFakes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary twice")
+		t.Skip("builds two binaries")
 	}
 	t.Parallel()
-	const pkg = "github.com/extworker/extworker/failpoint."
-	assert.NotContains(t, symbols(t), pkg, "the production build has no failpoint code")
-	assert.Contains(t, symbols(t, "failpoints"), pkg+"Inject", "a failpoints build has them (the check works)")
+	const mod = "github.com/extworker/extworker/"
+	prod := symbols(t, ".")
+	for _, pkg := range []string{"failpoint.", "internal/fakeprovider.", "internal/testenv."} {
+		assert.False(t, strings.Contains(prod, mod+pkg), "the production binary contains %s", mod+pkg)
+	}
+	worker := symbols(t, "../../examples/invoice", "failpoints")
+	assert.True(t, strings.Contains(worker, mod+"failpoint.Inject"), "a failpoints build of a worker has them (the check works)")
+}
+
+// buildCLI builds the extworker binary once per test, as it ships (no build tags).
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "extworker")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
 }

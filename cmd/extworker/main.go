@@ -1,24 +1,18 @@
-// Command extworker runs Camunda 7 external-task workers.
+// Command extworker is the operator's tool for extworker workers: it migrates the effect
+// ledger, inspects and settles side effects, prints the effective configuration and
+// checks the engine.
 //
-//	extworker run     run the worker for the built-in demo topics until SIGINT/SIGTERM
-//	extworker demo    deploy the demo process, start instances, run the worker until they finish, print a summary
 //	extworker migrate apply the effect ledger's migrations
 //	extworker effects list|show|resolve|resolutions|approve|reject|prune   inspect and settle side effects
 //	extworker version print the engine's version (a connectivity check)
 //	extworker config  print the effective configuration, secrets masked (--json)
 //
-// Configuration comes from the environment (EXTWORKER_*, see config.go and
-// docs/configuration.md). main only reads the environment, sets up logging and signals,
-// and wires the packages.
-//
-// Signals: the first SIGINT or SIGTERM stops the worker gracefully (running handlers get
-// EXTWORKER_SHUTDOWN_GRACE, the whole shutdown EXTWORKER_SHUTDOWN_TIMEOUT). A second one
-// exits at once, with status 128+signal: 130 for SIGINT, 143 for SIGTERM.
+// Workers are programs of their own, built on package extworker (examples/invoice is
+// one). Configuration comes from the same EXTWORKER_* variables (docs/configuration.md).
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,15 +35,13 @@ func main() {
 const usage = `usage: extworker <command> [flags]
 
 commands:
-  run       run the worker for the demo topics until SIGINT or SIGTERM
-  demo      deploy the demo process, start instances, work them off, print a summary
   migrate   apply the effect ledger's database migrations
   effects   list | show KEY | resolve KEY --as confirmed|rejected|retry ... | resolutions | approve ID | reject ID | prune
   version   print the engine's version
   config    print the effective configuration, secrets masked [--json]
 
 configuration: EXTWORKER_* environment variables (see docs/configuration.md)
-signals: SIGINT or SIGTERM stops gracefully; a second one exits at once (130, 143)`
+workers: programs built on package extworker (see README.md and examples/invoice)`
 
 func run(args []string, stdout, stderr io.Writer) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -70,29 +62,6 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	defer stop()
 
 	switch args[0] {
-	case "run":
-		// Rejected credentials end the start here, with what to check, not in a worker
-		// whose every fetch fails.
-		if err := daemon.CheckEngine(ctx, cfg, logger); err != nil {
-			return err
-		}
-		return runWorker(ctx, cfg, logger)
-	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		n := fs.Int("instances", 200, "process instances to start")
-		deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if *deployOnly {
-			c, err := daemon.NewClient(cfg, logger)
-			if err != nil {
-				return err
-			}
-			return deployDemo(ctx, c)
-		}
-		return runDemo(ctx, cfg, logger, stdout, *n)
 	case "migrate":
 		return daemon.Migrate(ctx, cfg, stdout)
 	case "effects":
@@ -110,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		}
 		fmt.Fprintln(stdout, v)
 		return nil
+	case "run", "demo":
+		return fmt.Errorf("%q is not an extworker command any more: workers are programs of their own, built on package extworker; the demo is examples/invoice (make demo)\n%s", args[0], usage)
 	}
 	return errors.New("unknown command " + fmt.Sprintf("%q", args[0]) + "\n" + usage)
 }

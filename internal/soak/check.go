@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/fakeprovider"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/oracle"
 )
 

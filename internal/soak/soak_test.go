@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/fakeprovider"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/oracle"
 )
 

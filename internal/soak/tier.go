@@ -26,7 +26,7 @@ import (
 // within seconds and a run fits many more kills and crash points into its time.
 //
 // Either way the harness reads what the workers run with from the worker binary itself
-// (`extworker config -json` in the workers' environment) and derives its own timing from
+// (`invoice config -json` in the workers' environment) and derives its own timing from
 // it (deriveTiming): nothing in the harness assumes a lock length.
 
 // shortOverrides are the short-timeouts tier's settings, on top of the daemon's defaults.

@@ -10,14 +10,15 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failure"
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -455,3 +456,5 @@ func demoFate(ctx context.Context, c *camunda7.Client, id string) (string, error
 	}
 	return "incident", nil
 }
+
+func newTabWriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -309,7 +309,7 @@ func TestX1InstanceCancelledMidDispatch(t *testing.T) {
 		return deleted && err == nil && row.OrphanedAt != nil
 	}))
 	for _, e := range trail(t, f.ctx, f.ledger, invoice) {
-		t.Logf("ledger: %s -> %s (attempt %d): %s", strOf(e.FromState), e.ToState, e.Attempt, e.Reason)
+		t.Logf("ledger: %v -> %s (attempt %d): %s", e.FromState, e.ToState, e.Attempt, e.Reason)
 	}
 	for _, r := range pay.Log() {
 		if r.Invoice == invoice {

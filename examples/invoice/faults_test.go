@@ -18,8 +18,8 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/failpoint"
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	invariants "github.com/extworker/extworker/internal/oracle"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/lockext"
@@ -90,7 +90,7 @@ func (ft faultTier) env(ns, providerURL string) []string {
 }
 
 // workerTiming is what a tier's worker runs with, as the binary itself reports it
-// (`extworker config -json`), and what a test derives from it.
+// (`invoice config -json`), and what a test derives from it.
 type workerTiming struct {
 	lock, longPoll, lease, providerTimeout time.Duration
 	// stop bounds a worker's exit after SIGTERM: its shutdown timeout (or grace) and 15s.
@@ -104,9 +104,9 @@ func tierTiming(t *testing.T, bin string, ft faultTier) workerTiming {
 	out, err := cmd.Output()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		t.Fatalf("extworker config -json: the %s tier's settings are not a valid configuration: %v: %s", ft.name, err, exit.Stderr)
+		t.Fatalf("invoice config -json: the %s tier's settings are not a valid configuration: %v: %s", ft.name, err, exit.Stderr)
 	}
-	require.NoError(t, err, "extworker config -json")
+	require.NoError(t, err, "invoice config -json")
 	var vars map[string]string
 	require.NoError(t, json.Unmarshal(out, &vars))
 	d := func(name string) time.Duration {

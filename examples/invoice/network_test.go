@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -290,7 +290,7 @@ func newNetEnv(t *testing.T, prefix string) faultEnv {
 // netLongPoll is the workers' long poll.
 const netLongPoll = time.Second
 
-// netWorker is one real worker process ("extworker run") with its engine and ledger
+// netWorker is one real worker process ("invoice run") with its engine and ledger
 // URLs chosen by the test, logging JSON into logs.
 type netWorker struct {
 	id     string

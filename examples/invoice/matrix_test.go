@@ -30,14 +30,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	invariants "github.com/extworker/extworker/internal/oracle"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
 // Rows W2, L1, D1 and O1 (docs/reliability.md, Scenario matrix), each with real
-// worker processes of the binary (`extworker run`, the demo handlers charging through the
+// worker processes of the binary (`invoice run`, the demo handlers charging through the
 // effect ledger), the real engine, the real PostgreSQL and the fake provider. Workers are
 // frozen with SIGSTOP and thawed with SIGCONT to make locks expire under a handler that
 // is still inside the provider call: a pause the worker cannot notice while it lasts,
@@ -591,7 +591,7 @@ func errorCode(p *int) any {
 // o1ProcessKey is the process of testdata/o1-parallel-join.bpmn.
 const o1ProcessKey = "extworker-o1-parallel-join"
 
-// workerProc is one `extworker run` process that a test can freeze (SIGSTOP), thaw
+// workerProc is one `invoice run` process that a test can freeze (SIGSTOP), thaw
 // (SIGCONT) and stop (SIGTERM), with its JSON log.
 type workerProc struct {
 	id     string // EXTWORKER_WORKER_ID: the engine's workerId and the ledger's actor

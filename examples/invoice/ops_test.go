@@ -118,7 +118,7 @@ func TestOpsAddressInUse(t *testing.T) {
 	assert.Contains(t, err.Error(), "EXTWORKER_HTTP_ADDR")
 }
 
-// `extworker run` serves /metrics: after a short real run (invoices paid through the
+// `invoice run` serves /metrics: after a short real run (invoices paid through the
 // ledger, one declined) the exposition carries the main metrics with the run's counts,
 // and the real promtool's linter accepts it.
 func TestOpsMetricsOfALiveWorker(t *testing.T) {

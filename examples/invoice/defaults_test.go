@@ -27,8 +27,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -36,7 +36,7 @@ import (
 // poll (EXTWORKER_LONG_POLL), a 2m ledger lease, and every other default as shipped. The
 // other fault tests run their workers with 2-5s locks and a 1s long poll, under which a
 // lock never outlives an engine restart and a task is never handed over late in a long
-// poll; these run the real `extworker run` binary with nothing but its URLs, ledger
+// poll; these run the real `invoice run` binary with nothing but its URLs, ledger
 // namespace, worker id, log format and level and HTTP port set.
 //
 // They run against the killable engine (`make up`'s third, port 8082, database
@@ -180,7 +180,7 @@ func defaultsEnviron() []string {
 	return env
 }
 
-// startDefaultsWorker runs `extworker run` at the shipped defaults against engineURL:
+// startDefaultsWorker runs `invoice run` at the shipped defaults against engineURL:
 // only the URLs, the ledger database and namespace, the worker id, JSON logs at debug
 // level (for the "handler started" records) and a free port for the HTTP endpoints are
 // set. No lock, poll, lease, grace or concurrency setting.

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/testenv"
+)
+
+// An invalid configuration fails at start with every problem listed at once.
+func TestConfigListsEveryProblem(t *testing.T) {
+	t.Setenv("EXTWORKER_LOG_FORMAT", "yaml")
+	t.Setenv("EXTWORKER_LOG_LEVEL", "loud")
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
+	t.Setenv("EXTWORKER_ENGINE_CERT_FILE", "/tmp/cert.pem")
+	t.Setenv("EXTWORKER_LONG_POLL", "31m")
+	err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	for _, want := range []string{"EXTWORKER_LOG_FORMAT", "EXTWORKER_LOG_LEVEL", "EXTWORKER_MAX_CONCURRENCY", "EXTWORKER_ENGINE_CERT_FILE", "EXTWORKER_LONG_POLL"} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+func TestConfigRejectsMalformedValues(t *testing.T) {
+	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "many")
+	err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "MAX_CONCURRENCY")
+}
+
+// The demo runs end to end against the real engine and PostgreSQL: invoices paid through
+// the effect ledger (a double submission charged once, lost answers reconciled), declined
+// on the BPMN error path, and incidents for the ones without an amount.
+func TestDemo(t *testing.T) {
+	testenv.Engine(t)
+	testenv.DB(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	t.Setenv("EXTWORKER_LOG_LEVEL", "warn")
+	var out, logs bytes.Buffer
+	require.NoError(t, run([]string{"demo", "-instances", "20"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
+	assert.Contains(t, out.String(), "demo OK")
+	assert.Regexp(t, `paid\s+17\s+17`, out.String(), "16 invoices, one of them submitted twice")
+	assert.Contains(t, out.String(), "0 double charges")
+	// Exact counts of replays depend on whoever else serves the demo topics meanwhile.
+	assert.Regexp(t, `ledger: [1-9]\d* duplicate deliveries completed from the ledger`, out.String())
+	assert.Contains(t, out.String(), "ledger: 16 paid invoices settled, one intent each")
+	assert.Regexp(t, `declined\s+2\s+2`, out.String())
+	assert.Regexp(t, `incident\s+2\s+2`, out.String())
+	assert.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), logs.String())
+}
+
+// `run` refuses an unmigrated ledger database and says what to run; `migrate` fixes it.
+func TestRunRefusesUnmigratedDatabase(t *testing.T) {
+	testenv.Engine(t)
+	admin := testenv.DB(t)
+	ctx := testenv.Context(t, time.Minute)
+	schema := "empty_" + testenv.Unique("s")[2:]
+	_, err := admin.Exec(ctx, `CREATE SCHEMA `+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL()+"?search_path="+schema)
+
+	err = run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "run `extworker migrate`")
+	assert.NotContains(t, err.Error(), "extworker:extworker@", "no credentials in the message")
+
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
+	assert.Contains(t, out.String(), "applied migrations [1 2 3]")
+	out.Reset()
+	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
+	assert.Contains(t, out.String(), "up to date")
+}
+
+// `invoice run` with wrong credentials stops at once with what to check (no worker
+// retrying fetches forever), exits with EX_CONFIG, and shows no secret.
+func TestRunRejectedCredentials(t *testing.T) {
+	testenv.AuthEngine(t)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"wrong password", map[string]string{"EXTWORKER_ENGINE_USER": testenv.AuthEngineUser, "EXTWORKER_ENGINE_PASSWORD": "wrong-s3cret"},
+			"rejected the credentials (401): check EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD"},
+		{"unknown user", map[string]string{"EXTWORKER_ENGINE_USER": "nobody", "EXTWORKER_ENGINE_PASSWORD": "wrong-s3cret"},
+			"rejected the credentials (401)"},
+		{"bearer token where basic is expected", map[string]string{"EXTWORKER_ENGINE_TOKEN": "wrong-s3cret"},
+			"rejected the credentials (401): check EXTWORKER_ENGINE_TOKEN"},
+		{"no credentials", nil,
+			"requires authentication (401): set EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD, EXTWORKER_ENGINE_TOKEN, or EXTWORKER_ENGINE_OAUTH_"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			start := time.Now()
+			err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+			require.Error(t, err)
+			assert.Less(t, time.Since(start), 10*time.Second, "no retry loop")
+			assert.Contains(t, err.Error(), "engine at "+testenv.AuthEngineURL()+" ")
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "wrong-s3cret")
+			assert.ErrorIs(t, err, camunda7.ErrUnauthorized)
+			var ce daemon.ConfigError
+			assert.True(t, errors.As(err, &ce), "main exits with EX_CONFIG (%d)", daemon.ExitConfig)
+		})
+	}
+}
+
+// The real binary exits 78 (EX_CONFIG) on the three problems, a worker program's `run` (the operator's `extworker config` is
+// tested in cmd/extworker).
+func TestConfigInvalidVariablesExit78(t *testing.T) {
+	bin := buildBinary(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "EXTWORKER_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "EXTWORKER_LOCK_DURATION=abc", "EXTWORKER_READY_TIMEOUT=soon", "EXTWORKER_MAX_CONCURRENCY=0")
+	for _, cmdName := range []string{"run"} {
+		t.Run(cmdName, func(t *testing.T) {
+			cmd := exec.Command(bin, cmdName)
+			cmd.Env = env
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			require.True(t, errors.As(err, &exit), "want an exit status, got %v; stderr:\n%s", err, stderr.String())
+			assert.Equal(t, daemon.ExitConfig, exit.ExitCode(), stderr.String())
+			for _, v := range []string{"EXTWORKER_LOCK_DURATION", "EXTWORKER_READY_TIMEOUT", "EXTWORKER_MAX_CONCURRENCY"} {
+				assert.Contains(t, stderr.String(), v)
+			}
+			if cmdName == "config" {
+				assert.Regexp(t, `EXTWORKER_LOCK_DURATION\s+abc\s+env \(invalid\)`, stdout.String())
+				assert.Regexp(t, `EXTWORKER_READY_TIMEOUT\s+soon\s+env \(invalid\)`, stdout.String())
+			}
+		})
+	}
+}
