@@ -184,7 +184,13 @@ func (a *App) Run(ctx context.Context) error {
 			daemon.PrunePeriodically(ctx, a.ledger, a.cfg.LedgerRetention, time.Hour, a.logger)
 		}()
 	}
-	return a.cfg.ScrubError(w.Run(ctx))
+	err = w.Run(ctx)
+	if errors.Is(err, tasks.ErrCredentialsRejected) {
+		// Credentials that stopped working under a running worker: the same exit as
+		// credentials rejected at start.
+		err = daemon.ConfigError{Err: err}
+	}
+	return a.cfg.ScrubError(err)
 }
 
 // orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).
@@ -208,7 +214,8 @@ func (a *App) Close() {
 // Main is a worker program's whole main: it builds the App from the environment, lets
 // setup register the handlers, and runs until SIGINT or SIGTERM. It exits 0 after a
 // graceful stop, ExitConfig (78) for a configuration the worker cannot run with
-// (invalid variables, rejected credentials, no topic), 130 or 143 on a second signal,
+// (invalid variables, credentials rejected at start or for tasks.Config's
+// CredentialsRejectedFor while running, no topic), 130 or 143 on a second signal,
 // and 1 for any other error, which it prints first. It never returns.
 func Main(setup func(*App) error) {
 	os.Exit(run(setup))

@@ -51,6 +51,12 @@ type Config struct {
 	// engine is down. An empty result is not a failure: the long poll already waits.
 	FetchBackoffInitial time.Duration
 	FetchBackoffMax     time.Duration
+	// CredentialsRejectedFor is how long fetches may go on being refused for credentials
+	// (401 or 403, after the client's one token refresh) before Run stops as it does at
+	// shutdown and returns ErrCredentialsRejected: a password rotated under the worker, or
+	// a revoked client, is a configuration to fix, not an outage to wait out. Default 1m;
+	// negative: back off forever.
+	CredentialsRejectedFor time.Duration
 	// ReportTimeout bounds each complete/failure/bpmnError call. Default 10s.
 	ReportTimeout time.Duration
 	// ReportAttempts is how often a report certainly not delivered (or resolved as not
@@ -123,6 +129,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.FetchBackoffInitial == 0 {
 		c.FetchBackoffInitial = 500 * time.Millisecond
+	}
+	if c.CredentialsRejectedFor == 0 {
+		c.CredentialsRejectedFor = time.Minute
 	}
 	if c.FetchBackoffMax == 0 {
 		c.FetchBackoffMax = 10 * time.Second
@@ -199,6 +208,8 @@ type Worker struct {
 	obs Observer
 
 	running atomic.Bool
+	// stopRun ends Run's context with a cause (credentials rejected for too long).
+	stopRun context.CancelCauseFunc
 
 	mu          sync.Mutex
 	inflight    int
@@ -261,6 +272,11 @@ func (w *Worker) InFlight() int {
 // to the engine when their locks run out.
 var ErrShutdownTimeout = errors.New("tasks: handlers still running at the shutdown timeout")
 
+// ErrCredentialsRejected is returned by Run when the engine refused its fetches for
+// credentials (401 or 403) for Config.CredentialsRejectedFor: Run stopped as at shutdown.
+// The error also wraps the engine's answer (camunda7.ErrUnauthorized).
+var ErrCredentialsRejected = errors.New("tasks: the engine rejects the worker's credentials")
+
 // Run fetches and handles tasks until ctx ends. Then it stops polling: a long poll
 // pending on the engine is not abandoned (the engine would go on locking tasks for it,
 // for a worker that is gone) but waited for, and whatever it returns is unlocked at once.
@@ -268,10 +284,15 @@ var ErrShutdownTimeout = errors.New("tasks: handlers still running at the shutdo
 // tasks unlocked, no retry spent); Run returns once every result has been reported, and
 // at the latest ShutdownTimeout after ctx ended (then with ErrShutdownTimeout). Results are
 // reported with their own timeouts, never cut short by the shutdown.
-func (w *Worker) Run(ctx context.Context) error {
+func (w *Worker) Run(parent context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("tasks: worker already running")
 	}
+	// The fetch loop ends the run itself when the engine keeps rejecting the credentials:
+	// ctx then ends with that cause, and the shutdown below runs as for parent's end.
+	ctx, stopRun := context.WithCancelCause(parent)
+	defer stopRun(nil)
+	w.stopRun = stopRun
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(ErrShutdown)
 	// pollCtx outlives ctx, so that a pending long poll ends on the engine's side and
@@ -352,6 +373,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.sweepOrphans(context.WithoutCancel(workCtx))
 	w.log.Info("worker stopped")
+	if cause := context.Cause(ctx); parent.Err() == nil && errors.Is(cause, ErrCredentialsRejected) {
+		return cause
+	}
 	return nil
 }
 
@@ -381,6 +405,7 @@ func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.
 		failSince time.Time
 		sweepAt   time.Time // when to look for orphaned locks; zero: no need
 		limit     int       // maxTasks cap after answers too large to read; 0: none
+		rejected  time.Time // since when every fetch was refused for credentials; zero: not
 	)
 	timer := time.NewTimer(0)
 	<-timer.C
@@ -423,6 +448,19 @@ func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.
 				}
 				continue
 			}
+			if errors.Is(err, camunda7.ErrUnauthorized) {
+				if rejected.IsZero() {
+					rejected = time.Now()
+				}
+				if lasted := time.Since(rejected); w.cfg.CredentialsRejectedFor >= 0 && lasted >= w.cfg.CredentialsRejectedFor {
+					w.log.Error("the engine has rejected the worker's credentials for too long; stopping",
+						slog.Duration("for", lasted.Round(time.Millisecond)), slog.Any("error", err))
+					w.stopRun(fmt.Errorf("%w for %v: %w", ErrCredentialsRejected, lasted.Round(time.Millisecond), err))
+					return time.Time{}
+				}
+			} else {
+				rejected = time.Time{}
+			}
 			if !errors.Is(err, camunda7.ErrNotSent) {
 				// The engine may still hold this poll and lock tasks for it that will never
 				// arrive. Once the poll has surely ended there, release such locks.
@@ -450,6 +488,7 @@ func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.
 				limit = 0
 			}
 		}
+		rejected = time.Time{}
 		if failures > 0 {
 			w.log.Info("fetching tasks recovered", slog.Int("failures", failures), slog.Duration("after", time.Since(failSince)))
 			failures = 0
