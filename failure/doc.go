@@ -11,8 +11,8 @@
 // error reports a failure that the engine retries later. To say more, wrap the error
 // with one of the constructors:
 //
-//	func charge(ctx context.Context, t Task) error {
-//		card, err := t.Variables.String("card")
+//	func charge(ctx context.Context, t *tasks.Task) error {
+//		card, err := t.Variables().String("card")
 //		if err != nil {
 //			return failure.Permanent(err) // bad input: an incident now, retrying cannot help
 //		}
