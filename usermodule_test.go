@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
 )
@@ -121,10 +122,10 @@ func TestUserModule(t *testing.T) {
 	srv := httptest.NewServer(prov)
 	defer srv.Close()
 	key := testenv.Unique("courier")
-	_, err = c.Deploy(ctx, camunda7.Deployment{Name: key, Resources: []camunda7.Resource{{Name: key + ".bpmn", Content: []byte(fmt.Sprintf(courierBPMN, key))}}})
+	_, err = c.Deploy(ctx, admin.Deployment{Name: key, Resources: []admin.Resource{{Name: key + ".bpmn", Content: []byte(fmt.Sprintf(courierBPMN, key))}}})
 	require.NoError(t, err)
 	start := func(shipment, postcode string) string {
-		pi, err := c.StartProcess(ctx, key, camunda7.StartProcessRequest{BusinessKey: shipment,
+		pi, err := c.StartProcess(ctx, key, admin.StartProcessRequest{BusinessKey: shipment,
 			Variables: camunda7.Variables{"shipmentId": camunda7.StringVar(shipment), "postcode": camunda7.StringVar(postcode)}})
 		require.NoError(t, err)
 		return pi.ID

@@ -250,17 +250,44 @@ type call struct {
 	op           string // "complete external task 42": the prefix of every error
 	method, path string
 	query        url.Values
-	body         any // marshalled as JSON; a rawBody is sent as it is
+	body         any // marshalled as JSON; a RawBody is sent as it is
 	out          any // JSON answer target; *string takes a text/plain answer
 	timeout      time.Duration
 	taskEndpoint bool // a 404 means the task is gone; a lock message means the lock is lost
 }
 
-// rawBody is a request body that is not JSON (multipart deployments).
-type rawBody struct {
-	contentType string
-	data        []byte
+// RawBody is a request body that is not JSON (a multipart deployment), sent as it is.
+type RawBody struct {
+	ContentType string
+	Data        []byte
 }
+
+// Request is one REST call of the engine that the Client's methods do not cover, for the
+// packages built on the client (admin) and for an endpoint of your own. It goes through
+// everything the methods do: authentication, timeouts, the response size limit, and the
+// errors (*Error, *TransportError, *ResponseError) with their sentinels.
+type Request struct {
+	// Op says what the call does; it begins every error, e.g. "start process order".
+	Op     string
+	Method string
+	// Path is below the base URL, its segments escaped: "/process-instance/" +
+	// url.PathEscape(id).
+	Path  string
+	Query url.Values
+	// Body is marshalled as JSON; a RawBody is sent as it is. Nil sends none.
+	Body any
+	// Out receives the JSON answer (a *string, a text/plain one). Nil ignores it.
+	Out any
+}
+
+// Do sends r.
+func (c *Client) Do(ctx context.Context, r Request) error {
+	return c.do(ctx, call{op: r.Op, method: r.Method, path: r.Path, query: r.Query, body: r.Body, out: r.Out})
+}
+
+// InvalidArgument is the error of a call refused before anything was sent: it matches
+// ErrInvalidArgument and ErrNotSent, and begins with op.
+func InvalidArgument(op, format string, args ...any) error { return invalid(op, format, args...) }
 
 // exceptionDto is the engine's error body.
 type exceptionDto struct {
@@ -292,8 +319,8 @@ func (c *Client) do(ctx context.Context, k call) error {
 	contentType := ""
 	switch b := k.body.(type) {
 	case nil:
-	case rawBody:
-		payload, contentType = b.data, b.contentType
+	case RawBody:
+		payload, contentType = b.Data, b.ContentType
 	default:
 		var err error
 		if payload, err = json.Marshal(b); err != nil {

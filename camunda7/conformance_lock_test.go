@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -198,7 +199,7 @@ func (h handover) run(t *testing.T) *disturbance {
 		case <-time.After(quietBeforeNotify):
 		}
 		nudged = time.Now()
-		_, err := e.c.StartProcess(e.ctx, notifier.Key, camunda7.StartProcessRequest{})
+		_, err := e.c.StartProcess(e.ctx, notifier.Key, admin.StartProcessRequest{})
 		require.NoError(t, err)
 		nudgedAfter = time.Now()
 	}

@@ -24,13 +24,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
 // env is one test's engine, model and worker id.
 type env struct {
 	t      *testing.T
-	c      *camunda7.Client
+	c      *admin.Client
 	m      testenv.Model
 	worker string
 	ctx    context.Context
@@ -44,9 +45,9 @@ func newEnv(t *testing.T, opts testenv.ModelOptions) *env {
 	return &env{t: t, c: c, m: testenv.Deploy(t, c, opts), worker: testenv.Unique("worker"), ctx: testenv.Context(t, 2*time.Minute), url: testenv.EngineURL()}
 }
 
-func (e *env) start(businessKey string, vars camunda7.Variables) *camunda7.ProcessInstance {
+func (e *env) start(businessKey string, vars camunda7.Variables) *admin.ProcessInstance {
 	e.t.Helper()
-	pi, err := e.c.StartProcess(e.ctx, e.m.Key, camunda7.StartProcessRequest{BusinessKey: businessKey, Variables: vars})
+	pi, err := e.c.StartProcess(e.ctx, e.m.Key, admin.StartProcessRequest{BusinessKey: businessKey, Variables: vars})
 	require.NoError(e.t, err)
 	return pi
 }
@@ -66,7 +67,7 @@ func (e *env) fetch(worker string, max int, topics ...camunda7.FetchTopic) []cam
 }
 
 // startAndLock starts an instance and locks its task for e.worker.
-func (e *env) startAndLock(lock time.Duration) (*camunda7.ProcessInstance, camunda7.LockedExternalTask) {
+func (e *env) startAndLock(lock time.Duration) (*admin.ProcessInstance, camunda7.LockedExternalTask) {
 	e.t.Helper()
 	pi := e.start("", nil)
 	tasks := e.fetch(e.worker, 1, e.topic(lock))
@@ -315,7 +316,7 @@ func TestConformanceCompleteAndMessage(t *testing.T) {
 	assert.Equal(t, "done", s)
 	assert.False(t, vars.Has("local"), "local variables stay on the task's execution")
 
-	require.NoError(t, e.c.CorrelateMessage(e.ctx, camunda7.MessageCorrelation{MessageName: e.m.MessageName, ProcessInstanceID: pi.ID}))
+	require.NoError(t, e.c.CorrelateMessage(e.ctx, admin.MessageCorrelation{MessageName: e.m.MessageName, ProcessInstanceID: pi.ID}))
 	h, err := e.c.HistoricProcessInstance(e.ctx, pi.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "COMPLETED", h.State)
@@ -328,12 +329,12 @@ func TestConformanceCompleteAndMessage(t *testing.T) {
 	assert.ErrorIs(t, ee, camunda7.ErrNotFound)
 	assert.NotErrorIs(t, ee, camunda7.ErrTaskGone)
 
-	err = e.c.CorrelateMessage(e.ctx, camunda7.MessageCorrelation{MessageName: e.m.MessageName, ProcessInstanceID: pi.ID})
+	err = e.c.CorrelateMessage(e.ctx, admin.MessageCorrelation{MessageName: e.m.MessageName, ProcessInstanceID: pi.ID})
 	// The engine prefixes this message with the Java exception's class name.
 	engineError(t, err, 400, "RestException", q("org.camunda.bpm.engine.MismatchingMessageCorrelationException: Cannot correlate message '"+e.m.MessageName+"': No process definition or execution matches the parameters"))
 }
 
-func activityIDs(acts []camunda7.HistoricActivityInstance) []string {
+func activityIDs(acts []admin.HistoricActivityInstance) []string {
 	var out []string
 	for _, a := range acts {
 		out = append(out, a.ActivityID)
@@ -402,7 +403,7 @@ func TestConformanceFailureRetriesAndIncident(t *testing.T) {
 
 	// retries 0: an incident, and the task is no longer fetchable.
 	require.NoError(t, e.c.Failure(e.ctx, task.ID, camunda7.FailureRequest{WorkerID: e.worker, ErrorMessage: "permanent: card blocked", Retries: 0}))
-	inc, err := e.c.Incidents(e.ctx, url.Values{"processInstanceId": {pi.ID}, "incidentType": {camunda7.IncidentTypeFailedExternalTask}})
+	inc, err := e.c.Incidents(e.ctx, url.Values{"processInstanceId": {pi.ID}, "incidentType": {admin.IncidentTypeFailedExternalTask}})
 	require.NoError(t, err)
 	require.Len(t, inc, 1)
 	assert.Equal(t, task.ID, inc[0].Configuration)
@@ -530,7 +531,7 @@ func TestConformanceErrorMatrix(t *testing.T) {
 		assert.Empty(t, d)
 	})
 	t.Run("start an unknown process", func(t *testing.T) {
-		_, err := e.c.StartProcess(e.ctx, "no-such-process", camunda7.StartProcessRequest{})
+		_, err := e.c.StartProcess(e.ctx, "no-such-process", admin.StartProcessRequest{})
 		ee := engineError(t, err, 404, "RestException", q("No matching process definition with key: no-such-process and no tenant-id"))
 		assert.ErrorIs(t, ee, camunda7.ErrNotFound)
 	})

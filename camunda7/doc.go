@@ -10,8 +10,11 @@
 // client never abandons a poll the engine is still holding (an abandoned poll can lock
 // tasks nobody receives). Per-task calls (Complete, Failure, BPMNError, ExtendLock,
 // Lock, Unlock, ExternalTask, ExternalTaskErrorDetails, SetExternalTaskRetries) name
-// the task and the worker. Around them are the calls tests, demos and operators need:
-// Version, Deploy, StartProcess, CorrelateMessage, Incidents, and history queries.
+// the task and the worker. Version is the readiness probe; VariableData downloads a
+// File variable's content. The calls tests, demos and operators need beyond a worker's
+// (deployments, process instances, messages, incidents, history) are in package admin,
+// built on Do, which sends any other REST call with the client's authentication, limits
+// and errors.
 //
 // # Variables
 //

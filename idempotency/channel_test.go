@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
@@ -43,7 +44,7 @@ func TestN1EmailChannelChoosesAtMostOrAtLeastOnce(t *testing.T) {
 			client := &fakeprovider.Client{BaseURL: pay.URL()}
 			invoiceID := testenv.Unique("INV-N1")
 			pay.Script(invoiceID, fakeprovider.LoseAnswer) // sent, answer lost
-			pi, err := c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{BusinessKey: invoiceID})
+			pi, err := c.StartProcess(ctx, m.Key, admin.StartProcessRequest{BusinessKey: invoiceID})
 			require.NoError(t, err)
 
 			const to = "billing@example.invalid"

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/testenv"
@@ -27,7 +28,7 @@ func TestRedeliveredTaskCompletesFromTheLedger(t *testing.T) {
 	c := testenv.Engine(t)
 	m := testenv.Deploy(t, c, testenv.ModelOptions{NoMessageWait: true})
 	ctx := testenv.Context(t, 2*time.Minute)
-	pi, err := c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{BusinessKey: "INV-77", Variables: camunda7.Variables{"amountCents": camunda7.LongVar(990)}})
+	pi, err := c.StartProcess(ctx, m.Key, admin.StartProcessRequest{BusinessKey: "INV-77", Variables: camunda7.Variables{"amountCents": camunda7.LongVar(990)}})
 	require.NoError(t, err)
 
 	p := newProvider()

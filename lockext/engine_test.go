@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/lockext"
 )
@@ -25,7 +26,7 @@ import (
 // engineEnv is one test's engine, model and worker id.
 type engineEnv struct {
 	t      *testing.T
-	c      *camunda7.Client
+	c      *admin.Client
 	m      testenv.Model
 	worker string
 	ctx    context.Context
@@ -48,9 +49,9 @@ func (e *engineEnv) fetch(worker string, lock time.Duration) []camunda7.LockedEx
 
 // startAndExtend starts an instance, fetches its task with lock for e.worker (noting
 // when the fetch was sent, as the runtime does) and starts an extender on it.
-func (e *engineEnv) startAndExtend(l lockext.Locker, cfg lockext.Config) (*camunda7.ProcessInstance, camunda7.LockedExternalTask, *lockext.Extender) {
+func (e *engineEnv) startAndExtend(l lockext.Locker, cfg lockext.Config) (*admin.ProcessInstance, camunda7.LockedExternalTask, *lockext.Extender) {
 	e.t.Helper()
-	pi, err := e.c.StartProcess(e.ctx, e.m.Key, camunda7.StartProcessRequest{})
+	pi, err := e.c.StartProcess(e.ctx, e.m.Key, admin.StartProcessRequest{})
 	require.NoError(e.t, err)
 	grantedAt := time.Now()
 	tasks := e.fetch(e.worker, cfg.LockDuration)
@@ -259,7 +260,7 @@ func TestEngineCompleteRacingExtension(t *testing.T) {
 	e := newEngineEnv(t)
 	outcomes := map[string]int{}
 	for range 10 {
-		_, err := e.c.StartProcess(e.ctx, e.m.Key, camunda7.StartProcessRequest{})
+		_, err := e.c.StartProcess(e.ctx, e.m.Key, admin.StartProcessRequest{})
 		require.NoError(t, err)
 		tasks := e.fetch(e.worker, time.Minute)
 		require.Len(t, tasks, 1)
@@ -303,7 +304,7 @@ func TestEngineUnlockRacingExtension(t *testing.T) {
 	e := newEngineEnv(t)
 	outcomes := map[string]int{}
 	for range 10 {
-		_, err := e.c.StartProcess(e.ctx, e.m.Key, camunda7.StartProcessRequest{})
+		_, err := e.c.StartProcess(e.ctx, e.m.Key, admin.StartProcessRequest{})
 		require.NoError(t, err)
 		tasks := e.fetch(e.worker, time.Minute)
 		require.Len(t, tasks, 1)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -153,7 +154,7 @@ func TestFileContentAgainstEngine(t *testing.T) {
 	m := testenv.Deploy(t, c, testenv.ModelOptions{})
 	ctx := testenv.Context(t, time.Minute)
 	pdf := []byte("%PDF-1.7\x00\xfe\xff ü")
-	pi, err := c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{Variables: camunda7.Variables{
+	pi, err := c.StartProcess(ctx, m.Key, admin.StartProcessRequest{Variables: camunda7.Variables{
 		"scan": camunda7.FileVar("scan.pdf", "application/pdf", "", pdf),
 		"raw":  camunda7.BytesVar([]byte{0, 1, 2}),
 	}})

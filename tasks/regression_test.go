@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/tasks"
@@ -233,7 +234,7 @@ func TestOversizedAnswerShrinksTheFetchThenFailsTheTask(t *testing.T) {
 				vars[n] = camunda7.StringVar(strings.Repeat("y", 3000))
 			}
 		}
-		pi, err := f.c.StartProcess(f.ctx, f.m.Key, camunda7.StartProcessRequest{BusinessKey: fmt.Sprintf("order-%d", i), Variables: vars})
+		pi, err := f.c.StartProcess(f.ctx, f.m.Key, admin.StartProcessRequest{BusinessKey: fmt.Sprintf("order-%d", i), Variables: vars})
 		require.NoError(t, err)
 		ids = append(ids, pi.ID)
 	}

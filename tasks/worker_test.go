@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/lockext"
@@ -27,7 +28,7 @@ var fastRetry = failure.RetryPolicy{MaxAttempts: 3, InitialDelay: 100 * time.Mil
 
 type fixture struct {
 	t   *testing.T
-	c   *camunda7.Client
+	c   *admin.Client
 	m   testenv.Model
 	ctx context.Context
 }
@@ -43,7 +44,7 @@ func (f *fixture) start(n int) []string {
 	f.t.Helper()
 	var ids []string
 	for i := 0; i < n; i++ {
-		pi, err := f.c.StartProcess(f.ctx, f.m.Key, camunda7.StartProcessRequest{
+		pi, err := f.c.StartProcess(f.ctx, f.m.Key, admin.StartProcessRequest{
 			BusinessKey: fmt.Sprintf("order-%d", i),
 			Variables:   camunda7.Variables{"n": camunda7.LongVar(int64(i)), "secretish": camunda7.StringVar("not fetched")},
 		})
@@ -101,9 +102,9 @@ func (f *fixture) waitEnded(ids []string, timeout time.Duration) {
 	})
 }
 
-func (f *fixture) waitIncident(id string, timeout time.Duration) camunda7.Incident {
+func (f *fixture) waitIncident(id string, timeout time.Duration) admin.Incident {
 	f.t.Helper()
-	var inc []camunda7.Incident
+	var inc []admin.Incident
 	testenv.Eventually(f.t, timeout, "an incident on "+id, func() (bool, error) {
 		var err error
 		inc, err = f.c.Incidents(f.ctx, url.Values{"processInstanceId": {id}})
@@ -193,7 +194,7 @@ func TestWorkerPerTopicLimit(t *testing.T) {
 	var ids []string
 	for i := 0; i < 4; i++ {
 		for _, m := range []testenv.Model{a, b} {
-			pi, err := c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{})
+			pi, err := c.StartProcess(ctx, m.Key, admin.StartProcessRequest{})
 			require.NoError(t, err)
 			ids = append(ids, pi.ID)
 		}
@@ -270,7 +271,7 @@ func TestWorkerIncidentWhenRetriesExhausted(t *testing.T) {
 	inc := f.waitIncident(ids[0], time.Minute)
 	stop()
 	assert.EqualValues(t, 2, calls.Load())
-	assert.Equal(t, camunda7.IncidentTypeFailedExternalTask, inc.IncidentType)
+	assert.Equal(t, admin.IncidentTypeFailedExternalTask, inc.IncidentType)
 	assert.Equal(t, "retryable: still down (attempt 2 of 2, retries exhausted)", inc.IncidentMessage)
 	details, err := f.c.ExternalTaskErrorDetails(f.ctx, inc.Configuration)
 	require.NoError(t, err)

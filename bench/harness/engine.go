@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // engine wraps the real engine for the driver: deployments, instances, counts.
 type engine struct {
-	c    *camunda7.Client
+	c    *admin.Client
 	base string
 	hc   *http.Client
 
@@ -30,7 +31,7 @@ func newEngine(base string) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine{c: c, base: c.BaseURL(), hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}, nil
+	return &engine{c: admin.New(c), base: c.BaseURL(), hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}, nil
 }
 
 // model is one trial's process: its own key and topic, so no trial ever sees another's
@@ -60,8 +61,8 @@ func (e *engine) deploy(ctx context.Context, name string) (model, error) {
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
 	m := model{Key: "bench-" + name + "-" + suffix, Topic: "bench." + name + "." + suffix}
-	res, err := e.c.Deploy(ctx, camunda7.Deployment{Name: m.Key, Source: "extworker bench",
-		Resources: []camunda7.Resource{{Name: m.Key + ".bpmn", Content: []byte(BPMN(m.Key, m.Topic))}}})
+	res, err := e.c.Deploy(ctx, admin.Deployment{Name: m.Key, Source: "extworker bench",
+		Resources: []admin.Resource{{Name: m.Key + ".bpmn", Content: []byte(BPMN(m.Key, m.Topic))}}})
 	if err != nil {
 		return m, err
 	}
@@ -85,7 +86,7 @@ func (e *engine) start(ctx context.Context, key string, n int, prefix string) er
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				_, err := e.c.StartProcess(ctx, key, camunda7.StartProcessRequest{BusinessKey: fmt.Sprintf("%s-%d", prefix, i)})
+				_, err := e.c.StartProcess(ctx, key, admin.StartProcessRequest{BusinessKey: fmt.Sprintf("%s-%d", prefix, i)})
 				if err != nil {
 					mu.Lock()
 					if first == nil {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // stopGrace is how long a worker may take to stop after SIGTERM before it is killed. An
@@ -131,7 +131,7 @@ func (h *harness) latency(ctx context.Context, v Variant, run int) (Trial, error
 	keys := make([]string, 0, k)
 	for i := range k {
 		key := fmt.Sprintf("lat-%d", i)
-		if _, err := h.eng.c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{BusinessKey: key}); err != nil {
+		if _, err := h.eng.c.StartProcess(ctx, m.Key, admin.StartProcessRequest{BusinessKey: key}); err != nil {
 			return Trial{}, err
 		}
 		returned[key] = time.Now()

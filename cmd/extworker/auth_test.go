@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -18,10 +19,10 @@ import (
 
 // Right credentials: the engine answers, and a task can be fetched and locked.
 func TestAuthEngineRightCredentials(t *testing.T) {
-	admin := testenv.AuthEngine(t)
+	eng := testenv.AuthEngine(t)
 	ctx := testenv.Context(t, time.Minute)
-	m := testenv.Deploy(t, admin, testenv.ModelOptions{NoMessageWait: true})
-	_, err := admin.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{})
+	m := testenv.Deploy(t, eng, testenv.ModelOptions{NoMessageWait: true})
+	_, err := eng.StartProcess(ctx, m.Key, admin.StartProcessRequest{})
 	require.NoError(t, err)
 
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())

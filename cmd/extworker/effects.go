@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
 )
@@ -514,7 +515,7 @@ func (e *effectsCmd) engineView(ctx context.Context, row idempotency.Row) engine
 		}
 	}
 	if piID != "" {
-		incs, err := c.Incidents(ctx, url.Values{"processInstanceId": {piID}})
+		incs, err := admin.New(c).Incidents(ctx, url.Values{"processInstanceId": {piID}})
 		if err != nil {
 			v.Error = e.engineError(err)
 			return v

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/termsafe"
@@ -395,7 +396,7 @@ func TestEffectsResolveGivesTheTaskItsRetryBack(t *testing.T) {
 	l := effectsEnv(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	m := testenv.Deploy(t, c, testenv.ModelOptions{NoMessageWait: true})
-	pi, err := c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{BusinessKey: "INV-E"})
+	pi, err := c.StartProcess(ctx, m.Key, admin.StartProcessRequest{BusinessKey: "INV-E"})
 	require.NoError(t, err)
 	worker := testenv.Unique("w")
 	fetch := func() camunda7.LockedExternalTask {
@@ -417,7 +418,7 @@ func TestEffectsResolveGivesTheTaskItsRetryBack(t *testing.T) {
 	assert.Regexp(t, `(?m)^\s+worker\s+`+worker+`$`, out)
 	assert.Contains(t, out, "payment outcome unknown")
 	assert.Contains(t, out, "open incidents (1):")
-	assert.Contains(t, out, camunda7.IncidentTypeFailedExternalTask)
+	assert.Contains(t, out, admin.IncidentTypeFailedExternalTask)
 
 	out = mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:E", "--as", "confirmed", "--provider-ref", "ch_E",
 		"--reason", "found in the provider dashboard", "--operator", "carol")

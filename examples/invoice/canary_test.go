@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
@@ -45,8 +46,9 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	logs := &testenv.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// The engine on 8080 has no authentication and ignores the credentials we send.
-	c, err := camunda7.New(camunda7.Config{BaseURL: testenv.EngineURL(), Username: "worker", Password: engineCanary, Logger: logger})
+	cc, err := camunda7.New(camunda7.Config{BaseURL: testenv.EngineURL(), Username: "worker", Password: engineCanary, Logger: logger})
 	require.NoError(t, err)
+	c := admin.New(cc)
 	// sslpassword is unused without a client key; it stands for a secret in the URL.
 	pool, err := pgxpool.New(ctx, testenv.DBURL()+"?sslpassword="+databaseCanary)
 	require.NoError(t, err)
@@ -107,7 +109,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 		if i == 2 {
 			pay.Script(bk, fakeprovider.LoseAnswer) // charged, answer lost, never reconcilable: operator hold
 		}
-		pi, err := c.StartProcess(ctx, m.Key, camunda7.StartProcessRequest{BusinessKey: bk, Variables: vars})
+		pi, err := c.StartProcess(ctx, m.Key, admin.StartProcessRequest{BusinessKey: bk, Variables: vars})
 		require.NoError(t, err)
 		ids = append(ids, pi.ID)
 	}

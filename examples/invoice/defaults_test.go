@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
@@ -61,7 +62,7 @@ func newDefaultsEnv(t *testing.T, prefix string, timeout time.Duration) faultEnv
 
 // clearDemo deletes the demo's deployments on the killable engine with everything of
 // theirs (instances, tasks, incidents, history): whatever an earlier run left there.
-func clearDemo(t *testing.T, ctx context.Context, c *camunda7.Client) {
+func clearDemo(t *testing.T, ctx context.Context, c *admin.Client) {
 	t.Helper()
 	var deployments []struct {
 		ID string `json:"id"`
@@ -440,7 +441,7 @@ func startInvoices(t *testing.T, f faultEnv, invoices []string) map[string]strin
 					return
 				}
 				inv := invoices[i]
-				pi, err := f.c.StartProcess(f.ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: inv,
+				pi, err := f.c.StartProcess(f.ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv,
 					Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(inv), "amountCents": camunda7.LongVar(int64(1000 + i))}})
 				if err != nil {
 					errs <- fmt.Errorf("start %s: %w", inv, err)

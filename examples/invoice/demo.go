@@ -15,6 +15,7 @@ import (
 
 	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
@@ -225,9 +226,9 @@ func wait(ctx context.Context, d time.Duration) error {
 }
 
 // deployDemo deploys the demo process unless the same version is there already.
-func deployDemo(ctx context.Context, c *camunda7.Client) error {
-	_, err := c.Deploy(ctx, camunda7.Deployment{Name: demoProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
-		Resources: []camunda7.Resource{{Name: demoProcessKey + ".bpmn", Content: []byte(demoBPMN)}}})
+func deployDemo(ctx context.Context, c *admin.Client) error {
+	_, err := c.Deploy(ctx, admin.Deployment{Name: demoProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
+		Resources: []admin.Resource{{Name: demoProcessKey + ".bpmn", Content: []byte(demoBPMN)}}})
 	return err
 }
 
@@ -256,10 +257,11 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 	if n < 1 {
 		return errors.New("demo: -instances must be at least 1")
 	}
-	c, err := daemon.NewClient(cfg, logger)
+	cc, err := daemon.NewClient(cfg, logger)
 	if err != nil {
 		return err
 	}
+	c := admin.New(cc)
 	v, err := c.Version(ctx)
 	if err != nil {
 		return fmt.Errorf("engine at %s: %w (run `make up`)", daemon.RedactURL(cfg.EngineURL), err)
@@ -286,7 +288,7 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 	expect := map[string]int{}
 	paidInvoices := 0
 	startInvoice := func(invoice string, vars camunda7.Variables) error {
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice, Variables: vars})
+		pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: invoice, Variables: vars})
 		if err == nil {
 			ids = append(ids, pi.ID)
 		}
@@ -403,7 +405,7 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 
 // waitDemo waits until every instance has ended or holds an incident, and counts how.
 // Each instance is looked at until its fate is known, then left alone.
-func waitDemo(ctx context.Context, c *camunda7.Client, ids []string, limit time.Duration) (map[string]int, error) {
+func waitDemo(ctx context.Context, c *admin.Client, ids []string, limit time.Duration) (map[string]int, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -438,7 +440,7 @@ func waitDemo(ctx context.Context, c *camunda7.Client, ids []string, limit time.
 }
 
 // demoFate is "paid", "declined", "incident", or "" while the instance is still going.
-func demoFate(ctx context.Context, c *camunda7.Client, id string) (string, error) {
+func demoFate(ctx context.Context, c *admin.Client, id string) (string, error) {
 	h, err := c.HistoricProcessInstance(ctx, id)
 	if err != nil {
 		return "", err

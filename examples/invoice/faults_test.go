@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
@@ -248,7 +249,7 @@ var togetherOrder = []string{failpoint.InExtension, failpoint.AfterPrepared, fai
 // faultEnv is what every fault scenario needs: the engine, the demo deployed, the worker
 // binary, a fake provider, and a migrated ledger in a namespace of its own.
 type faultEnv struct {
-	c      *camunda7.Client
+	c      *admin.Client
 	ctx    context.Context
 	bin    string
 	pay    *fakeprovider.Server
@@ -262,7 +263,7 @@ func newFaultEnv(t *testing.T, prefix string, timeout time.Duration) faultEnv {
 }
 
 // newFaultEnvOn is newFaultEnv on the engine c talks to.
-func newFaultEnvOn(t *testing.T, c *camunda7.Client, prefix string, timeout time.Duration) faultEnv {
+func newFaultEnvOn(t *testing.T, c *admin.Client, prefix string, timeout time.Duration) faultEnv {
 	t.Helper()
 	f := faultEnv{c: c, ctx: testenv.Context(t, timeout), bin: buildBinary(t), ns: testenv.Unique(prefix)}
 	pool := testenv.DB(t)
@@ -281,7 +282,7 @@ func newFaultEnvOn(t *testing.T, c *camunda7.Client, prefix string, timeout time
 // start starts a demo invoice and returns its process instance id.
 func (f faultEnv) start(t *testing.T, invoice string, amount int64) string {
 	t.Helper()
-	pi, err := f.c.StartProcess(f.ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
+	pi, err := f.c.StartProcess(f.ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: invoice,
 		Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(amount)}})
 	require.NoError(t, err)
 	return pi.ID
@@ -390,7 +391,7 @@ func (s supervision) run(t *testing.T, done func() bool) []time.Duration {
 
 // oracle checks the invariants for one invoice after its instance completed
 // (internal/oracle: the same checks as the soak's), and that the engine completed it.
-func oracle(t *testing.T, ctx context.Context, c *camunda7.Client, l *idempotency.Ledger, pay *fakeprovider.Server, invoice, instanceID string) {
+func oracle(t *testing.T, ctx context.Context, c *admin.Client, l *idempotency.Ledger, pay *fakeprovider.Server, invoice, instanceID string) {
 	t.Helper()
 	hv, err := c.HistoricVariableInstances(ctx, url.Values{"processInstanceId": {instanceID}, "variableName": {"paymentRef"}})
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"os"
 
 	"github.com/extworker/extworker"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/daemon"
 )
 
@@ -75,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 			if err != nil {
 				return err
 			}
-			return deployDemo(ctx, c)
+			return deployDemo(ctx, admin.New(c))
 		}
 		return runDemo(ctx, cfg, logger, stdout, *n)
 	case "migrate":

@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
 	invariants "github.com/extworker/extworker/internal/oracle"
@@ -354,7 +355,7 @@ func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 		for i, inv := range invoices {
 			gap := time.NewTimer(gaps[inv])
 			<-gap.C
-			pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: inv,
+			pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv,
 				Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(inv), "amountCents": camunda7.LongVar(int64(1000 + i))}})
 			if err != nil {
 				t.Errorf("start %s: %v", inv, err)
@@ -497,15 +498,15 @@ func TestO1OptimisticLockOnComplete(t *testing.T) {
 	c, ctx, ledger, pay := f.c, f.ctx, f.ledger, f.pay
 	model, err := os.ReadFile("testdata/o1-parallel-join.bpmn")
 	require.NoError(t, err)
-	_, err = c.Deploy(ctx, camunda7.Deployment{Name: o1ProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
-		Resources: []camunda7.Resource{{Name: o1ProcessKey + ".bpmn", Content: model}}})
+	_, err = c.Deploy(ctx, admin.Deployment{Name: o1ProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
+		Resources: []admin.Resource{{Name: o1ProcessKey + ".bpmn", Content: model}}})
 	require.NoError(t, err)
 
 	const n = 40
 	ids := map[string]string{}
 	for i := range n {
 		inv := testenv.Unique(fmt.Sprintf("INV-O1-%02d", i))
-		pi, err := c.StartProcess(ctx, o1ProcessKey, camunda7.StartProcessRequest{BusinessKey: inv,
+		pi, err := c.StartProcess(ctx, o1ProcessKey, admin.StartProcessRequest{BusinessKey: inv,
 			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(inv), "amountCents": camunda7.LongVar(int64(500 + i))}})
 		require.NoError(t, err)
 		ids[inv] = pi.ID
@@ -687,7 +688,7 @@ func (w *workerProc) records() []logRecord {
 
 // waitCompleted waits for the instance to complete (the workers' logs are printed at
 // cleanup when the test failed).
-func waitCompleted(t *testing.T, c *camunda7.Client, id string, d time.Duration) {
+func waitCompleted(t *testing.T, c *admin.Client, id string, d time.Duration) {
 	t.Helper()
 	ctx := testenv.Context(t, d+10*time.Second)
 	deadline := time.Now().Add(d)
@@ -705,7 +706,7 @@ func waitCompleted(t *testing.T, c *camunda7.Client, id string, d time.Duration)
 }
 
 // collectTaskID is the id of the instance's collect-payment external task.
-func collectTaskID(t *testing.T, c *camunda7.Client, instanceID string) string {
+func collectTaskID(t *testing.T, c *admin.Client, instanceID string) string {
 	t.Helper()
 	entries, err := c.ExternalTaskLog(testenv.Context(t, 10*time.Second), url.Values{"processInstanceId": {instanceID}, "topicName": {demoTopicCollect}, "creationLog": {"true"}})
 	require.NoError(t, err)
@@ -717,7 +718,7 @@ func collectTaskID(t *testing.T, c *camunda7.Client, instanceID string) string {
 // instances: another process serving the demo topics on the same engine (a concurrent
 // test run elsewhere) charges through its own ledger and provider, and every other
 // assertion would then be about the wrong worker.
-func requireOwnWorkers(t *testing.T, c *camunda7.Client, instanceIDs []string, workers ...*workerProc) {
+func requireOwnWorkers(t *testing.T, c *admin.Client, instanceIDs []string, workers ...*workerProc) {
 	t.Helper()
 	ctx := testenv.Context(t, 30*time.Second)
 	mine := map[string]bool{}
@@ -739,7 +740,7 @@ func requireOwnWorkers(t *testing.T, c *camunda7.Client, instanceIDs []string, w
 	}
 }
 
-func assertNoIncidents(t *testing.T, c *camunda7.Client, instanceID string) {
+func assertNoIncidents(t *testing.T, c *admin.Client, instanceID string) {
 	t.Helper()
 	inc, err := c.HistoricIncidents(testenv.Context(t, 10*time.Second), url.Values{"processInstanceId": {instanceID}})
 	require.NoError(t, err)

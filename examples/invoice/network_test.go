@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
@@ -54,7 +54,7 @@ func TestNetworkC5bCompleteAnswerLost(t *testing.T) {
 	w.eventually(t, 30*time.Second, "the provider to have the charge request", func() bool { return len(chargesFor(f.pay, invoice)) == 1 })
 	engine.Add("answers", testenv.Downstream, testenv.Timeout{})
 	w.note(t, "toxic: downstream timeout on worker->engine (answers dropped), the handler inside the provider call")
-	var collect camunda7.HistoricActivityInstance
+	var collect admin.HistoricActivityInstance
 	w.eventually(t, 20*time.Second, "the engine to commit the completion of collectPayment", func() bool {
 		acts, err := f.c.HistoricActivityInstances(f.ctx, url.Values{"processInstanceId": {id}, "activityId": {"collectPayment"}})
 		if err != nil || len(acts) != 1 || acts[0].EndTime.IsZero() {

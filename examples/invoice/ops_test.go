@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -140,7 +141,7 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	var ids []string
 	for i, amount := range []int64{1200, 3400, 25_000_00} { // the last is declined
 		invoice := testenv.Unique(fmt.Sprintf("OPS-%d", i))
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
+		pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: invoice,
 			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(amount)}})
 		require.NoError(t, err)
 		ids = append(ids, pi.ID)

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -59,7 +60,7 @@ func TestSIGTERMDrainsAndLeavesNothingLocked(t *testing.T) {
 	require.NoError(t, deployDemo(ctx, c))
 	var ids []string
 	for i := 0; i < 40; i++ {
-		pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: fmt.Sprintf("SIGTERM-%d", i),
+		pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: fmt.Sprintf("SIGTERM-%d", i),
 			Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(fmt.Sprintf("SIG-%d", i)), "amountCents": camunda7.LongVar(1000)}})
 		require.NoError(t, err)
 		ids = append(ids, pi.ID)
@@ -147,7 +148,7 @@ func secondSignalExits(t *testing.T, sig syscall.Signal, code int) {
 	t.Cleanup(func() { close(release) }) // runs first
 
 	invoice := testenv.Unique("INV-2SIG")
-	pi, err := c.StartProcess(ctx, demoProcessKey, camunda7.StartProcessRequest{BusinessKey: invoice,
+	pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: invoice,
 		Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(invoice), "amountCents": camunda7.LongVar(1000)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.DeleteProcessInstance(context.Background(), pi.ID) })

@@ -8,17 +8,18 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // EngineState is the engine's view of one run's process instances, as I3 needs it.
 type EngineState struct {
 	// Instances are the run's process instances from history, ended or not.
-	Instances []camunda7.HistoricProcessInstance
+	Instances []admin.HistoricProcessInstance
 	// ErrorEnded holds the ids of the instances that ended through a BPMN error's end
 	// event (the model's error path), which history does not tell from a normal end.
 	ErrorEnded map[string]bool
 	// Incidents are the open incidents of the run's instances.
-	Incidents []camunda7.Incident
+	Incidents []admin.Incident
 	// Tasks are the run's active external tasks.
 	Tasks []camunda7.ExternalTask
 }
@@ -44,7 +45,7 @@ type InstanceCounts struct {
 // settle); and no active external task of the run is unlocked with retries left, which
 // would mean the workers stopped picking up work the engine offers. now is the end of
 // the drain, to tell an expired lock from a live one.
-func CheckInstances(started []string, st EngineState, allowed func(camunda7.Incident) bool, now time.Time) (InstanceCounts, []string) {
+func CheckInstances(started []string, st EngineState, allowed func(admin.Incident) bool, now time.Time) (InstanceCounts, []string) {
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
 	n := InstanceCounts{Started: len(started)}
@@ -52,11 +53,11 @@ func CheckInstances(started []string, st EngineState, allowed func(camunda7.Inci
 	for _, id := range started {
 		ours[id] = true
 	}
-	hist := make(map[string]camunda7.HistoricProcessInstance, len(st.Instances))
+	hist := make(map[string]admin.HistoricProcessInstance, len(st.Instances))
 	for _, h := range st.Instances {
 		hist[h.ID] = h
 	}
-	incidents := map[string][]camunda7.Incident{}
+	incidents := map[string][]admin.Incident{}
 	for _, in := range st.Incidents {
 		incidents[in.ProcessInstanceID] = append(incidents[in.ProcessInstanceID], in)
 	}
@@ -147,7 +148,7 @@ func allPages[T any](ctx context.Context, q url.Values, fetch func(context.Conte
 }
 
 // ReadEngine reads the engine's state of a run's instances for CheckInstances.
-func ReadEngine(ctx context.Context, c *camunda7.Client, q EngineQuery) (EngineState, error) {
+func ReadEngine(ctx context.Context, c *admin.Client, q EngineQuery) (EngineState, error) {
 	st := EngineState{ErrorEnded: map[string]bool{}}
 	var err error
 	st.Instances, err = allPages(ctx, url.Values{"processDefinitionKey": {q.ProcessDefinitionKey},

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/oracle"
 )
@@ -76,15 +77,15 @@ func retries(n int) *int { return &n }
 // task with retries left) is named.
 func TestCheckInstances(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	hist := func(id, state string) camunda7.HistoricProcessInstance {
-		return camunda7.HistoricProcessInstance{ID: id, BusinessKey: "bk-" + id, State: state}
+	hist := func(id, state string) admin.HistoricProcessInstance {
+		return admin.HistoricProcessInstance{ID: id, BusinessKey: "bk-" + id, State: state}
 	}
-	allowed := func(in camunda7.Incident) bool { return strings.HasPrefix(in.IncidentMessage, "unknown-outcome:") }
+	allowed := func(in admin.Incident) bool { return strings.HasPrefix(in.IncidentMessage, "unknown-outcome:") }
 	good := oracle.EngineState{
-		Instances: []camunda7.HistoricProcessInstance{hist("p1", "COMPLETED"), hist("p2", "COMPLETED"), hist("p3", "ACTIVE"),
+		Instances: []admin.HistoricProcessInstance{hist("p1", "COMPLETED"), hist("p2", "COMPLETED"), hist("p3", "ACTIVE"),
 			hist("other", "ACTIVE")},
 		ErrorEnded: map[string]bool{"p2": true},
-		Incidents: []camunda7.Incident{{ProcessInstanceID: "p3", IncidentType: "failedExternalTask", IncidentMessage: "unknown-outcome: held"},
+		Incidents: []admin.Incident{{ProcessInstanceID: "p3", IncidentType: "failedExternalTask", IncidentMessage: "unknown-outcome: held"},
 			{ProcessInstanceID: "other", IncidentMessage: "permanent: not ours"}},
 		Tasks: []camunda7.ExternalTask{
 			{ID: "t3", ProcessInstanceID: "p3", Retries: retries(0)},                                           // the incident's task
@@ -122,7 +123,7 @@ func TestCheckInstances(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st := good
-			st.Instances = append([]camunda7.HistoricProcessInstance(nil), good.Instances...)
+			st.Instances = append([]admin.HistoricProcessInstance(nil), good.Instances...)
 			st.Tasks = append([]camunda7.ExternalTask(nil), good.Tasks...)
 			c.edit(&st)
 			n, v := oracle.CheckInstances(c.started, st, allowed, now)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/oracle"
 )
@@ -67,12 +68,12 @@ func expectations(invoices []invoice, log []fakeprovider.Request, h engineHistor
 
 // allowedIncident accepts an incident of an invoice the provider left undecidable (see
 // expectations) and nothing else.
-func allowedIncident(invoices []invoice, mayHold map[string]bool) func(camunda7.Incident) bool {
+func allowedIncident(invoices []invoice, mayHold map[string]bool) func(admin.Incident) bool {
 	byInstance := map[string]string{}
 	for _, in := range invoices {
 		byInstance[in.instance] = in.id
 	}
-	return func(i camunda7.Incident) bool { return mayHold[byInstance[i.ProcessInstanceID]] }
+	return func(i admin.Incident) bool { return mayHold[byInstance[i.ProcessInstanceID]] }
 }
 
 // effects are the provider's charges as I2 compares them with the ledger: each with the

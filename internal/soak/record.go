@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/oracle"
 )
@@ -37,13 +38,13 @@ const (
 
 // engineHistory is the engine's record of the run's instances.
 type engineHistory struct {
-	ProcessInstances []camunda7.HistoricProcessInstance `json:"processInstances"`
+	ProcessInstances []admin.HistoricProcessInstance `json:"processInstances"`
 	// ExternalTaskLog is each instance's external task log, by process instance id.
 	ExternalTaskLog map[string][]camunda7.ExternalTaskLogEntry `json:"externalTaskLog"`
-	Incidents       []camunda7.Incident                        `json:"incidents"`
+	Incidents       []admin.Incident                           `json:"incidents"`
 	// ErrorDetails of the incidents' external tasks, by external task id.
-	ErrorDetails map[string]string                   `json:"errorDetails"`
-	Variables    []camunda7.HistoricVariableInstance `json:"variables"`
+	ErrorDetails map[string]string                `json:"errorDetails"`
+	Variables    []admin.HistoricVariableInstance `json:"variables"`
 }
 
 // recordProvider writes the provider's history, one request per line.
@@ -86,7 +87,7 @@ func recordLedger(ctx context.Context, dir string, pool *pgxpool.Pool, namespace
 // readEngineHistory reads the engine's record of the run's instances: the instances
 // and incidents the oracle read (st), each instance's external task log, the incidents'
 // errorDetails, and the instances' variables.
-func readEngineHistory(ctx context.Context, c *camunda7.Client, st oracle.EngineState) (engineHistory, error) {
+func readEngineHistory(ctx context.Context, c *admin.Client, st oracle.EngineState) (engineHistory, error) {
 	h := engineHistory{ProcessInstances: st.Instances, Incidents: st.Incidents,
 		ExternalTaskLog: map[string][]camunda7.ExternalTaskLogEntry{}, ErrorDetails: map[string]string{}}
 	ids := make([]string, 0, len(st.Instances))
@@ -125,7 +126,7 @@ func readEngineHistory(ctx context.Context, c *camunda7.Client, st oracle.Engine
 		return h, firstErr
 	}
 	for _, in := range st.Incidents {
-		if in.IncidentType != camunda7.IncidentTypeFailedExternalTask || in.Configuration == "" {
+		if in.IncidentType != admin.IncidentTypeFailedExternalTask || in.Configuration == "" {
 			continue
 		}
 		d, err := c.ExternalTaskErrorDetails(ctx, in.Configuration)

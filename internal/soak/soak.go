@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/fakeprovider"
@@ -180,10 +181,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	if err = os.MkdirAll(res.RunDir, 0o755); err != nil {
 		return res, fmt.Errorf("run directory: %w", err)
 	}
-	c, err := camunda7.New(camunda7.Config{BaseURL: cfg.EngineURL, Username: cfg.EngineUser, Password: cfg.EnginePassword})
+	cc, err := camunda7.New(camunda7.Config{BaseURL: cfg.EngineURL, Username: cfg.EngineUser, Password: cfg.EnginePassword})
 	if err != nil {
 		return res, err
 	}
+	c := admin.New(cc)
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return res, err
@@ -515,14 +517,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 // startInvoice starts an invoice's instance and returns its id, trying again while the
 // engine refuses for a moment (a database restart makes it refuse). A start whose answer
 // was lost is never resent blindly: findStarted asks first.
-func startInvoice(ctx context.Context, c *camunda7.Client, inv invoice) (string, error) {
+func startInvoice(ctx context.Context, c *admin.Client, inv invoice) (string, error) {
 	vars := camunda7.Variables{"invoiceId": camunda7.StringVar(inv.id), "amountCents": camunda7.LongVar(inv.amount),
 		canaryVariable: camunda7.StringVar(canaryPII)}
 	var id string
 	var err error
 	for try := 0; try < 120; try++ {
-		var pi *camunda7.ProcessInstance
-		pi, err = c.StartProcess(ctx, processKey, camunda7.StartProcessRequest{BusinessKey: inv.id, Variables: vars})
+		var pi *admin.ProcessInstance
+		pi, err = c.StartProcess(ctx, processKey, admin.StartProcessRequest{BusinessKey: inv.id, Variables: vars})
 		if err == nil {
 			id = pi.ID
 		} else if errors.Is(err, camunda7.ErrOutcomeUnknown) {
@@ -539,7 +541,7 @@ func startInvoice(ctx context.Context, c *camunda7.Client, inv invoice) (string,
 // findStarted asks the engine whether a start whose answer was lost (the engine or its
 // database went away) created the instance: its id, or ErrNotSent when it did not. The
 // engine may still be down (a restart): it keeps asking for a minute, then returns lost.
-func findStarted(ctx context.Context, c *camunda7.Client, businessKey string, lost error) (string, error) {
+func findStarted(ctx context.Context, c *admin.Client, businessKey string, lost error) (string, error) {
 	for ask := 0; ask < 240 && ctx.Err() == nil; ask++ {
 		found, err := c.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {businessKey}})
 		if err == nil {
@@ -555,7 +557,7 @@ func findStarted(ctx context.Context, c *camunda7.Client, businessKey string, lo
 
 // checkInput is what the recorder and the oracle need of a finished run.
 type checkInput struct {
-	c        *camunda7.Client
+	c        *admin.Client
 	pool     *pgxpool.Pool
 	ledger   *idempotency.Ledger
 	pay      *fakeprovider.Server

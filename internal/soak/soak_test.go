@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/oracle"
 )
@@ -134,10 +135,10 @@ func TestPruneKeepsReportAndTail(t *testing.T) {
 	assert.NotContains(t, string(tail), "worker-1-000.log", "empty logs are left out")
 }
 
-func stringVar(t *testing.T, pid, name, value string) camunda7.HistoricVariableInstance {
+func stringVar(t *testing.T, pid, name, value string) admin.HistoricVariableInstance {
 	t.Helper()
 	v := camunda7.StringVar(value)
-	return camunda7.HistoricVariableInstance{Name: name, ProcessInstanceID: pid, Type: v.Type, Value: v.Value}
+	return admin.HistoricVariableInstance{Name: name, ProcessInstanceID: pid, Type: v.Type, Value: v.Value}
 }
 
 // What each invoice should come to: declines planted by amount; the engine's payment
@@ -150,8 +151,8 @@ func TestExpectations(t *testing.T) {
 		{Method: "POST", Invoice: "C", Fault: "stored_500", Outcome: "stored_500"},
 	}
 	h := engineHistory{
-		Incidents: []camunda7.Incident{{ProcessInstanceID: "pC", IncidentMessage: "unknown-outcome: held"}},
-		Variables: []camunda7.HistoricVariableInstance{stringVar(t, "pA", "paymentRef", "ch_1"), stringVar(t, "pA", "receiptId", "rcpt_1")},
+		Incidents: []admin.Incident{{ProcessInstanceID: "pC", IncidentMessage: "unknown-outcome: held"}},
+		Variables: []admin.HistoricVariableInstance{stringVar(t, "pA", "paymentRef", "ch_1"), stringVar(t, "pA", "receiptId", "rcpt_1")},
 	}
 	got := expectations(invoices, log, h)
 	assert.Equal(t, []oracle.Expect{
@@ -160,8 +161,8 @@ func TestExpectations(t *testing.T) {
 		{Scope: scope, Key: "invoice:C:v1", Invoice: "C", MayHold: true, Incident: true},
 	}, got)
 	allowed := allowedIncident(invoices, map[string]bool{"C": true})
-	assert.True(t, allowed(camunda7.Incident{ProcessInstanceID: "pC"}))
-	assert.False(t, allowed(camunda7.Incident{ProcessInstanceID: "pA"}))
+	assert.True(t, allowed(admin.Incident{ProcessInstanceID: "pC"}))
+	assert.False(t, allowed(admin.Incident{ProcessInstanceID: "pA"}))
 	assert.Equal(t, []oracle.Effect{{ID: "ch_1", Key: "k", Request: map[string]any{"invoice": "A", "amountCents": int64(5)}}},
 		effects([]fakeprovider.Charge{{ID: "ch_1", Key: "k", Invoice: "A", AmountCents: 5}}))
 }
@@ -179,10 +180,10 @@ func TestScanCanariesOverARun(t *testing.T) {
 	write(ledgerIntentsFile, `{"id":1,"error_message":"declined"}`+"\n")
 	write(ledgerEventsFile, `{"id":1,"reason":"db `+canaryDatabase+`"}`+"\n")
 	h := engineHistory{
-		Incidents:       []camunda7.Incident{{ProcessInstanceID: "p1", IncidentMessage: "retryable: password " + canaryEngine}},
+		Incidents:       []admin.Incident{{ProcessInstanceID: "p1", IncidentMessage: "retryable: password " + canaryEngine}},
 		ErrorDetails:    map[string]string{"t1": "clean"},
 		ExternalTaskLog: map[string][]camunda7.ExternalTaskLogEntry{"p1": {{ExternalTaskID: "t1", ErrorMessage: "clean"}}},
-		Variables: []camunda7.HistoricVariableInstance{stringVar(t, "p1", canaryVariable, canaryPII), stringVar(t, "p2", canaryVariable, canaryPII),
+		Variables: []admin.HistoricVariableInstance{stringVar(t, "p1", canaryVariable, canaryPII), stringVar(t, "p2", canaryVariable, canaryPII),
 			stringVar(t, "p1", "receiptId", "rcpt for "+canaryPII)},
 	}
 	leaks, sources, err := scanCanaries(context.Background(), dir, h, canaries)
@@ -204,7 +205,7 @@ func TestScanCanariesOverARun(t *testing.T) {
 // The engine history round-trips through its JSON file (what a failed run leaves).
 func TestRecordEngine(t *testing.T) {
 	dir := t.TempDir()
-	h := engineHistory{ProcessInstances: []camunda7.HistoricProcessInstance{{ID: "p1", State: "COMPLETED"}},
+	h := engineHistory{ProcessInstances: []admin.HistoricProcessInstance{{ID: "p1", State: "COMPLETED"}},
 		ExternalTaskLog: map[string][]camunda7.ExternalTaskLogEntry{"p1": {{ExternalTaskID: "t1", SuccessLog: true, WorkerID: "soak-1-0-0"}}},
 		ErrorDetails:    map[string]string{}}
 	require.NoError(t, recordEngine(dir, h))

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // The second engine `make up` starts, with HTTP basic authentication on /engine-rest and
@@ -22,7 +23,7 @@ func AuthEngineURL() string { return env("EXTWORKER_TEST_AUTH_ENGINE_URL", Defau
 // AuthEngine returns a client for the engine with REST authentication, logged in as the
 // administrator, after checking it answers. Like Engine, it fails in CI and skips
 // elsewhere when that engine is not there.
-func AuthEngine(t testing.TB) *camunda7.Client {
+func AuthEngine(t testing.TB) *admin.Client {
 	t.Helper()
 	return engine(t, "engine with REST authentication",
 		camunda7.Config{BaseURL: AuthEngineURL(), Username: AuthEngineUser, Password: AuthEnginePassword})

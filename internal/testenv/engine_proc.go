@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // The third engine `make up` starts: the one tests may SIGKILL and start again. It runs
@@ -35,7 +36,7 @@ func FaultEngineURL() string { return env("EXTWORKER_TEST_FAULT_ENGINE_URL", Def
 
 // FaultEngine returns a client for the killable engine after checking it answers. Like
 // Engine, it fails in CI and skips elsewhere when that engine is not there.
-func FaultEngine(t testing.TB) *camunda7.Client {
+func FaultEngine(t testing.TB) *admin.Client {
 	t.Helper()
 	return engine(t, "killable engine (make up starts it on port 8082)", camunda7.Config{BaseURL: FaultEngineURL()})
 }

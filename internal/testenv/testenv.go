@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // Defaults match testenv/engine-up.sh and testenv/pg-up.sh.
@@ -68,20 +69,20 @@ func QuietEngineURL() string { return env("EXTWORKER_TEST_QUIET_ENGINE_URL", Def
 
 // QuietEngine returns a client for the quiet engine after checking it answers; like
 // Engine, it fails in CI and skips elsewhere when that engine is not there.
-func QuietEngine(t testing.TB) *camunda7.Client {
+func QuietEngine(t testing.TB) *admin.Client {
 	t.Helper()
 	return engine(t, "quiet engine (make up starts it on port 8083)", camunda7.Config{BaseURL: QuietEngineURL()})
 }
 
 // Engine returns a client for the engine under test, after checking it answers.
-func Engine(t testing.TB) *camunda7.Client {
+func Engine(t testing.TB) *admin.Client {
 	t.Helper()
 	return engine(t, "engine", camunda7.Config{BaseURL: EngineURL()})
 }
 
 // engine returns a client for cfg after checking the engine answers; what names it in
 // the failure or skip.
-func engine(t testing.TB, what string, cfg camunda7.Config) *camunda7.Client {
+func engine(t testing.TB, what string, cfg camunda7.Config) *admin.Client {
 	t.Helper()
 	c, err := camunda7.New(cfg)
 	if err != nil {
@@ -92,7 +93,7 @@ func engine(t testing.TB, what string, cfg camunda7.Config) *camunda7.Client {
 	if _, err := c.Version(ctx); err != nil {
 		unavailable(t, what+" at "+cfg.BaseURL, err)
 	}
-	return c
+	return admin.New(c)
 }
 
 // pool opens a pgx pool after checking the database answers; closed at cleanup.
@@ -184,14 +185,14 @@ type ModelOptions struct {
 }
 
 // Deploy deploys a fresh model and deletes it (cascading to its instances) at cleanup.
-func Deploy(t testing.TB, c *camunda7.Client, opts ModelOptions) Model {
+func Deploy(t testing.TB, c *admin.Client, opts ModelOptions) Model {
 	t.Helper()
 	m := Model{Key: Unique("p"), Topic: Unique("topic"), ActivityID: "task"}
 	m.MessageName = "go-" + m.Key
 	ctx := Context(t, 30*time.Second)
-	res, err := c.Deploy(ctx, camunda7.Deployment{
+	res, err := c.Deploy(ctx, admin.Deployment{
 		Name:      m.Key,
-		Resources: []camunda7.Resource{{Name: m.Key + ".bpmn", Content: []byte(BPMN(m, opts))}},
+		Resources: []admin.Resource{{Name: m.Key + ".bpmn", Content: []byte(BPMN(m, opts))}},
 	})
 	if err != nil {
 		t.Fatalf("deploy %s: %v", m.Key, err)
