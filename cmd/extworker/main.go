@@ -12,9 +12,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/extworker/extworker/internal/daemon"
@@ -43,44 +45,33 @@ commands:
 configuration: EXTWORKER_* environment variables (see docs/configuration.md)
 workers: programs built on package extworker (see README.md and examples/invoice)`
 
-func run(args []string, stdout, stderr io.Writer) (err error) {
+func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	if args[0] == "config" {
-		return daemon.ConfigCommand(args[1:], stdout, stderr)
-	}
-	cfg, err := daemon.LoadConfig()
-	if err != nil {
-		return cfg.ScrubError(err)
-	}
-	// No secret reaches an error message, whatever library wrote it.
-	defer func() { err = cfg.ScrubError(err) }()
-	logger := daemon.NewLogger(cfg, stderr)
-	ctx, stop := daemon.SignalContext(logger, os.Exit)
-	defer stop()
-
-	switch args[0] {
-	case "migrate":
-		return daemon.Migrate(ctx, cfg, stdout)
-	case "effects":
-		// Keys, provider and incident messages come from outside: nothing they carry
-		// reaches the operator's terminal as an escape sequence.
-		return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
-	case "version":
-		c, err := daemon.NewClient(cfg, logger)
-		if err != nil {
-			return err
+	return daemon.Command(args, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
+		switch args[0] {
+		case "migrate":
+			return daemon.Migrate(ctx, cfg, stdout)
+		case "effects":
+			// Keys, provider and incident messages come from outside: nothing they carry
+			// reaches the operator's terminal as an escape sequence.
+			return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
+		case "version":
+			c, err := daemon.NewClient(cfg, logger)
+			if err != nil {
+				return err
+			}
+			v, err := c.Version(ctx)
+			if err != nil {
+				return fmt.Errorf("engine at %s: %w", daemon.RedactURL(cfg.EngineURL), err)
+			}
+			fmt.Fprintln(stdout, v)
+			return nil
+		case "run", "demo":
+			return fmt.Errorf("%q is not an extworker command any more: workers are programs of their own, built on package extworker; the demo is examples/invoice (make demo)\n%s", args[0], usage)
 		}
-		v, err := c.Version(ctx)
-		if err != nil {
-			return fmt.Errorf("engine at %s: %w", daemon.RedactURL(cfg.EngineURL), err)
-		}
-		fmt.Fprintln(stdout, v)
-		return nil
-	case "run", "demo":
-		return fmt.Errorf("%q is not an extworker command any more: workers are programs of their own, built on package extworker; the demo is examples/invoice (make demo)\n%s", args[0], usage)
-	}
-	return errors.New("unknown command " + fmt.Sprintf("%q", args[0]) + "\n" + usage)
+		return errors.New("unknown command " + fmt.Sprintf("%q", args[0]) + "\n" + usage)
+	})
 }

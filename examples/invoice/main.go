@@ -12,9 +12,11 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/extworker/extworker"
@@ -43,44 +45,34 @@ commands:
 configuration: EXTWORKER_* environment variables (see docs/configuration.md)
 signals: SIGINT or SIGTERM stops gracefully; a second one exits at once (130, 143)`
 
-func run(args []string, stdout, stderr io.Writer) (err error) {
+func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	if args[0] == "config" {
-		return daemon.ConfigCommand(args[1:], stdout, stderr)
-	}
-	cfg, err := daemon.LoadConfig()
-	if err != nil {
-		return cfg.ScrubError(err)
-	}
-	defer func() { err = cfg.ScrubError(err) }()
-	logger := daemon.NewLogger(cfg, stderr)
-	ctx, stop := daemon.SignalContext(logger, os.Exit)
-	defer stop()
-
-	switch args[0] {
-	case "run":
-		return runWorker(ctx, cfg, logger)
-	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		n := fs.Int("instances", 200, "process instances to start")
-		deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if *deployOnly {
-			c, err := daemon.NewClient(cfg, logger)
-			if err != nil {
+	return daemon.Command(args, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
+		switch args[0] {
+		case "run":
+			return runWorker(ctx, cfg, logger)
+		case "demo":
+			fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+			fs.SetOutput(stderr)
+			n := fs.Int("instances", 200, "process instances to start")
+			deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
+			if err := fs.Parse(args[1:]); err != nil {
 				return err
 			}
-			return deployDemo(ctx, admin.New(c))
+			if *deployOnly {
+				c, err := daemon.NewClient(cfg, logger)
+				if err != nil {
+					return err
+				}
+				return deployDemo(ctx, admin.New(c))
+			}
+			return runDemo(ctx, cfg, logger, stdout, *n)
+		case "migrate":
+			return daemon.Migrate(ctx, cfg, stdout)
 		}
-		return runDemo(ctx, cfg, logger, stdout, *n)
-	case "migrate":
-		return daemon.Migrate(ctx, cfg, stdout)
-	}
-	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+	})
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -57,4 +58,24 @@ func SignalExitCode(sig os.Signal) int {
 		return 128 + int(s)
 	}
 	return 1
+}
+
+// Command runs one command of a program built on this package (the operator's tool, the
+// demo's worker): "config" prints the effective configuration; any other loads the
+// configuration (its problems listed at once), builds the logger on stderr and a context
+// that SIGINT or SIGTERM ends (a second signal exits at once), and runs fn, every error
+// of which reaches the caller with the configuration's secrets masked.
+func Command(args []string, stdout, stderr io.Writer, fn func(ctx context.Context, cfg Config, logger *slog.Logger) error) (err error) {
+	if len(args) > 0 && args[0] == "config" {
+		return ConfigCommand(args[1:], stdout, stderr)
+	}
+	cfg, err := LoadConfig()
+	if err != nil {
+		return cfg.ScrubError(err)
+	}
+	defer func() { err = cfg.ScrubError(err) }()
+	logger := NewLogger(cfg, stderr)
+	ctx, stop := SignalContext(logger, os.Exit)
+	defer stop()
+	return fn(ctx, cfg, logger)
 }
