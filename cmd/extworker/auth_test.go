@@ -27,7 +27,7 @@ func TestAuthEngineRightCredentials(t *testing.T) {
 
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
 	t.Setenv("EXTWORKER_ENGINE_USER", testenv.AuthEngineUser)
-	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", testenv.AuthEnginePassword+"\n"))
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", testenv.WriteFile(t, "pw", testenv.AuthEnginePassword+"\n"))
 	cfg, err := daemon.LoadConfig()
 	require.NoError(t, err)
 	require.NoError(t, daemon.CheckEngine(ctx, cfg, discardLogger()))

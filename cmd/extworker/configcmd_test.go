@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/testenv"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -20,7 +21,7 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestConfigCommand(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_URL", "https://ops:url-s3cret@bpm.example.com/engine-rest")
 	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
-	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", "pw-s3cret\n"))
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", testenv.WriteFile(t, "pw", "pw-s3cret\n"))
 	t.Setenv("EXTWORKER_DATABASE_URL", "postgres://extworker:db-s3cret@db:5432/extworker?sslmode=require&application_name=worker")
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"config"}, &out, io.Discard))
@@ -60,7 +61,7 @@ func TestConfigCommandInvalid(t *testing.T) {
 // `config` lists the operations endpoint's variables too, shows a value that did not
 // parse as given (marked invalid), never a secret's, and the derived and new defaults.
 func TestConfigCommandShowsInvalidAndOpsVariables(t *testing.T) {
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	t.Setenv("EXTWORKER_LOCK_DURATION", "abc")
 	t.Setenv("EXTWORKER_HTTP_ADDR", "off")
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "40s")

@@ -1,13 +1,11 @@
-package main
+package daemon_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/pem"
-	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,24 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/tasks"
 )
-
-// clearEnv unsets every variable of config and opsConfig (and their _FILE) for the test,
-// so that the environment the tests run in does not leak into them.
-func clearEnv(t *testing.T) {
-	t.Helper()
-	var c daemon.Config
-	var o daemon.OpsConfig
-	for _, cv := range append(daemon.SpecVars(&c), daemon.SpecVars(&o)...) {
-		for _, name := range []string{cv.Name, cv.Name + "_FILE"} {
-			if _, ok := os.LookupEnv(name); ok {
-				t.Setenv(name, "") // restored at cleanup
-				require.NoError(t, os.Unsetenv(name))
-			}
-		}
-	}
-}
 
 // problemLines returns the problems of a configuration error, one per line after the
 // "configuration: " prefix.
@@ -52,7 +35,7 @@ func problemLines(t *testing.T, err error) []string {
 // are listed together, each naming its variable, and a variable that did not parse is not
 // also reported for the zero value it was left with. No secret is shown.
 func TestConfigListsEveryInvalidVariable(t *testing.T) {
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	t.Setenv("EXTWORKER_LOCK_DURATION", "abc")
 	t.Setenv("EXTWORKER_READY_TIMEOUT", "soon")
 	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
@@ -87,47 +70,9 @@ func TestConfigListsEveryInvalidVariable(t *testing.T) {
 	}, lines, "loadOpsConfig (run) names each of its own")
 }
 
-// The real binary exits 78 (EX_CONFIG) on invalid variables, and `config` shows the
-// invalid values as given. (A worker program's `run` does too: examples/invoice.)
-func TestConfigInvalidVariablesExit78(t *testing.T) {
-	bin := buildCLI(t)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "EXTWORKER_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "EXTWORKER_LOCK_DURATION=abc", "EXTWORKER_READY_TIMEOUT=soon", "EXTWORKER_MAX_CONCURRENCY=0")
-	for _, tc := range []struct {
-		cmd  string
-		vars []string
-	}{
-		{"config", []string{"EXTWORKER_LOCK_DURATION", "EXTWORKER_READY_TIMEOUT", "EXTWORKER_MAX_CONCURRENCY"}},
-		{"version", []string{"EXTWORKER_LOCK_DURATION", "EXTWORKER_MAX_CONCURRENCY"}},
-	} {
-		t.Run(tc.cmd, func(t *testing.T) {
-			cmd := exec.Command(bin, tc.cmd)
-			cmd.Env = env
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			var exit *exec.ExitError
-			require.True(t, errors.As(err, &exit), "want an exit status, got %v; stderr:\n%s", err, stderr.String())
-			assert.Equal(t, daemon.ExitConfig, exit.ExitCode(), stderr.String())
-			for _, v := range tc.vars {
-				assert.Contains(t, stderr.String(), v)
-			}
-			if tc.cmd == "config" {
-				assert.Regexp(t, `EXTWORKER_LOCK_DURATION\s+abc\s+env \(invalid\)`, stdout.String())
-				assert.Regexp(t, `EXTWORKER_READY_TIMEOUT\s+soon\s+env \(invalid\)`, stdout.String())
-			}
-		})
-	}
-}
-
 // The shipped defaults pass every check, and reach tasks.Config as documented.
 func TestConfigDefaultsPass(t *testing.T) {
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
 	_, err = daemon.LoadOpsConfig()
@@ -150,7 +95,7 @@ func TestConfigDefaultsPass(t *testing.T) {
 
 // The new variables reach tasks.Config; 0 means none there, not tasks' default.
 func TestWorkerConfigFromVariables(t *testing.T) {
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	t.Setenv("EXTWORKER_REPORT_RETRY_FOR", "2m")
 	t.Setenv("EXTWORKER_IDLE_POLL_INTERVAL", "250ms")
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "10s")
@@ -237,7 +182,7 @@ func TestConfigRefusesUnsafeRelations(t *testing.T) {
 		{"engine timeout shorter than the long poll", map[string]string{"ENGINE_TIMEOUT": "5s", "LONG_POLL": "20s"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clearEnv(t)
+			testenv.ClearConfigEnv(t)
 			for k, v := range tc.env {
 				t.Setenv("EXTWORKER_"+k, v)
 			}
@@ -259,7 +204,7 @@ func TestConfigRefusesUnsafeRelations(t *testing.T) {
 // A variable that did not parse is reported as such, once: no relation involving it is
 // checked against the zero it was left with.
 func TestConfigUnparsedSkipsRelations(t *testing.T) {
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	t.Setenv("EXTWORKER_LEDGER_LEASE", "two minutes")
 	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "1 minute")
 	_, err := daemon.LoadConfig()
@@ -273,7 +218,7 @@ func TestConfigUnparsedSkipsRelations(t *testing.T) {
 // Only EXTWORKER_-prefixed names configure the worker: another program's DATABASE_URL or
 // LOCK_DURATION is not read (envconfig.Process with a prefix would fall back to them).
 func TestConfigIgnoresUnprefixedVariables(t *testing.T) {
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	t.Setenv("LOCK_DURATION", "abc")
 	t.Setenv("DATABASE_URL", "postgres://other:secret@elsewhere/other")
 	t.Setenv("READY_TIMEOUT", "soon")
@@ -328,7 +273,7 @@ func assertVerified(t *testing.T, pc *pgxpool.Config, dsn string) {
 func TestDatabaseTLSVerifiedByDefault(t *testing.T) {
 	t.Setenv("PGSSLMODE", "")
 	_, _, cert := writeClientCert(t, t.TempDir())
-	ca := writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})))
+	ca := testenv.WriteFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})))
 	for _, dsn := range []string{
 		"postgres://u:db-s3cret@db.example.com/x",
 		"postgresql://u:db-s3cret@db.example.com:5433/x?application_name=worker&pool_max_conns=4",
@@ -451,3 +396,4 @@ func TestDatabaseTLSWarningLoggedAtStart(t *testing.T) {
 	assert.Contains(t, logs.String(), "sslmode=require encrypts the connection to the ledger database at 192.0.2.1 but does not verify")
 	assert.NotContains(t, logs.String(), "s3cret")
 }
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,14 +1,12 @@
-package main
+package daemon_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -20,20 +18,14 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/testenv"
 )
-
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
-	return p
-}
 
 // Secrets come from EXTWORKER_<NAME>_FILE, less one trailing newline, and replace defaults.
 func TestSecretFiles(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
-	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", writeFile(t, "pw", "pa ss\n\n"))
-	t.Setenv("EXTWORKER_DATABASE_URL_FILE", writeFile(t, "db", "postgres://u:dbsecret@db.example.com/x?sslmode=verify-full\r\n"))
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", testenv.WriteFile(t, "pw", "pa ss\n\n"))
+	t.Setenv("EXTWORKER_DATABASE_URL_FILE", testenv.WriteFile(t, "db", "postgres://u:dbsecret@db.example.com/x?sslmode=verify-full\r\n"))
 	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, "pa ss\n", c.EnginePassword, "only one trailing newline is trimmed")
@@ -44,10 +36,10 @@ func TestSecretFiles(t *testing.T) {
 // naming the variable, listed together with the rest, and never showing a file's content.
 func TestSecretFileProblems(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_TOKEN", "tok-from-env")
-	t.Setenv("EXTWORKER_ENGINE_TOKEN_FILE", writeFile(t, "tok", "tok-from-file"))
+	t.Setenv("EXTWORKER_ENGINE_TOKEN_FILE", testenv.WriteFile(t, "tok", "tok-from-file"))
 	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
 	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", filepath.Join(t.TempDir(), "missing"))
-	t.Setenv("EXTWORKER_DATABASE_URL_FILE", writeFile(t, "empty", "\n"))
+	t.Setenv("EXTWORKER_DATABASE_URL_FILE", testenv.WriteFile(t, "empty", "\n"))
 	t.Setenv("EXTWORKER_MAX_CONCURRENCY", "0")
 	_, err := daemon.LoadConfig()
 	require.Error(t, err)
@@ -127,70 +119,6 @@ func TestMasking(t *testing.T) {
 	assert.Equal(t, "cannot connect as *** to ***", daemon.Scrub("cannot connect as hunter2 to hunter2", "hunter2", "ab"))
 }
 
-// OAuth2 client credentials: one token fetched, cached, and sent as the bearer token.
-func TestOAuthClientCredentials(t *testing.T) {
-	var fetched atomic.Int32
-	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		require.NoError(t, r.ParseForm())
-		id, secret, _ := r.BasicAuth()
-		if id != "worker" || secret != "client-s3cret" || r.Form.Get("grant_type") != "client_credentials" {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(`{"error":"invalid_client"}`))
-			return
-		}
-		assert.Equal(t, "engine-rest tasks", r.Form.Get("scope"))
-		fetched.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "at-1", "token_type": "Bearer", "expires_in": 3600})
-	}))
-	defer idp.Close()
-	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer at-1" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"version":"7.24.0"}`))
-	}))
-	defer engine.Close()
-
-	t.Setenv("EXTWORKER_ENGINE_URL", engine.URL+"/engine-rest")
-	t.Setenv("EXTWORKER_ENGINE_OAUTH_TOKEN_URL", idp.URL+"/token")
-	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
-	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE", writeFile(t, "cs", "client-s3cret\n"))
-	t.Setenv("EXTWORKER_ENGINE_OAUTH_SCOPES", "engine-rest,tasks")
-	var out bytes.Buffer
-	for range 3 {
-		out.Reset()
-		require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
-		assert.Equal(t, "7.24.0\n", out.String())
-	}
-	c, err := daemon.LoadConfig()
-	require.NoError(t, err)
-	client, err := daemon.NewClient(c, nil)
-	require.NoError(t, err)
-	for range 3 {
-		_, err := client.Version(context.Background())
-		require.NoError(t, err)
-	}
-	assert.Equal(t, int32(4), fetched.Load(), "one token per process, reused by its requests")
-
-	// A client the token endpoint rejects: a clear error at start, no secret in it.
-	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET_FILE", writeFile(t, "cs2", "wrong-s3cret"))
-	c, err = daemon.LoadConfig()
-	require.NoError(t, err)
-	err = daemon.CheckEngine(context.Background(), c, discardLogger())
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "the token endpoint rejected the client: check EXTWORKER_ENGINE_OAUTH_TOKEN_URL")
-	assert.Contains(t, err.Error(), "invalid_client")
-	assert.NotContains(t, err.Error(), "s3cret")
-	var ce daemon.ConfigError
-	assert.ErrorAs(t, err, &ce)
-	assert.False(t, strings.Contains(err.Error(), "at-1"))
-	_ = camunda7.ErrUnauthorized
-}
-
 // Credentials over plain http:// to a host that is not loopback are a configuration
 // problem naming the variable and EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH, showing no secret:
 // the password or token to EXTWORKER_ENGINE_URL, the OAuth2 client secret to
@@ -236,7 +164,7 @@ func TestAuthPlaintextHTTPRefused(t *testing.T) {
 		{"no credentials", map[string]string{"EXTWORKER_ENGINE_URL": remote}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clearEnv(t)
+			testenv.ClearConfigEnv(t)
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
@@ -314,7 +242,7 @@ func TestOAuthTokenRefreshedOn401(t *testing.T) {
 	}))
 	t.Cleanup(engine.Close)
 
-	clearEnv(t)
+	testenv.ClearConfigEnv(t)
 	t.Setenv("EXTWORKER_ENGINE_URL", engine.URL+"/engine-rest")
 	t.Setenv("EXTWORKER_ENGINE_OAUTH_TOKEN_URL", idp.URL+"/token")
 	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
