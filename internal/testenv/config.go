@@ -3,25 +3,21 @@ package testenv
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
-
-	"github.com/extworker/extworker/internal/daemon"
 )
 
-// ClearConfigEnv unsets every EXTWORKER_* variable of the configuration (and its _FILE
-// variant) for the test, so that the environment the tests run in does not leak into
-// them; t.Setenv restores each at cleanup.
+// ClearConfigEnv unsets every EXTWORKER_* variable (the configuration and the _FILE
+// variants of its secrets) but the tests' own EXTWORKER_TEST_*, so that the environment
+// the tests run in does not leak into them; t.Setenv restores each at cleanup.
 func ClearConfigEnv(t *testing.T) {
 	t.Helper()
-	var c daemon.Config
-	var o daemon.OpsConfig
-	for _, cv := range append(daemon.SpecVars(&c), daemon.SpecVars(&o)...) {
-		for _, name := range []string{cv.Name, cv.Name + "_FILE"} {
-			if _, ok := os.LookupEnv(name); ok {
-				t.Setenv(name, "")
-				if err := os.Unsetenv(name); err != nil {
-					t.Fatal(err)
-				}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "EXTWORKER_") && !strings.HasPrefix(name, "EXTWORKER_TEST_") {
+			t.Setenv(name, "")
+			if err := os.Unsetenv(name); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
