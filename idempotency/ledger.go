@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/failure"
+	"github.com/extworker/extworker/internal/failpoint"
 )
 
 // Config configures a Ledger. Zero values take the documented defaults.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/failpoint"
+	"github.com/extworker/extworker/internal/failpoint"
 )
 
 // Extender keeps one task's lock alive while its handler runs, and cancels the

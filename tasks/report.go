@@ -14,8 +14,8 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/failpoint"
 	"github.com/extworker/extworker/failure"
+	"github.com/extworker/extworker/internal/failpoint"
 	"github.com/extworker/extworker/lockext"
 )
 

@@ -37,11 +37,11 @@ func TestProductionBinaryHasNoFailpointsOrFakes(t *testing.T) {
 	t.Parallel()
 	const mod = "github.com/extworker/extworker/"
 	prod := symbols(t, ".")
-	for _, pkg := range []string{"failpoint.", "internal/fakeprovider.", "internal/testenv."} {
+	for _, pkg := range []string{"internal/failpoint.", "internal/fakeprovider.", "internal/testenv."} {
 		assert.False(t, strings.Contains(prod, mod+pkg), "the production binary contains %s", mod+pkg)
 	}
 	worker := symbols(t, "../../examples/invoice", "failpoints")
-	assert.True(t, strings.Contains(worker, mod+"failpoint.Inject"), "a failpoints build of a worker has them (the check works)")
+	assert.True(t, strings.Contains(worker, mod+"internal/failpoint.Inject"), "a failpoints build of a worker has them (the check works)")
 }
 
 // buildCLI builds the extworker binary once per test, as it ships (no build tags).
