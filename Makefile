@@ -1,5 +1,5 @@
 # extworker: one command each for the main job and the tests, on a fresh machine.
-#   make up     PostgreSQL + the engines under test (installed, built and started when needed)
+#   make up     PostgreSQL, RabbitMQ and the engines under test (installed, built and started when needed)
 #   make test   make up, then the whole Go suite with the race detector
 #   make demo   make up, then the demo (examples/invoice): invoices paid, declined (BPMN error) and one incident
 #   make down   stop the engines and PostgreSQL
@@ -10,15 +10,18 @@ export ENGINE
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: up down pg-up engine-up tools-up test demo vet fmt soak soak-short
+.PHONY: up down pg-up rabbit-up engine-up tools-up test demo vet fmt soak soak-short
 
-up: pg-up engine-up tools-up
+up: pg-up rabbit-up engine-up tools-up
 
 tools-up: # promtool, for the alert-rule and /metrics tests
 	@bash testenv/tools-up.sh
 
 pg-up:
 	@bash testenv/pg-up.sh
+
+rabbit-up: # the broker the outbox publishes to (testenv.AMQPURL)
+	@bash testenv/rabbit-up.sh
 
 # Four engines from one build, started in parallel: 8080 without authentication (database
 # camunda), 8081 with HTTP basic authentication on /engine-rest (database camunda_auth),
@@ -37,6 +40,7 @@ engine-up: pg-up
 down:
 	@bash testenv/engine-down.sh
 	@pg_ctlcluster $$(ls /usr/lib/postgresql | sort -n | tail -1) main stop 2>/dev/null || true
+	@rabbitmqctl -q shutdown 2>/dev/null || true
 
 # -timeout: examples/invoice runs the fault tiers at the shipped defaults (20s locks and long
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.

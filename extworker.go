@@ -18,6 +18,8 @@
 //     task's logger, pruned hourly (EXTWORKER_LEDGER_RETENTION), and told about tasks the
 //     engine cancelled (their intents are flagged orphaned for an operator);
 //   - /metrics, /healthz and /readyz on EXTWORKER_HTTP_ADDR;
+//   - with EXTWORKER_AMQP_URL, the outbox relay: events handlers add in their transactions
+//     (package outbox) are published to RabbitMQ with publisher confirms;
 //   - the worker (package tasks): long polling, lock extension, retries, classified
 //     failures;
 //   - signals: SIGINT or SIGTERM stops gracefully within EXTWORKER_SHUTDOWN_TIMEOUT; a
@@ -33,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +45,7 @@ import (
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/metrics"
+	"github.com/extworker/extworker/outbox"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -64,6 +68,7 @@ type App struct {
 	promReg  *prometheus.Registry
 	metrics  *metrics.Metrics
 	registry *tasks.Registry
+	relay    *outbox.Relay // nil without EXTWORKER_AMQP_URL
 	errs     []error
 }
 
@@ -118,6 +123,17 @@ func (a *App) open(ctx context.Context) error {
 	// records carry the task's fields) and names the intent on the task's records.
 	a.ledger = a.ledger.WithHooks(idempotency.Hooks{Observer: a.metrics, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
 	a.promReg.MustRegister(metrics.NewBacklogCollector(a.ledger, a.ops.ReadyTimeout, a.metrics, a.logger))
+	if a.cfg.AMQPURL != "" {
+		// The outbox relay publishes what handlers added in their transactions
+		// (outbox.Add), and exposes its backlog and publishes as metrics.
+		ns := a.ledger.Namespace()
+		collector := metrics.NewOutboxCollector(func(ctx context.Context) (outbox.Backlog, error) {
+			return outbox.ReadBacklog(ctx, a.pool, ns)
+		}, a.ops.ReadyTimeout, a.logger)
+		a.promReg.MustRegister(collector)
+		a.relay = outbox.NewRelay(a.pool, outbox.NewAMQPPublisher(a.cfg.AMQPURL),
+			outbox.RelayConfig{Namespace: ns, Logger: a.logger, Observer: collector})
+	}
 	a.opsPool, err = daemon.OpenOpsPool(ctx, a.cfg.DatabaseURL)
 	return err
 }
@@ -176,13 +192,16 @@ func (a *App) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var background sync.WaitGroup
+	defer background.Wait()
 	if a.cfg.LedgerRetention > 0 {
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			daemon.PrunePeriodically(ctx, a.ledger, a.cfg.LedgerRetention, time.Hour, a.logger)
-		}()
+		background.Go(func() { daemon.PrunePeriodically(ctx, a.ledger, a.cfg.LedgerRetention, time.Hour, a.logger) })
+	}
+	if a.relay != nil {
+		background.Go(func() { _ = a.relay.Run(ctx) })
+		if a.cfg.LedgerRetention > 0 {
+			background.Go(func() { a.pruneOutbox(ctx) })
+		}
 	}
 	err = w.Run(ctx)
 	if errors.Is(err, tasks.ErrCredentialsRejected) {
@@ -191,6 +210,25 @@ func (a *App) Run(ctx context.Context) error {
 		err = daemon.ConfigError{Err: err}
 	}
 	return a.cfg.ScrubError(err)
+}
+
+// pruneOutbox deletes published outbox events older than the ledger's retention, hourly,
+// until ctx ends.
+func (a *App) pruneOutbox(ctx context.Context) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := a.relay.Prune(ctx, a.cfg.LedgerRetention); err != nil && ctx.Err() == nil {
+			a.logger.Warn("pruning the outbox failed; will try again", slog.Any("error", err))
+		} else if n > 0 {
+			a.logger.Info("pruned published outbox events", slog.Int64("deleted", n))
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).

@@ -133,10 +133,12 @@ func TestUserModule(t *testing.T) {
 	run := testenv.Unique("S")
 	ids := []string{start(run+"-1", "10115"), start(run+"-2", "80331"), start(run+"-1", "10115"), start(run+"-3", "00000")}
 
+	events, ch := testenv.Queue(t, testenv.AMQP(t))
 	addr := freeAddr(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_DATABASE_URL="+testenv.DBURL(),
-		"EXTWORKER_LEDGER_NAMESPACE="+key, "EXTWORKER_HTTP_ADDR="+addr, "EXTWORKER_LOG_LEVEL=warn", "COURIER_URL="+srv.URL)
+		"EXTWORKER_LEDGER_NAMESPACE="+key, "EXTWORKER_HTTP_ADDR="+addr, "EXTWORKER_LOG_LEVEL=warn", "COURIER_URL="+srv.URL,
+		"EXTWORKER_AMQP_URL="+testenv.AMQPURL(), "COURIER_EVENTS="+events)
 	var logs testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
@@ -180,11 +182,26 @@ func TestUserModule(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// Each booking announced itself once, through the outbox in the booking's transaction.
+	var announced []string
+	testenv.Eventually(t, 30*time.Second, "two courier.booked events", func() (bool, error) {
+		for {
+			d, ok, err := ch.Get(events, true)
+			if err != nil || !ok {
+				return len(announced) >= 2, err
+			}
+			announced = append(announced, d.MessageId)
+		}
+	})
+	assert.ElementsMatch(t, []string{"courier.booked:" + run + "-1", "courier.booked:" + run + "-2"}, announced)
+
 	code, _ := get("/readyz")
 	assert.Equal(t, http.StatusOK, code, "/readyz")
 	code, metrics := get("/metrics")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, metrics, `extworker_tasks_completed_total{topic="shipping.book-courier"}`)
+	assert.Contains(t, metrics, "extworker_outbox_published_total 2")
+	assert.Contains(t, metrics, "extworker_outbox_unpublished 0")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {

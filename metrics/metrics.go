@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/outbox"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -289,4 +290,79 @@ func (c *BacklogCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, 0, k[0], k[1])
 		}
 	}
+}
+
+// OutboxCollector exposes the outbox's backlog at each scrape and counts the relay's
+// publishes (it is the relay's outbox.Observer):
+//
+//	extworker_outbox_unpublished                     events not yet confirmed by the broker
+//	extworker_outbox_oldest_unpublished_age_seconds  how long the oldest has waited
+//	extworker_outbox_failing                         unpublished events whose last publish failed
+//	extworker_outbox_published_total                 publishes the broker confirmed
+//	extworker_outbox_publish_errors_total            publishes that failed (each is retried)
+type OutboxCollector struct {
+	read      func(context.Context) (outbox.Backlog, error)
+	timeout   time.Duration
+	log       *slog.Logger
+	published prometheus.Counter
+	errors    prometheus.Counter
+	unpub     *prometheus.Desc
+	oldest    *prometheus.Desc
+	failing   *prometheus.Desc
+	up        *prometheus.Desc
+}
+
+// NewOutboxCollector returns a collector reading the backlog with read (outbox.ReadBacklog
+// on the relay's pool and namespace) for at most timeout (default 2s) per scrape.
+func NewOutboxCollector(read func(context.Context) (outbox.Backlog, error), timeout time.Duration, logger *slog.Logger) *OutboxCollector {
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &OutboxCollector{read: read, timeout: timeout, log: logger,
+		published: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "outbox_published_total",
+			Help: "Outbox events the broker confirmed."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "outbox_publish_errors_total",
+			Help: "Outbox publishes that failed (the event waits and is tried again)."}),
+		unpub:   prometheus.NewDesc(Namespace+"_outbox_unpublished", "Outbox events not yet confirmed by the broker.", nil, nil),
+		oldest:  prometheus.NewDesc(Namespace+"_outbox_oldest_unpublished_age_seconds", "How long the oldest unpublished outbox event has waited.", nil, nil),
+		failing: prometheus.NewDesc(Namespace+"_outbox_failing", "Unpublished outbox events whose last publish failed.", nil, nil),
+		up:      prometheus.NewDesc(Namespace+"_outbox_backlog_up", "1 if the last scrape's outbox backlog query succeeded, else 0.", nil, nil),
+	}
+}
+
+// Published counts a confirmed publish (outbox.Observer).
+func (c *OutboxCollector) Published() { c.published.Inc() }
+
+// PublishFailed counts a failed publish (outbox.Observer).
+func (c *OutboxCollector) PublishFailed() { c.errors.Inc() }
+
+// Describe implements prometheus.Collector.
+func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.published.Describe(ch)
+	c.errors.Describe(ch)
+	ch <- c.unpub
+	ch <- c.oldest
+	ch <- c.failing
+	ch <- c.up
+}
+
+// Collect implements prometheus.Collector.
+func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
+	c.published.Collect(ch)
+	c.errors.Collect(ch)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	b, err := c.read(ctx)
+	if err != nil {
+		c.log.Warn("querying the outbox backlog for metrics failed", slog.Any("error", err))
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(c.unpub, prometheus.GaugeValue, float64(b.Unpublished))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(b.Failing))
 }

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/metrics"
+	"github.com/extworker/extworker/outbox"
 
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -50,6 +52,7 @@ func registered(t *testing.T) map[string]bool {
 	m, err := metrics.New(reg, metrics.Options{MaxConcurrency: 4})
 	require.NoError(t, err)
 	reg.MustRegister(metrics.NewBacklogCollector(&fakeBacklog{}, time.Second, m, nil))
+	reg.MustRegister(metrics.NewOutboxCollector(func(context.Context) (outbox.Backlog, error) { return outbox.Backlog{}, nil }, time.Second, nil))
 	ch := make(chan *prometheus.Desc, 100)
 	reg.Describe(ch)
 	close(ch)
@@ -144,7 +147,7 @@ func TestAlertRulesUseRegisteredMetrics(t *testing.T) {
 		}
 	}
 	sort.Strings(alerts)
-	for _, want := range []string{"ExtworkerUnknownOutcomeOlderThanProviderWindow", "ExtworkerDuplicatePreventionRising", "ExtworkerIdempotencyConflicts",
+	for _, want := range []string{"ExtworkerUnknownOutcomeOlderThanProviderWindow", "ExtworkerDuplicatePreventionRising", "ExtworkerIdempotencyConflicts", "ExtworkerOutboxStuck",
 		"ExtworkerIncidentsAfterRetryExhaustion", "ExtworkerLocksLost", "ExtworkerFetchErrors", "ExtworkerReconciliationBacklog"} {
 		assert.Contains(t, alerts, want)
 	}
@@ -286,3 +289,58 @@ func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 }
 
 func strconvG(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// The outbox collector reads the backlog at each scrape (0 when drained, up=0 when the
+// query fails) and counts the relay's publishes.
+func TestOutboxCollector(t *testing.T) {
+	backlog, fail := outbox.Backlog{Unpublished: 3, OldestAge: 90 * time.Second, Failing: 1}, false
+	c := metrics.NewOutboxCollector(func(context.Context) (outbox.Backlog, error) {
+		if fail {
+			return outbox.Backlog{}, errors.New("database down")
+		}
+		return backlog, nil
+	}, time.Second, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	c.Published()
+	c.Published()
+	c.PublishFailed()
+	expect := func(want string) {
+		t.Helper()
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "extworker_outbox_unpublished",
+			"extworker_outbox_oldest_unpublished_age_seconds", "extworker_outbox_failing", "extworker_outbox_backlog_up",
+			"extworker_outbox_published_total", "extworker_outbox_publish_errors_total"))
+	}
+	expect(`
+# HELP extworker_outbox_backlog_up 1 if the last scrape's outbox backlog query succeeded, else 0.
+# TYPE extworker_outbox_backlog_up gauge
+extworker_outbox_backlog_up 1
+# HELP extworker_outbox_failing Unpublished outbox events whose last publish failed.
+# TYPE extworker_outbox_failing gauge
+extworker_outbox_failing 1
+# HELP extworker_outbox_oldest_unpublished_age_seconds How long the oldest unpublished outbox event has waited.
+# TYPE extworker_outbox_oldest_unpublished_age_seconds gauge
+extworker_outbox_oldest_unpublished_age_seconds 90
+# HELP extworker_outbox_publish_errors_total Outbox publishes that failed (the event waits and is tried again).
+# TYPE extworker_outbox_publish_errors_total counter
+extworker_outbox_publish_errors_total 1
+# HELP extworker_outbox_published_total Outbox events the broker confirmed.
+# TYPE extworker_outbox_published_total counter
+extworker_outbox_published_total 2
+# HELP extworker_outbox_unpublished Outbox events not yet confirmed by the broker.
+# TYPE extworker_outbox_unpublished gauge
+extworker_outbox_unpublished 3
+`)
+	fail = true
+	expect(`
+# HELP extworker_outbox_backlog_up 1 if the last scrape's outbox backlog query succeeded, else 0.
+# TYPE extworker_outbox_backlog_up gauge
+extworker_outbox_backlog_up 0
+# HELP extworker_outbox_publish_errors_total Outbox publishes that failed (the event waits and is tried again).
+# TYPE extworker_outbox_publish_errors_total counter
+extworker_outbox_publish_errors_total 1
+# HELP extworker_outbox_published_total Outbox events the broker confirmed.
+# TYPE extworker_outbox_published_total counter
+extworker_outbox_published_total 2
+`)
+}

@@ -74,6 +74,9 @@ func Grant(ctx context.Context, db *sql.DB) ([]string, error) {
 	if err := db.QueryRowContext(ctx, `SELECT extworker_apply_grants()`).Scan(&done); err != nil {
 		return nil, fmt.Errorf("migrations: grants: %w", err)
 	}
+	if _, err := db.ExecContext(ctx, `SELECT extworker_apply_outbox_grants()`); err != nil {
+		return nil, fmt.Errorf("migrations: outbox grants: %w", err)
+	}
 	return strings.Fields(done), nil
 }
 

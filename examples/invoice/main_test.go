@@ -80,7 +80,7 @@ func TestRunRefusesUnmigratedDatabase(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
-	assert.Contains(t, out.String(), "applied migrations [1 2 3]")
+	assert.Contains(t, out.String(), "applied migrations [1 2 3 4]")
 	out.Reset()
 	require.NoError(t, run([]string{"migrate"}, &out, &bytes.Buffer{}))
 	assert.Contains(t, out.String(), "up to date")

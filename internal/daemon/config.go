@@ -79,6 +79,13 @@ type Config struct {
 	ApprovalThreshold int64 `envconfig:"APPROVAL_THRESHOLD" default:"0"`
 	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
 	ProviderURL string `envconfig:"PROVIDER_URL" secret:"url"`
+	// AMQPURL is the RabbitMQ broker the outbox relay publishes to (amqps://user:password@
+	// host/vhost; amqp:// only to a loopback host unless AMQPAllowPlaintext). Empty: no
+	// relay runs in this process (another process's may).
+	AMQPURL string `envconfig:"AMQP_URL" secret:"url"`
+	// AMQPAllowPlaintext allows amqp:// (credentials and events in clear) to a host that
+	// is not loopback.
+	AMQPAllowPlaintext bool `envconfig:"AMQP_ALLOW_PLAINTEXT"`
 	// ProviderWindow is how long the provider keeps idempotency keys (Stripe: 24h). Past
 	// it an unknown charge is looked up by business search only, never by key.
 	ProviderWindow time.Duration `envconfig:"PROVIDER_WINDOW" default:"24h"`
@@ -282,6 +289,11 @@ func (c Config) problems() []error {
 	if ok("EXTWORKER_LEDGER_RETENTION") && c.LedgerRetention < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must not be negative", c.LedgerRetention))
 	}
+	if ok("EXTWORKER_AMQP_URL") && c.AMQPURL != "" {
+		if err := checkAMQPURL(c.AMQPURL, c.AMQPAllowPlaintext); err != nil {
+			errs = append(errs, fmt.Errorf("EXTWORKER_AMQP_URL %s: %w", RedactURL(c.AMQPURL), err))
+		}
+	}
 	if ok("EXTWORKER_APPROVAL_THRESHOLD") && c.ApprovalThreshold < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_APPROVAL_THRESHOLD %d: must not be negative", c.ApprovalThreshold))
 	}
@@ -450,6 +462,22 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkAMQPURL accepts amqps://, and amqp:// to a loopback host or when allowPlaintext.
+func checkAMQPURL(raw string, allowPlaintext bool) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme != "amqp" && u.Scheme != "amqps":
+		return fmt.Errorf("scheme %q: want amqps (or amqp)", u.Scheme)
+	case u.Host == "":
+		return errors.New("no host")
+	case u.Scheme == "amqp" && !loopbackHost(u.Hostname()) && !allowPlaintext:
+		return errors.New("amqp:// sends the password and the events in clear to a host that is not loopback: use amqps://, or set EXTWORKER_AMQP_ALLOW_PLAINTEXT=true")
+	}
+	return nil
 }
 
 // checkHTTPURL accepts an absolute http or https URL.

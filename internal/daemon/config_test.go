@@ -178,6 +178,12 @@ func TestConfigRefusesUnsafeRelations(t *testing.T) {
 		{"no pruning", map[string]string{"LEDGER_RETENTION": "0"}, nil},
 		{"negative approval threshold", map[string]string{"APPROVAL_THRESHOLD": "-1"}, []string{"EXTWORKER_APPROVAL_THRESHOLD -1: must not be negative"}},
 		{"approval threshold", map[string]string{"APPROVAL_THRESHOLD": "10000"}, nil},
+		{"amqp in clear to a remote broker", map[string]string{"AMQP_URL": "amqp://u:p-s3cret@mq.example.com/v"},
+			[]string{"EXTWORKER_AMQP_URL amqp://***@mq.example.com/v: amqp:// sends the password and the events in clear", "EXTWORKER_AMQP_ALLOW_PLAINTEXT=true"}},
+		{"amqp in clear, allowed", map[string]string{"AMQP_URL": "amqp://u:p@mq.example.com/v", "AMQP_ALLOW_PLAINTEXT": "true"}, nil},
+		{"amqp to loopback", map[string]string{"AMQP_URL": "amqp://u:p@127.0.0.1:5672/v"}, nil},
+		{"amqps", map[string]string{"AMQP_URL": "amqps://u:p@mq.example.com/v"}, nil},
+		{"not an amqp url", map[string]string{"AMQP_URL": "http://mq.example.com"}, []string{`EXTWORKER_AMQP_URL http://mq.example.com: scheme "http": want amqps (or amqp)`}},
 		{"long poll longer than the lock", map[string]string{"LONG_POLL": "1m", "LOCK_DURATION": "20s"}, nil},
 		{"engine timeout shorter than the long poll", map[string]string{"ENGINE_TIMEOUT": "5s", "LONG_POLL": "20s"}, nil},
 	} {

@@ -2,7 +2,10 @@ module example.com/courier
 
 go 1.26.0
 
-require github.com/extworker/extworker v0.0.0
+require (
+	github.com/extworker/extworker v0.0.0
+	github.com/jackc/pgx/v5 v5.12.0
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -10,7 +13,6 @@ require (
 	github.com/go-resty/resty/v2 v2.17.2 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/kelseyhightower/envconfig v1.4.0 // indirect
 	github.com/lmittmann/tint v1.2.1 // indirect
@@ -21,6 +23,7 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
+	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect

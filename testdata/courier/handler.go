@@ -6,9 +6,12 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/idempotency/httpeffect"
+	"github.com/extworker/extworker/outbox"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -20,9 +23,11 @@ type booking struct {
 
 // bookCourier books a courier for the task's shipment, once per shipment whatever the
 // engine redelivers: the booking runs through the ledger under the key shipment:ID. An
-// address the courier refuses (422) is the process's ADDRESS_REJECTED error.
+// address the courier refuses (422) is the process's ADDRESS_REJECTED error. A booking
+// announces itself with a courier.booked event to the queue COURIER_EVENTS, added in the
+// transaction that records it (the outbox): published if and only if the booking is.
 func bookCourier(ledger *idempotency.Ledger) tasks.Handler {
-	courier := os.Getenv("COURIER_URL")
+	courier, events := os.Getenv("COURIER_URL"), os.Getenv("COURIER_EVENTS")
 	return func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
 		var in booking
 		if err := t.Bind(&in); err != nil {
@@ -44,6 +49,10 @@ func bookCourier(ledger *idempotency.Ledger) tasks.Handler {
 		})
 		if err != nil {
 			return nil, err
+		}
+		eff.Local = func(ctx context.Context, tx pgx.Tx, res idempotency.Result) error {
+			return outbox.Add(ctx, tx, ledger.Namespace(), outbox.Event{MessageID: "courier.booked:" + in.Shipment, Type: "courier.booked",
+				RoutingKey: events, OrderingKey: in.Shipment, Body: body})
 		}
 		out, err := ledger.Do(ctx, t.Intent("courier.book", "shipment:"+in.Shipment, in), eff)
 		if err != nil {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# rabbit-up.sh: install (if needed) and start the local RabbitMQ broker, then create the
+# user and virtual host the outbox and inbox tests use. Idempotent; safe to run again.
+set -euo pipefail
+
+AMQP_PORT="${AMQP_PORT:-5672}"
+as_rabbit() { if [ "$(id -u)" = 0 ]; then runuser -u rabbitmq -- "$@"; else sudo -u rabbitmq "$@"; fi; }
+
+if ! command -v rabbitmq-server >/dev/null 2>&1; then
+  echo "rabbit-up: installing RabbitMQ from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq rabbitmq-server >/dev/null
+fi
+
+if ! rabbitmqctl -q status >/dev/null 2>&1; then
+  echo "rabbit-up: starting RabbitMQ on port $AMQP_PORT"
+  # Without systemd: the broker detaches itself; its logs go to /var/log/rabbitmq.
+  as_rabbit env RABBITMQ_NODE_PORT="$AMQP_PORT" HOME=/var/lib/rabbitmq rabbitmq-server -detached
+fi
+for _ in $(seq 1 120); do
+  rabbitmqctl -q await_startup >/dev/null 2>&1 && break
+  sleep 1
+done
+rabbitmqctl -q await_startup || { echo "rabbit-up: RabbitMQ did not start (see /var/log/rabbitmq)" >&2; exit 1; }
+
+# user:password:vhost
+IFS=: read -r user pass vhost <<<"extworker:extworker:extworker"
+rabbitmqctl -q list_users | awk '{print $1}' | grep -qx "$user" || rabbitmqctl -q add_user "$user" "$pass" >/dev/null
+rabbitmqctl -q list_vhosts | grep -qx "$vhost" || rabbitmqctl -q add_vhost "$vhost" >/dev/null
+rabbitmqctl -q set_permissions -p "$vhost" "$user" ".*" ".*" ".*" >/dev/null
+echo "rabbit-up: RabbitMQ ready on 127.0.0.1:$AMQP_PORT (vhost $vhost, user $user)"
