@@ -69,6 +69,7 @@ type App struct {
 	metrics  *metrics.Metrics
 	registry *tasks.Registry
 	relay    *outbox.Relay // nil without EXTWORKER_AMQP_URL
+	pub      *outbox.AMQPPublisher
 	errs     []error
 }
 
@@ -131,8 +132,8 @@ func (a *App) open(ctx context.Context) error {
 			return outbox.ReadBacklog(ctx, a.pool, ns)
 		}, a.ops.ReadyTimeout, a.logger)
 		a.promReg.MustRegister(collector)
-		a.relay = outbox.NewRelay(a.pool, outbox.NewAMQPPublisher(a.cfg.AMQPURL),
-			outbox.RelayConfig{Namespace: ns, Logger: a.logger, Observer: collector})
+		a.pub = outbox.NewAMQPPublisher(a.cfg.AMQPURL)
+		a.relay = outbox.NewRelay(a.pool, a.pub, outbox.RelayConfig{Namespace: ns, Logger: a.logger, Observer: collector})
 	}
 	a.opsPool, err = daemon.OpenOpsPool(ctx, a.cfg.DatabaseURL)
 	return err
@@ -239,8 +240,12 @@ func (a *App) orphaned(ctx context.Context, g tasks.Gone) {
 	}
 }
 
-// Close releases the ledger's and the operations server's database pools.
+// Close releases the ledger's and the operations server's database pools, and the
+// broker connection.
 func (a *App) Close() {
+	if a.pub != nil {
+		_ = a.pub.Close()
+	}
 	if a.pool != nil {
 		a.pool.Close()
 	}
