@@ -106,11 +106,11 @@ func New(ctx context.Context, opts Options) (*App, error) {
 }
 
 func (a *App) open(ctx context.Context) error {
-	if err := daemon.CheckEngine(ctx, a.cfg, a.logger); err != nil {
-		return err
-	}
 	var err error
 	if a.client, err = daemon.NewClient(a.cfg, a.logger); err != nil {
+		return daemon.ConfigError{Err: err}
+	}
+	if err := daemon.CheckClient(ctx, a.cfg, a.client, a.logger); err != nil {
 		return err
 	}
 	if a.ledger, a.pool, err = daemon.OpenLedger(ctx, a.cfg, a.logger, true); err != nil {
@@ -195,13 +195,19 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	var background sync.WaitGroup
 	defer background.Wait()
-	if a.cfg.LedgerRetention > 0 {
-		background.Go(func() { daemon.PrunePeriodically(ctx, a.ledger, a.cfg.LedgerRetention, time.Hour, a.logger) })
-	}
 	if a.relay != nil {
 		background.Go(func() { _ = a.relay.Run(ctx) })
-		if a.cfg.LedgerRetention > 0 {
-			background.Go(func() { a.pruneOutbox(ctx) })
+	}
+	if retention := a.cfg.LedgerRetention; retention > 0 {
+		background.Go(func() {
+			daemon.PrunePeriodically(ctx, "settled intents", func(ctx context.Context) (int64, error) { return a.ledger.Prune(ctx, retention) },
+				time.Hour, a.logger)
+		})
+		if a.relay != nil {
+			background.Go(func() {
+				daemon.PrunePeriodically(ctx, "published outbox events", func(ctx context.Context) (int64, error) { return a.relay.Prune(ctx, retention) },
+					time.Hour, a.logger)
+			})
 		}
 	}
 	err = w.Run(ctx)
@@ -211,25 +217,6 @@ func (a *App) Run(ctx context.Context) error {
 		err = daemon.ConfigError{Err: err}
 	}
 	return a.cfg.ScrubError(err)
-}
-
-// pruneOutbox deletes published outbox events older than the ledger's retention, hourly,
-// until ctx ends.
-func (a *App) pruneOutbox(ctx context.Context) {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		if n, err := a.relay.Prune(ctx, a.cfg.LedgerRetention); err != nil && ctx.Err() == nil {
-			a.logger.Warn("pruning the outbox failed; will try again", slog.Any("error", err))
-		} else if n > 0 {
-			a.logger.Info("pruned published outbox events", slog.Int64("deleted", n))
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).

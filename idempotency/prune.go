@@ -69,13 +69,17 @@ type Tombstone struct {
 
 // Tombstone returns the tombstone of a pruned intent, or ErrNotFound.
 func (l *Ledger) Tombstone(ctx context.Context, scope, key string) (Tombstone, error) {
-	return scanTombstone(l.pool.QueryRow(ctx, `SELECT id, scope, intent_key, request_digest, provider_key, state, provider_ref, settled_at, pruned_at
-		FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3`, l.cfg.Namespace, scope, key), scope, key)
+	return readTombstone(ctx, l.pool, l.cfg.Namespace, scope, key)
 }
 
-func scanTombstone(r pgx.Row, scope, key string) (Tombstone, error) {
+// readTombstone reads a tombstone with q (the pool, or the claim's transaction).
+func readTombstone(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, namespace, scope, key string) (Tombstone, error) {
 	var t Tombstone
-	err := r.Scan(&t.ID, &t.Scope, &t.Key, &t.Digest, &t.ProviderKey, &t.State, &t.ProviderRef, &t.SettledAt, &t.PrunedAt)
+	err := q.QueryRow(ctx, `SELECT id, scope, intent_key, request_digest, provider_key, state, provider_ref, settled_at, pruned_at
+		FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3`, namespace, scope, key).
+		Scan(&t.ID, &t.Scope, &t.Key, &t.Digest, &t.ProviderKey, &t.State, &t.ProviderRef, &t.SettledAt, &t.PrunedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, fmt.Errorf("%w: %s/%s", ErrNotFound, scope, key)
 	}
@@ -87,8 +91,7 @@ func scanTombstone(r pgx.Row, scope, key string) (Tombstone, error) {
 // returned is a transaction error; the refusal is the outcome.
 func (a *attempt) tombstoned(ctx context.Context, tx pgx.Tx) (error, error) {
 	in := a.in
-	t, err := scanTombstone(tx.QueryRow(ctx, `SELECT id, scope, intent_key, request_digest, provider_key, state, provider_ref, settled_at, pruned_at
-		FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3`, a.l.cfg.Namespace, in.Scope, in.Key), in.Scope, in.Key)
+	t, err := readTombstone(ctx, tx, a.l.cfg.Namespace, in.Scope, in.Key)
 	if err != nil {
 		return nil, err
 	}

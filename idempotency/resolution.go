@@ -152,7 +152,7 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution)
 				return err
 			}
 			return a.event(ctx, tx, r.ID, r.State, r.State, r.Attempt,
-				fmt.Sprintf("resolution #%d requested: %s; waits for a second operator (%s): %s", req.ID, verdictText(req), why, res.Reason))
+				fmt.Sprintf("resolution #%d requested: %s; waits for a second operator (%s): %s", req.ID, req.VerdictText(), why, res.Reason))
 		})
 		if err != nil {
 			if isUniqueViolation(err) {
@@ -198,7 +198,7 @@ func (l *Ledger) Approve(ctx context.Context, id int64, d Decision) (Resolved, e
 			return a.event(ctx, tx, r.ID, r.State, r.State, r.Attempt, fmt.Sprintf("resolution #%d went stale at approval by %s: the intent moved since the request", id, d.Operator))
 		}
 		reason := fmt.Sprintf("operator resolution #%d: %s, requested by %s (database user %s) at %s: %s; approved by %s (database user %s): %s",
-			id, verdictText(*req), req.RequestedBy, req.RequestedDBUser, req.RequestedAt.UTC().Format(time.RFC3339), req.Reason, d.Operator, me, d.Reason)
+			id, req.VerdictText(), req.RequestedBy, req.RequestedDBUser, req.RequestedAt.UTC().Format(time.RFC3339), req.Reason, d.Operator, me, d.Reason)
 		if err := a.applyTx(ctx, tx, *req, reason); err != nil {
 			return err
 		}
@@ -232,7 +232,7 @@ func (l *Ledger) RejectResolution(ctx context.Context, id int64, d Decision) (Re
 		a := &attempt{l: l, in: Intent{Scope: req.Scope, Key: req.Key, Task: TaskRef{Actor: "operator:" + d.Operator}}}
 		return a.event(ctx, tx, req.IntentID, req.FromState, req.FromState, req.Attempt,
 			fmt.Sprintf("resolution #%d (%s, requested by %s) rejected by %s (database user %s): %s; the intent is unchanged",
-				id, verdictText(*req), req.RequestedBy, d.Operator, me, d.Reason))
+				id, req.VerdictText(), req.RequestedBy, d.Operator, me, d.Reason))
 	})
 	if err != nil {
 		return ResolutionRequest{}, err
@@ -276,12 +276,8 @@ func (a *attempt) applyTx(ctx context.Context, tx pgx.Tx, req ResolutionRequest,
 		return a.moveTx(ctx, tx, req.FromState, StateConfirmed, reason,
 			", provider_ref = $5, result = $6, error_code = NULL, error_message = NULL", req.ProviderRef, req.Values)
 	case StateRejected:
-		code := deref(req.ErrorCode)
-		if code == "" {
-			code = "REJECTED"
-		}
 		return a.moveTx(ctx, tx, req.FromState, StateRejected, reason,
-			", provider_ref = $5, error_code = $6, error_message = $7", req.ProviderRef, code, req.Reason)
+			", provider_ref = $5, error_code = $6, error_message = $7", req.ProviderRef, req.errorCode(), req.Reason)
 	case StatePrepared:
 		// Sent again, with the same provider key, by the next attempt: counted afresh.
 		return a.moveTx(ctx, tx, req.FromState, StatePrepared, reason,
@@ -296,25 +292,26 @@ func (l *Ledger) settleRequest(ctx context.Context, tx pgx.Tx, req *ResolutionRe
 	return err
 }
 
-// verdictText says what a resolution decides, for events and listings.
-func verdictText(r ResolutionRequest) string {
+// VerdictText says what a resolution decides, for events and listings.
+func (r ResolutionRequest) VerdictText() string {
 	switch r.As {
 	case StateConfirmed:
 		return "confirmed (provider ref " + deref(r.ProviderRef) + ")"
 	case StateRejected:
-		code := deref(r.ErrorCode)
-		if code == "" {
-			code = "REJECTED"
-		}
-		return "rejected (error code " + code + ")"
+		return "rejected (error code " + r.errorCode() + ")"
 	case StatePrepared:
 		return "retry (send again with the same provider key)"
 	}
 	return string(r.As)
 }
 
-// VerdictText says what a resolution decides.
-func (r ResolutionRequest) VerdictText() string { return verdictText(r) }
+// errorCode is the code a rejection settles with: the operator's, or REJECTED.
+func (r ResolutionRequest) errorCode() string {
+	if code := deref(r.ErrorCode); code != "" {
+		return code
+	}
+	return "REJECTED"
+}
 
 const resolutionColumns = `id, intent_id, scope, intent_key, from_state, attempt, verdict, provider_ref, result, error_code, reason,
 	requested_by, requested_db_user, requested_at, status, decided_by, decided_db_user, decided_at, decision_reason`

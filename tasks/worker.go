@@ -208,8 +208,6 @@ type Worker struct {
 	obs Observer
 
 	running atomic.Bool
-	// stopRun ends Run's context with a cause (credentials rejected for too long).
-	stopRun context.CancelCauseFunc
 
 	mu          sync.Mutex
 	inflight    int
@@ -292,7 +290,6 @@ func (w *Worker) Run(parent context.Context) error {
 	// ctx then ends with that cause, and the shutdown below runs as for parent's end.
 	ctx, stopRun := context.WithCancelCause(parent)
 	defer stopRun(nil)
-	w.stopRun = stopRun
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(ErrShutdown)
 	// pollCtx outlives ctx, so that a pending long poll ends on the engine's side and
@@ -344,7 +341,7 @@ func (w *Worker) Run(parent context.Context) error {
 	}()
 	defer func() { close(runDone); <-watchDone }()
 
-	pollEnd := w.fetchLoop(ctx, pollCtx, workCtx)
+	pollEnd := w.fetchLoop(ctx, pollCtx, workCtx, stopRun)
 	<-stopping
 	changes := w.changes.Load()
 
@@ -398,7 +395,7 @@ func (w *Worker) activeIDs() []string {
 //
 // It returns the time by which a poll that failed without an answer has surely ended on
 // the engine (zero if none may be pending).
-func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.Time) {
+func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context, stopRun context.CancelCauseFunc) (pollEnd time.Time) {
 	var (
 		backoff   retry.Backoff
 		failures  int
@@ -455,7 +452,7 @@ func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context) (pollEnd time.
 				if lasted := time.Since(rejected); w.cfg.CredentialsRejectedFor >= 0 && lasted >= w.cfg.CredentialsRejectedFor {
 					w.log.Error("the engine has rejected the worker's credentials for too long; stopping",
 						slog.Duration("for", lasted.Round(time.Millisecond)), slog.Any("error", err))
-					w.stopRun(fmt.Errorf("%w for %v: %w", ErrCredentialsRejected, lasted.Round(time.Millisecond), err))
+					stopRun(fmt.Errorf("%w for %v: %w", ErrCredentialsRejected, lasted.Round(time.Millisecond), err))
 					return time.Time{}
 				}
 			} else {

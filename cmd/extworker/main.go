@@ -46,11 +46,7 @@ configuration: EXTWORKER_* environment variables (see docs/configuration.md)
 workers: programs built on package extworker (see README.md and examples/invoice)`
 
 func run(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stdout, usage)
-		return nil
-	}
-	return daemon.Command(args, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
+	return daemon.Command(args, usage, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
 		switch args[0] {
 		case "migrate":
 			return daemon.Migrate(ctx, cfg, stdout)

@@ -69,16 +69,6 @@ type demoEnv struct {
 	replayed, reconciled atomic.Int64
 }
 
-// orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).
-func (env *demoEnv) orphaned(logger *slog.Logger) func(context.Context, tasks.Gone) {
-	return func(ctx context.Context, g tasks.Gone) {
-		if _, err := env.ledger.MarkOrphaned(ctx, g.ProcessInstanceID, g.TaskID, g.Reason); err != nil {
-			logger.Error("flagging the intents of a cancelled task failed; find them with `extworker effects list`",
-				slog.String("external_task_id", g.TaskID), slog.String("process_instance_id", g.ProcessInstanceID), slog.Any("error", err))
-		}
-	}
-}
-
 // search returns the business search for one invoice's charge, or nil when the provider
 // has none (the ledger then sends unknown charges past the window to an operator).
 func (env *demoEnv) search(invoice string) func(context.Context, idempotency.Query) (idempotency.Reconciliation, error) {

@@ -82,12 +82,6 @@ func (p *provider) requests() []received {
 	return append([]received(nil), p.got...)
 }
 
-func (p *provider) set(answer func(w http.ResponseWriter, r *http.Request)) {
-	p.mu.Lock()
-	p.answer = answer
-	p.mu.Unlock()
-}
-
 func reply(status int, header map[string]string, body string) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		for k, v := range header {

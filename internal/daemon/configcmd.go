@@ -139,6 +139,12 @@ func CheckEngine(ctx context.Context, c Config, logger *slog.Logger) error {
 		return ConfigError{err}
 	}
 	defer client.CloseIdleConnections()
+	return CheckClient(ctx, c, client, logger)
+}
+
+// CheckClient is CheckEngine with the client the process goes on to use (its OAuth2
+// token, once fetched, serves the worker too).
+func CheckClient(ctx context.Context, c Config, client *camunda7.Client, logger *slog.Logger) error {
 	v, err := client.Version(ctx)
 	if err == nil {
 		logger.Info("engine reachable", slog.String("engine_url", RedactURL(c.EngineURL)), slog.String("version", v))

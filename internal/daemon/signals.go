@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -61,12 +62,17 @@ func SignalExitCode(sig os.Signal) int {
 }
 
 // Command runs one command of a program built on this package (the operator's tool, the
-// demo's worker): "config" prints the effective configuration; any other loads the
-// configuration (its problems listed at once), builds the logger on stderr and a context
-// that SIGINT or SIGTERM ends (a second signal exits at once), and runs fn, every error
-// of which reaches the caller with the configuration's secrets masked.
-func Command(args []string, stdout, stderr io.Writer, fn func(ctx context.Context, cfg Config, logger *slog.Logger) error) (err error) {
-	if len(args) > 0 && args[0] == "config" {
+// demo's worker): no command or help prints usage; "config" prints the effective
+// configuration; any other loads the configuration (its problems listed at once), builds
+// the logger on stderr and a context that SIGINT or SIGTERM ends (a second signal exits
+// at once), and runs fn, every error of which reaches the caller with the
+// configuration's secrets masked.
+func Command(args []string, usage string, stdout, stderr io.Writer, fn func(ctx context.Context, cfg Config, logger *slog.Logger) error) (err error) {
+	switch {
+	case len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	case args[0] == "config":
 		return ConfigCommand(args[1:], stdout, stderr)
 	}
 	cfg, err := LoadConfig()
