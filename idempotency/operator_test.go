@@ -19,34 +19,47 @@ import (
 // Issue 12, defect 3: attempts that ended cleanly as not sent (a 429, connection
 // refused) are not attempts that "took the intent without an outcome": however many
 // there are, the intent is never held for them, and is sent once the provider takes it.
+// Two tiers: the shipped MaxAttempts (10, refused 12 times) and a short one (2, refused 5
+// times).
 func TestNotSentAttemptsDoNotExhaustMaxAttempts(t *testing.T) {
-	t.Parallel()
-	l, pool := newLedger(t, idempotency.Config{MaxAttempts: 2})
-	p := newProvider()
-	ctx := testenv.Context(t, time.Minute)
-	in := intent("NS-1", 100)
-	refusals := 5
-	eff := p.effect()
-	eff.Dispatch = func(ctx context.Context, key string) (idempotency.Result, error) {
-		if refusals > 0 {
-			refusals--
-			return idempotency.Result{}, idempotency.NotSent(errors.New("429 rate limited"))
-		}
-		return p.charge(ctx, key)
+	for _, tier := range []struct {
+		name     string
+		cfg      idempotency.Config
+		refusals int
+	}{
+		{"defaults", idempotency.Config{}, 12},
+		{"short", idempotency.Config{MaxAttempts: 2}, 5},
+	} {
+		t.Run(tier.name, func(t *testing.T) {
+			t.Parallel()
+			l, pool := newLedger(t, tier.cfg)
+			p := newProvider()
+			ctx := testenv.Context(t, time.Minute)
+			in := intent("NS-1", 100)
+			refusals := tier.refusals
+			eff := p.effect()
+			eff.Dispatch = func(ctx context.Context, key string) (idempotency.Result, error) {
+				if refusals > 0 {
+					refusals--
+					return idempotency.Result{}, idempotency.NotSent(errors.New("429 rate limited"))
+				}
+				return p.charge(ctx, key)
+			}
+			for i := 0; i < tier.refusals; i++ {
+				_, err := l.Do(ctx, in, eff)
+				require.Error(t, err)
+				assert.Equal(t, failure.KindRetryable, kind(err), "attempt %d: not sent is retried, never held", i+1)
+				assert.Equal(t, idempotency.StatePrepared, state(t, pool, l, in))
+			}
+			out, err := l.Do(ctx, in, eff)
+			require.NoError(t, err)
+			assert.Equal(t, idempotency.StateConfirmed, out.State)
+			r, err := l.Get(ctx, in.Scope, in.Key)
+			require.NoError(t, err)
+			assert.Zero(t, r.AbandonedAttempts)
+			assert.Equal(t, tier.refusals+1, r.Attempt)
+		})
 	}
-	for i := 0; i < 5; i++ {
-		_, err := l.Do(ctx, in, eff)
-		require.Error(t, err)
-		assert.Equal(t, failure.KindRetryable, kind(err), "attempt %d: not sent is retried, never held", i+1)
-		assert.Equal(t, idempotency.StatePrepared, state(t, pool, l, in))
-	}
-	out, err := l.Do(ctx, in, eff)
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateConfirmed, out.State)
-	r, err := l.Get(ctx, in.Scope, in.Key)
-	require.NoError(t, err)
-	assert.Zero(t, r.AbandonedAttempts)
-	assert.Equal(t, 6, r.Attempt)
 }
 
 // operators returns ledgers on the namespace of l as the two operator logins make up

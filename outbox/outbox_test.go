@@ -199,7 +199,7 @@ func TestFailedPublishWaitsAndHoldsItsKey(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t, time.Minute)
 	e.add(t, true, e.event("K-1", "K"), e.event("K-2", "K"))
-	down := outbox.NewRelay(e.pool, failing{}, outbox.RelayConfig{Namespace: e.ns, BackoffInitial: 200 * time.Millisecond})
+	down := outbox.NewRelay(e.pool, failing{}, outbox.RelayConfig{Namespace: e.ns}) // the shipped backoff: 1s first
 	n, err := down.PublishPending(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, n)

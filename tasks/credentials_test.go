@@ -2,7 +2,6 @@ package tasks_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -13,24 +12,44 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/tasks"
 )
 
 // A worker whose credentials the engine keeps rejecting (a rotated password, a revoked
 // client) stops, as at shutdown, and says why, instead of backing off forever; rejections
-// that stop before CredentialsRejectedFor do not stop it.
+// that stop before CredentialsRejectedFor do not stop it. Two tiers: the shipped defaults
+// (a quiet worker, 20s long polls, backoff to 10s, stopped after a minute of rejections),
+// and short timeouts.
 func TestWorkerStopsWhenCredentialsStayRejected(t *testing.T) {
-	var fetches, rejecting atomic.Int64
-	rejecting.Store(3) // then accepted, then rejected for good
+	for _, tier := range []struct {
+		name   string
+		cfg    tasks.Config
+		within time.Duration
+	}{
+		{"defaults", tasks.Config{WorkerID: "w"}, time.Minute + 30*time.Second},
+		{"short", tasks.Config{WorkerID: "w", AsyncResponseTimeout: tasks.NoLongPoll, IdlePollInterval: 10 * time.Millisecond,
+			FetchBackoffInitial: 10 * time.Millisecond, FetchBackoffMax: 20 * time.Millisecond, CredentialsRejectedFor: 300 * time.Millisecond}, 10 * time.Second},
+	} {
+		t.Run(tier.name, func(t *testing.T) {
+			if tier.name == "defaults" && testing.Short() && !testenv.InCI() {
+				t.Skip("waits out the shipped minute of rejections (CI always runs it)")
+			}
+			t.Parallel()
+			credentialsStayRejected(t, tier.cfg, tier.within)
+		})
+	}
+}
+
+func credentialsStayRejected(t *testing.T, cfg tasks.Config, within time.Duration) {
+	var fetches atomic.Int64
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := fetches.Add(1)
-		if n <= rejecting.Load() || n > 5 {
-			w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", "application/json")
+		if n := fetches.Add(1); n <= 3 || n > 5 { // rejected, then accepted twice, then rejected for good
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = w.Write([]byte(`{"type":"AuthenticationException","message":"unauthorized"}`))
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`[]`))
 	}))
 	defer engine.Close()
@@ -38,9 +57,8 @@ func TestWorkerStopsWhenCredentialsStayRejected(t *testing.T) {
 	require.NoError(t, err)
 	reg := tasks.NewRegistry()
 	require.NoError(t, reg.Register("t", func(context.Context, *tasks.Task) (camunda7.Variables, error) { return nil, nil },
-		tasks.TopicOptions{LockDuration: time.Second}))
-	w, err := tasks.New(c, reg, tasks.Config{WorkerID: "w", AsyncResponseTimeout: tasks.NoLongPoll, IdlePollInterval: 10 * time.Millisecond,
-		FetchBackoffInitial: 10 * time.Millisecond, FetchBackoffMax: 20 * time.Millisecond, CredentialsRejectedFor: 300 * time.Millisecond})
+		tasks.TopicOptions{LockDuration: 20 * time.Second}))
+	w, err := tasks.New(c, reg, cfg)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(context.Background()) }()
@@ -49,9 +67,8 @@ func TestWorkerStopsWhenCredentialsStayRejected(t *testing.T) {
 		require.Error(t, err)
 		assert.ErrorIs(t, err, tasks.ErrCredentialsRejected)
 		assert.ErrorIs(t, err, camunda7.ErrUnauthorized)
-		assert.True(t, errors.Is(err, tasks.ErrCredentialsRejected))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the worker went on backing off with rejected credentials")
+	case <-time.After(within):
+		t.Fatalf("the worker went on backing off with rejected credentials for %v", within)
 	}
 	assert.Greater(t, fetches.Load(), int64(5), "the early rejections, shorter than the bound, did not stop it")
 }
