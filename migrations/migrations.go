@@ -77,6 +77,9 @@ func Grant(ctx context.Context, db *sql.DB) ([]string, error) {
 	if _, err := db.ExecContext(ctx, `SELECT extworker_apply_outbox_grants()`); err != nil {
 		return nil, fmt.Errorf("migrations: outbox grants: %w", err)
 	}
+	if _, err := db.ExecContext(ctx, `SELECT extworker_apply_inbox_grants()`); err != nil {
+		return nil, fmt.Errorf("migrations: inbox grants: %w", err)
+	}
 	return strings.Fields(done), nil
 }
 

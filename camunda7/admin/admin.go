@@ -167,6 +167,47 @@ func (c *Client) CorrelateMessage(ctx context.Context, m MessageCorrelation) err
 	return c.Do(ctx, camunda7.Request{Op: op, Method: http.MethodPost, Path: "/message", Body: m})
 }
 
+// CorrelationResult is what a correlation did (POST /message with resultEnabled): it
+// triggered a waiting execution ("Execution") or started an instance through a message
+// start event ("ProcessDefinition").
+type CorrelationResult struct {
+	ResultType      string           `json:"resultType"`
+	Execution       *Execution       `json:"execution"`
+	ProcessInstance *ProcessInstance `json:"processInstance"`
+}
+
+// Execution is a path of execution in a process instance.
+type Execution struct {
+	ID                string `json:"id"`
+	ProcessInstanceID string `json:"processInstanceId"`
+}
+
+// InstanceID is the process instance the correlation reached.
+func (r CorrelationResult) InstanceID() string {
+	switch {
+	case r.Execution != nil:
+		return r.Execution.ProcessInstanceID
+	case r.ProcessInstance != nil:
+		return r.ProcessInstance.ID
+	}
+	return ""
+}
+
+// CorrelateMessageResult is CorrelateMessage, returning what the correlation reached.
+func (c *Client) CorrelateMessageResult(ctx context.Context, m MessageCorrelation) ([]CorrelationResult, error) {
+	op := "correlate message " + m.MessageName
+	if m.MessageName == "" {
+		return nil, camunda7.InvalidArgument(op, "MessageName is empty")
+	}
+	body := struct {
+		MessageCorrelation
+		ResultEnabled bool `json:"resultEnabled"`
+	}{m, true}
+	var out []CorrelationResult
+	err := c.Do(ctx, camunda7.Request{Op: op, Method: http.MethodPost, Path: "/message", Body: body, Out: &out})
+	return out, err
+}
+
 // ProcessInstance returns a running process instance; ErrNotFound once it has ended.
 func (c *Client) ProcessInstance(ctx context.Context, id string) (*ProcessInstance, error) {
 	var out ProcessInstance

@@ -1,0 +1,260 @@
+// Package inbox consumes events from RabbitMQ and acts on them in the engine exactly
+// once: it records each message in an inbox table, keyed by its source and message id,
+// before it acts, then either correlates it to a waiting process instance or starts a
+// process instance, and acknowledges the delivery only once the inbox row and the engine
+// agree.
+//
+// What a Consumer guarantees, whatever the broker redelivers and whenever a consumer dies:
+//
+//   - a message is acted on at most once: a redelivery, a replay or a second consumer
+//     that gets the same message finds the inbox row and acknowledges it as a duplicate;
+//     a consumer that died between the engine's answer and its own record is found out
+//     by asking the engine (Reconciliation below) before anything is sent again;
+//   - a process is never started twice for one business key: the business key and the
+//     inbox row decide, not the message id alone;
+//   - a message is acknowledged only after its row says what became of it;
+//   - a message that cannot be acted on is parked, never dropped: it goes to the queue's
+//     dead-letter queue with the reason, its row says why, and an operator replays it
+//     (Replay, `extworker inbox replay`).
+//
+// How a message is classified (seed §21):
+//
+//   - already consumed (PROCESSED, IGNORED_DUPLICATE, or parked): acknowledged, counted as
+//     a duplicate, nothing sent to the engine;
+//   - the same message id with another body: a conflict, never acted on, parked;
+//   - no process instance waits for it yet (early): retried with backoff, through the
+//     queue's retry queue, for Config.EarlyWindow from its first delivery, then parked;
+//   - the process instance moved past the wait state, or ended (late): recorded as
+//     IGNORED_DUPLICATE with the reason, acknowledged;
+//   - the engine unreachable, or its answer lost: retried with backoff for as long as it
+//     takes (an engine restart parks nothing); a lost answer is reconciled first.
+//
+// Reconciliation: a correlation sets one process variable on the instance it reaches,
+// extworkerMessage_<message name>, to "source/message id", in the engine's transaction;
+// a start is found by its process definition key and business key. Correlations
+// therefore need a business key.
+//
+// The tables are extworker_inbox and extworker_inbox_conflicts, in the ledger's database
+// (package migrations). Bodies are never stored, only their SHA-256 digests.
+package inbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
+)
+
+// State is an inbox row's state.
+type State string
+
+// The states of an inbox row (seed §14).
+const (
+	// StateReceived: recorded, not yet acted on.
+	StateReceived State = "RECEIVED"
+	// StateProcessing: a consumer is acting on it, or died doing so (then the next
+	// delivery reconciles with the engine before acting).
+	StateProcessing State = "PROCESSING"
+	// StateProcessed: the engine did what the message asked.
+	StateProcessed State = "PROCESSED"
+	// StateFailedRetryable: not acted on yet (early, or the engine unreachable); a copy
+	// waits in the retry queue.
+	StateFailedRetryable State = "FAILED_RETRYABLE"
+	// StateFailedFinal: parked in the dead-letter queue for an operator; the reason says why.
+	StateFailedFinal State = "FAILED_FINAL"
+	// StateIgnoredDuplicate: nothing to do: the process moved past the wait state, or an
+	// instance with the business key exists already.
+	StateIgnoredDuplicate State = "IGNORED_DUPLICATE"
+	// StateUnknownOutcome: the engine's answer was lost; the next delivery reconciles.
+	StateUnknownOutcome State = "UNKNOWN_OUTCOME"
+)
+
+// Message is one delivery, as the inbox sees it.
+type Message struct {
+	// ID is the message id the producer set (outbox.Event.MessageID): the inbox's key.
+	ID string
+	// Type is the message's type (the AMQP type property), e.g. "invoice.paid".
+	Type string
+	// CorrelationID is carried into the inbox row and every copy of the message.
+	CorrelationID string
+	// Body is the payload.
+	Body []byte
+}
+
+// Action is what a message asks of the engine: exactly one of Start, Correlate or Ignore.
+type Action struct {
+	Start     *Start
+	Correlate *Correlate
+	// Ignore records the message as processed without acting, with this reason (a type
+	// the consumer does not act on, say).
+	Ignore string
+}
+
+// Start starts the latest version of a process, once per business key.
+type Start struct {
+	ProcessKey  string
+	BusinessKey string
+	Variables   camunda7.Variables
+}
+
+// Correlate delivers a BPMN message to the process instance with BusinessKey that waits
+// for it.
+type Correlate struct {
+	MessageName     string
+	BusinessKey     string
+	CorrelationKeys camunda7.Variables
+	Variables       camunda7.Variables
+}
+
+// Decide maps a message to its action. An error parks the message (a body it cannot
+// read, say); the error's text becomes the parked reason, so it must not carry secrets.
+type Decide func(Message) (Action, error)
+
+// Disposition is what the transport does with a delivery once the inbox has handled it.
+type Disposition int
+
+const (
+	// Ack: acknowledge; the row records the outcome.
+	Ack Disposition = iota
+	// Retry: send a copy to the retry queue to come back after Outcome.Delay, then acknowledge.
+	Retry
+	// Park: send a copy to the dead-letter queue with Outcome.Reason, then acknowledge.
+	Park
+)
+
+func (d Disposition) String() string {
+	switch d {
+	case Ack:
+		return "ack"
+	case Retry:
+		return "retry"
+	case Park:
+		return "park"
+	}
+	return fmt.Sprintf("Disposition(%d)", int(d))
+}
+
+// Outcome is what Handle made of a delivery.
+type Outcome struct {
+	Disposition Disposition
+	// State is the inbox row's state afterwards.
+	State State
+	// Delay is how long a retried message waits.
+	Delay time.Duration
+	// Reason explains a retry, a parked message or an ignored one.
+	Reason string
+	// Duplicate: the message had been consumed before; nothing was sent to the engine.
+	Duplicate bool
+	// Late: the process had moved past the wait state; nothing was sent.
+	Late bool
+	// Conflict: the message id was known with another body; nothing was sent.
+	Conflict bool
+	// Started and Correlated: what this delivery did in the engine.
+	Started, Correlated bool
+	// ProcessInstanceID is the instance started or reached.
+	ProcessInstanceID string
+}
+
+// Config configures a Consumer. Zero values take the documented defaults.
+type Config struct {
+	// Source names where the messages come from (the producing system): the inbox key is
+	// (Source, message id). Required.
+	Source string
+	// Queue is the queue consumed. Required. The consumer declares it (durable), its
+	// retry queue Queue+".retry" and its dead-letter queue Queue+".dlq".
+	Queue string
+	// Bindings bind Queue to exchanges (declared as durable topic exchanges).
+	Bindings []Binding
+	// Concurrency is how many messages are handled at once. Default 4.
+	Concurrency int
+	// EarlyWindow is how long a message no process instance waits for is retried before
+	// it is parked. Default 10m.
+	EarlyWindow time.Duration
+	// BackoffInitial and BackoffMax bound the wait before a retried message comes back,
+	// doubling per attempt. Defaults 1s and 1m.
+	BackoffInitial, BackoffMax time.Duration
+	// HandleTimeout bounds the handling of one message, the engine's calls included; a
+	// consumer stopping lets the messages in hand finish within it. Default 1m.
+	HandleTimeout time.Duration
+	// Logger receives retries and parked messages. Default discard.
+	Logger *slog.Logger
+}
+
+// Binding binds the queue to an exchange with a routing key (a topic pattern).
+type Binding struct {
+	Exchange   string
+	RoutingKey string
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Source == "" || c.Queue == "" {
+		return c, errors.New("inbox: Config needs Source and Queue")
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 4
+	}
+	if c.EarlyWindow <= 0 {
+		c.EarlyWindow = 10 * time.Minute
+	}
+	if c.BackoffInitial <= 0 {
+		c.BackoffInitial = time.Second
+	}
+	if c.BackoffMax < c.BackoffInitial {
+		c.BackoffMax = max(time.Minute, c.BackoffInitial)
+	}
+	if c.HandleTimeout <= 0 {
+		c.HandleTimeout = time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Consumer consumes one queue into the inbox and the engine. Any number of consumers
+// may consume the same queue, in any number of processes.
+type Consumer struct {
+	pool    *pgxpool.Pool
+	engine  *admin.Client
+	amqpURL string
+	decide  Decide
+	cfg     Config
+	stats   Stats
+}
+
+// NewConsumer returns a consumer of cfg.Queue on the broker at amqpURL that records in
+// pool's inbox and acts through engine.
+func NewConsumer(pool *pgxpool.Pool, engine *camunda7.Client, amqpURL string, decide Decide, cfg Config) (*Consumer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if pool == nil || engine == nil || decide == nil {
+		return nil, errors.New("inbox: NewConsumer needs a pool, an engine client and a Decide")
+	}
+	return &Consumer{pool: pool, engine: admin.New(engine), amqpURL: amqpURL, decide: decide, cfg: cfg}, nil
+}
+
+// Stats returns the consumer's counts since it was made.
+func (c *Consumer) Stats() *Stats { return &c.stats }
+
+// Digest is the SHA-256 of a body, hex-encoded: what the inbox keeps of it.
+func Digest(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+func (c *Consumer) backoff(attempt int) time.Duration {
+	d := c.cfg.BackoffInitial << min(max(attempt-1, 0), 20)
+	if d <= 0 || d > c.cfg.BackoffMax {
+		d = c.cfg.BackoffMax
+	}
+	return d
+}

@@ -1,0 +1,165 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Record is an inbox row, for operators and tests.
+type Record struct {
+	Source, MessageID, Type   string
+	BodyDigest, CorrelationID string
+	State                     State
+	Action, BusinessKey       string
+	ProcessInstanceID         string
+	Reason                    string
+	Deliveries, Duplicates    int
+	Attempts, Conflicts       int
+	Replays                   int
+	ReceivedAt, UpdatedAt     time.Time
+	ProcessedAt, ParkedAt     *time.Time
+}
+
+// Filter selects inbox rows. Zero fields select everything.
+type Filter struct {
+	Source    string
+	MessageID string
+	// Parked selects the parked rows (FAILED_FINAL) and those with conflicting copies.
+	Parked bool
+	States []State
+	// Limit caps the rows returned. Default 100.
+	Limit int
+}
+
+// List returns the inbox rows f selects, newest first.
+func List(ctx context.Context, db Querier, f Filter) ([]Record, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	states := make([]string, 0, len(f.States))
+	for _, s := range f.States {
+		states = append(states, string(s))
+	}
+	rows, err := db.Query(ctx, `SELECT source, message_id, type, body_digest, coalesce(correlation_id, ''), state, coalesce(action, ''),
+			coalesce(business_key, ''), coalesce(process_instance_id, ''), coalesce(reason, ''), deliveries, duplicates, attempts,
+			conflicts, replays, received_at, updated_at, processed_at, parked_at
+		FROM extworker_inbox
+		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR message_id = $2) AND (NOT $3 OR state = 'FAILED_FINAL' OR conflicts > 0)
+			AND (cardinality($4::text[]) = 0 OR state = ANY($4))
+		ORDER BY updated_at DESC LIMIT $5`, f.Source, f.MessageID, f.Parked, states, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) {
+		var r Record
+		err := row.Scan(&r.Source, &r.MessageID, &r.Type, &r.BodyDigest, &r.CorrelationID, &r.State, &r.Action, &r.BusinessKey,
+			&r.ProcessInstanceID, &r.Reason, &r.Deliveries, &r.Duplicates, &r.Attempts, &r.Conflicts, &r.Replays,
+			&r.ReceivedAt, &r.UpdatedAt, &r.ProcessedAt, &r.ParkedAt)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list: %w", err)
+	}
+	return out, nil
+}
+
+// Querier is what List needs: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ReplayReport says what Replay did with the dead-letter queue's messages.
+type ReplayReport struct {
+	// Replayed lists the message ids sent back to the queue.
+	Replayed []string
+	// Conflicts lists the selected messages left in the dead-letter queue because their
+	// body is not the one the inbox consumed under their id: replaying would only park
+	// them again. The producer has to send them with a new message id.
+	Conflicts []string
+	// Kept counts the messages not selected, left in the dead-letter queue.
+	Kept int
+}
+
+// Replay sends parked messages from queue's dead-letter queue back to queue: those whose
+// message id selected returns true for. Each one's inbox row goes back to RECEIVED (its
+// attempts to zero, its early window restarting, its replays counted, the operator named
+// in its reason), then the message is published to the queue with a confirm, then
+// removed from the dead-letter queue: a replay that fails half-way may be run again.
+func Replay(ctx context.Context, pool *pgxpool.Pool, amqpURL, queue string, selected func(id string) bool) (ReplayReport, error) {
+	var rep ReplayReport
+	conn, err := dial(ctx, amqpURL)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return rep, err
+	}
+	pub, err := newConfirmer(conn)
+	if err != nil {
+		return rep, err
+	}
+	dlq := DeadLetterQueue(queue)
+	q, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil)
+	if err != nil {
+		return rep, fmt.Errorf("inbox: replay: no dead-letter queue %s: %w", dlq, err)
+	}
+	// Take each message present now once: those kept stay unacknowledged until the end,
+	// so that a get never sees one twice.
+	var keep []amqp.Delivery
+	defer func() {
+		for _, d := range keep {
+			_ = d.Nack(false, true)
+		}
+	}()
+	for range q.Messages {
+		d, ok, err := ch.Get(dlq, false)
+		if err != nil {
+			return rep, fmt.Errorf("inbox: replay: %w", err)
+		}
+		if !ok {
+			break
+		}
+		if !selected(d.MessageId) {
+			keep = append(keep, d)
+			rep.Kept++
+			continue
+		}
+		source, _ := d.Headers[HeaderSource].(string)
+		tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'RECEIVED', attempts = 0, parked_at = NULL, received_at = now(),
+				updated_at = now(), replays = replays + 1, reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
+			WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('FAILED_FINAL', 'RECEIVED')`,
+			source, d.MessageId, Digest(d.Body))
+		if err != nil {
+			keep = append(keep, d)
+			return rep, fmt.Errorf("inbox: replay %s: %w", d.MessageId, err)
+		}
+		if tag.RowsAffected() == 0 {
+			keep = append(keep, d)
+			rep.Conflicts = append(rep.Conflicts, d.MessageId)
+			continue
+		}
+		headers := amqp.Table{}
+		for k, v := range d.Headers {
+			if k != HeaderReason && k != HeaderDigest && k != HeaderAttempt {
+				headers[k] = v
+			}
+		}
+		d.Headers = headers
+		if err := pub.publish(ctx, queue, d, nil, 0); err != nil {
+			keep = append(keep, d)
+			return rep, fmt.Errorf("inbox: replay %s: %w", d.MessageId, err)
+		}
+		if err := d.Ack(false); err != nil {
+			return rep, fmt.Errorf("inbox: replay %s: published again, but not removed from %s: %w", d.MessageId, dlq, err)
+		}
+		rep.Replayed = append(rep.Replayed, d.MessageId)
+	}
+	return rep, nil
+}
