@@ -154,7 +154,7 @@ func (c *Consumer) deliver(ctx context.Context, pub *confirmer, d amqp.Delivery)
 		c.cfg.Logger.Warn("inbox: acknowledging failed; the broker delivers it again and the inbox knows it", "message_id", d.MessageId, "error", err)
 		return
 	}
-	failpoint.Inject("inbox-after-ack")
+	failpoint.Inject(failpoint.InboxAfterAck)
 }
 
 func attempt(d amqp.Delivery) int32 {

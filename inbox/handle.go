@@ -24,6 +24,9 @@ type Stats struct {
 	Received atomic.Int64
 	// Started and Correlated count what the engine did for this consumer.
 	Started, Correlated atomic.Int64
+	// Reconciled counts messages an earlier attempt had acted on without recording it:
+	// found in the engine, not sent again.
+	Reconciled atomic.Int64
 	// Duplicates counts deliveries of messages consumed before (nothing sent).
 	Duplicates atomic.Int64
 	// Ignored counts messages recorded without acting: late ones, starts whose business
@@ -70,6 +73,8 @@ func (c *Consumer) count(out Outcome) Outcome {
 		c.stats.Started.Add(1)
 	case out.Correlated:
 		c.stats.Correlated.Add(1)
+	case out.Reconciled:
+		c.stats.Reconciled.Add(1)
 	case out.State == StateIgnoredDuplicate || out.Late:
 		c.stats.Ignored.Add(1)
 	}
@@ -261,13 +266,13 @@ func (c *Consumer) start(ctx context.Context, r *row, s Start, ambiguous bool) (
 	if len(existing) > 0 {
 		if ambiguous {
 			// An earlier attempt of this message, whose end was not recorded, started it.
-			return r.settle(ctx, StateProcessed, "reconciled: the instance was there when this message was delivered again", existing[0].ID, Outcome{Disposition: Ack})
+			return r.settle(ctx, StateProcessed, "reconciled: the instance was there when this message was delivered again", existing[0].ID, Outcome{Disposition: Ack, Reconciled: true})
 		}
 		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("not started: process %s has an instance with business key %s already (%s)", s.ProcessKey, s.BusinessKey, existing[0].ID),
 			existing[0].ID, Outcome{Disposition: Ack})
 	}
 	pi, err := c.engine.StartProcess(ctx, s.ProcessKey, admin.StartProcessRequest{BusinessKey: s.BusinessKey, Variables: s.Variables})
-	failpoint.Inject("inbox-after-engine")
+	failpoint.Inject(failpoint.InboxAfterEngine)
 	switch {
 	case err == nil:
 		return r.settle(ctx, StateProcessed, "", pi.ID, Outcome{Disposition: Ack, Started: true})
@@ -298,7 +303,7 @@ func (c *Consumer) correlate(ctx context.Context, r *row, m Correlate, ambiguous
 			return r.failed(ctx, "reconciling "+action, err)
 		}
 		if took != "" {
-			return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack})
+			return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack, Reconciled: true})
 		}
 	}
 	vars := camunda7.Variables{}
@@ -308,7 +313,7 @@ func (c *Consumer) correlate(ctx context.Context, r *row, m Correlate, ambiguous
 	vars[mark] = camunda7.StringVar(token)
 	res, err := c.engine.CorrelateMessageResult(ctx, admin.MessageCorrelation{MessageName: m.MessageName, BusinessKey: m.BusinessKey,
 		CorrelationKeys: m.CorrelationKeys, ProcessVariables: vars})
-	failpoint.Inject("inbox-after-engine")
+	failpoint.Inject(failpoint.InboxAfterEngine)
 	var ee *camunda7.Error
 	switch {
 	case err == nil:
@@ -327,7 +332,7 @@ func (c *Consumer) correlate(ctx context.Context, r *row, m Correlate, ambiguous
 	case err != nil:
 		return r.failed(ctx, "classifying "+action, err)
 	case took != "":
-		return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack})
+		return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack, Reconciled: true})
 	case other.instance != "":
 		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("late: process instance %s took message %s before (from %s) and no longer waits for it",
 			other.instance, m.MessageName, other.token), other.instance, Outcome{Disposition: Ack, Late: true})

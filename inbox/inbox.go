@@ -156,6 +156,9 @@ type Outcome struct {
 	Late bool
 	// Conflict: the message id was known with another body; nothing was sent.
 	Conflict bool
+	// Reconciled: an earlier attempt had acted on it without recording it; the engine
+	// said so, and nothing was sent again.
+	Reconciled bool
 	// Started and Correlated: what this delivery did in the engine.
 	Started, Correlated bool
 	// ProcessInstanceID is the instance started or reached.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/internal/failpoint"
 )
 
 // Publisher sends one event and returns once the broker has taken responsibility for it
@@ -149,6 +151,7 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 			return err
 		}
 		for _, p := range batch {
+			failpoint.Inject(failpoint.OutboxBeforePublish)
 			pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 			perr := r.pub.Publish(pctx, p.e)
 			cancel()
@@ -163,6 +166,7 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 				}
 				continue
 			}
+			failpoint.Inject(failpoint.OutboxAfterPublish)
 			if _, err := tx.Exec(ctx, `UPDATE extworker_outbox SET published_at = now(), body = NULL, last_error = NULL,
 					attempts = attempts + 1 WHERE id = $1`, p.id); err != nil {
 				return err

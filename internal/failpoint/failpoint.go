@@ -24,4 +24,9 @@ const (
 	AfterConfirm        = "after-confirm"         // ledger confirmed, engine not yet told
 	BeforeComplete      = "before-complete"       // the completion is about to be sent
 	InExtension         = "in-extension"          // a lock extension is about to be sent
+
+	OutboxBeforePublish = "outbox-before-publish" // the relay holds an event, nothing sent
+	OutboxAfterPublish  = "outbox-after-publish"  // the broker confirmed an event, not yet marked published
+	InboxAfterEngine    = "inbox-after-engine"    // the engine answered a start or correlation, the inbox row not yet settled
+	InboxAfterAck       = "inbox-after-ack"       // the inbox row settled and the delivery acknowledged
 )

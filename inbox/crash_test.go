@@ -1,0 +1,207 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/failpoint"
+	"github.com/extworker/extworker/internal/testenv"
+	"github.com/extworker/extworker/outbox"
+)
+
+// The crash-point rows of the events: a consumer or a relay in a process of its own (this
+// test binary, run again as a child), killed by SIGKILL at a failpoint, then the work
+// taken over by a consumer or relay in the test. Each row asserts: no event lost, no
+// process started twice, no message correlated twice.
+
+const childEnv = "EXTWORKER_INBOX_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(child(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// child is a consumer ("consume") or a relay ("relay") that runs until its failpoint
+// kills it; exit status 3 says it outlived its minute.
+func child(mode string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, testenv.DBURL())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer pool.Close()
+	switch mode {
+	case "consume":
+		ec, err := camunda7.New(camunda7.Config{BaseURL: testenv.EngineURL()})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		e := env{ship: os.Getenv(childEnv + "_SHIP"), paid: os.Getenv(childEnv + "_PAID")}
+		c, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), e.decide,
+			inbox.Config{Source: os.Getenv(childEnv + "_SOURCE"), Queue: os.Getenv(childEnv + "_QUEUE")})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		_ = c.Run(ctx)
+	case "relay":
+		pub := outbox.NewAMQPPublisher(testenv.AMQPURL())
+		defer pub.Close()
+		_ = outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: os.Getenv(childEnv + "_NS"), PollInterval: 50 * time.Millisecond}).Run(ctx)
+	}
+	return 3
+}
+
+// killedAt runs a child in mode with the failpoint and waits until the failpoint has
+// killed it.
+func killedAt(t *testing.T, mode, point string, vars ...string) {
+	t.Helper()
+	if !failpoint.Enabled {
+		if testenv.InCI() {
+			t.Fatal("the crash rows need a build with -tags failpoints (make test)")
+		}
+		t.Skip("the crash rows need a build with -tags failpoints (make test)")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, failpoint.Env+"="+point)
+	cmd.Env = append(cmd.Env, vars...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.True(t, errors.As(err, &ee), "the child ended without being killed: %v", err)
+		ws, _ := ee.Sys().(syscall.WaitStatus)
+		require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the child ended with %v, not by its failpoint", err)
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the child did not reach failpoint %s within 90s", point)
+	}
+}
+
+func (e env) childVars(b broker) []string {
+	return []string{childEnv + "_SOURCE=" + e.source, childEnv + "_QUEUE=" + b.queue, childEnv + "_SHIP=" + e.ship, childEnv + "_PAID=" + e.paid}
+}
+
+// TestConsumerKilledAfterTheEngineActed: the engine started the instance (or took the
+// message) and the consumer died before recording it or acknowledging. The broker
+// delivers the message again; the next consumer finds out from the engine what happened
+// and sends nothing again.
+func TestConsumerKilledAfterTheEngineActed(t *testing.T) {
+	for _, do := range []string{"start", "correlate"} {
+		t.Run(do, func(t *testing.T) {
+			e := newEnv(t)
+			b := newBroker(t)
+			bk := testenv.Unique("INV")
+			if do == "correlate" {
+				e.startWaiting(t, bk)
+			}
+			id := "crash-" + bk
+			b.publish(t, msg(id, payload{Do: do, BusinessKey: bk}))
+			killedAt(t, "consume", failpoint.InboxAfterEngine, e.childVars(b)...)
+
+			left := e.record(t, id)
+			assert.Equal(t, inbox.StateProcessing, left.State, "the dead consumer's row")
+			c := e.consumer(t, inbox.Config{Queue: b.queue})
+			run(t, c)
+			r := e.waitState(t, id, inbox.StateProcessed)
+			assert.Contains(t, r.Reason, "reconciled")
+			assert.Equal(t, 2, r.Deliveries)
+			assert.Equal(t, int64(1), c.Stats().Reconciled.Load())
+			if do == "start" {
+				assert.Equal(t, 1, e.instances(t, e.ship, bk), "instances")
+			} else {
+				assert.Equal(t, 1, e.correlations(t, bk), "correlations")
+			}
+		})
+	}
+}
+
+// TestConsumerKilledAfterAck: the consumer died right after acknowledging; the producer
+// then sends the event again. It is answered from the inbox.
+func TestConsumerKilledAfterAck(t *testing.T) {
+	e := newEnv(t)
+	b := newBroker(t)
+	bk := testenv.Unique("INV")
+	id := "acked-" + bk
+	m := msg(id, payload{Do: "start", BusinessKey: bk})
+	b.publish(t, m)
+	killedAt(t, "consume", failpoint.InboxAfterAck, e.childVars(b)...)
+	assert.Equal(t, inbox.StateProcessed, e.record(t, id).State)
+
+	b.publish(t, m)
+	c := e.consumer(t, inbox.Config{Queue: b.queue})
+	run(t, c)
+	testenv.Eventually(t, 30*time.Second, "the redelivery answered as a duplicate", func() (bool, error) {
+		return c.Stats().Duplicates.Load() == 1, nil
+	})
+	assert.Equal(t, int64(0), c.Stats().Started.Load())
+	assert.Equal(t, 1, e.instances(t, e.ship, bk))
+}
+
+// TestRelayKilled: the outbox's relay dies before publishing (the business change and
+// its event committed), or after the broker confirmed and before the event was marked
+// published. Another relay publishes it (again, with the same id); the consumer starts
+// one instance.
+func TestRelayKilled(t *testing.T) {
+	for _, point := range []string{failpoint.OutboxBeforePublish, failpoint.OutboxAfterPublish} {
+		t.Run(point, func(t *testing.T) {
+			e := newEnv(t)
+			b := newBroker(t)
+			ns := testenv.Unique("ns")
+			bk := testenv.Unique("INV")
+			id := "invoice.paid:" + bk
+			m := msg(id, payload{Do: "start", BusinessKey: bk})
+			ctx := testenv.Context(t, 60*time.Second)
+			tx, err := e.pool.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, outbox.Add(ctx, tx, ns, outbox.Event{MessageID: id, Type: m.Type, RoutingKey: b.queue, Body: m.Body}))
+			require.NoError(t, tx.Commit(ctx))
+
+			killedAt(t, "relay", point, childEnv+"_NS="+ns)
+			backlog, err := outbox.ReadBacklog(ctx, e.pool, ns)
+			require.NoError(t, err)
+			assert.Equal(t, 1, backlog.Unpublished, "the event is not marked published")
+
+			pub := outbox.NewAMQPPublisher(testenv.AMQPURL())
+			t.Cleanup(func() { _ = pub.Close() })
+			n, err := outbox.NewRelay(e.pool, pub, outbox.RelayConfig{Namespace: ns}).PublishPending(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n)
+
+			c := e.consumer(t, inbox.Config{Queue: b.queue})
+			run(t, c)
+			want := int64(1) // deliveries
+			if point == failpoint.OutboxAfterPublish {
+				want = 2 // the dead relay's publish and the second relay's
+			}
+			testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d deliveries handled", want), func() (bool, error) {
+				st := c.Stats()
+				return st.Started.Load()+st.Duplicates.Load() == want, nil
+			})
+			assert.Equal(t, int64(1), c.Stats().Started.Load())
+			assert.Equal(t, want-1, c.Stats().Duplicates.Load())
+			assert.Equal(t, 1, e.instances(t, e.ship, bk))
+		})
+	}
+}
+
