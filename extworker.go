@@ -19,7 +19,9 @@
 //     engine cancelled (their intents are flagged orphaned for an operator);
 //   - /metrics, /healthz and /readyz on EXTWORKER_HTTP_ADDR;
 //   - with EXTWORKER_AMQP_URL, the outbox relay: events handlers add in their transactions
-//     (package outbox) are published to RabbitMQ with publisher confirms;
+//     (package outbox) are published to RabbitMQ with publisher confirms; and the
+//     consumers Consume registers (package inbox): each message recorded before it is
+//     acted on, then starting a process instance or correlated to a waiting one, once;
 //   - the worker (package tasks): long polling, lock extension, retries, classified
 //     failures;
 //   - signals: SIGINT or SIGTERM stops gracefully within EXTWORKER_SHUTDOWN_TIMEOUT; a
@@ -43,6 +45,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/outbox"
@@ -58,19 +61,20 @@ const ExitConfig = daemon.ExitConfig
 // topics its handlers serve. Build it with New (or let Main do it), register handlers
 // with Handle, then Run it.
 type App struct {
-	cfg      daemon.Config
-	ops      daemon.OpsConfig
-	logger   *slog.Logger
-	client   *camunda7.Client
-	ledger   *idempotency.Ledger
-	pool     *pgxpool.Pool
-	opsPool  *pgxpool.Pool
-	promReg  *prometheus.Registry
-	metrics  *metrics.Metrics
-	registry *tasks.Registry
-	relay    *outbox.Relay // nil without EXTWORKER_AMQP_URL
-	pub      *outbox.AMQPPublisher
-	errs     []error
+	cfg       daemon.Config
+	ops       daemon.OpsConfig
+	logger    *slog.Logger
+	client    *camunda7.Client
+	ledger    *idempotency.Ledger
+	pool      *pgxpool.Pool
+	opsPool   *pgxpool.Pool
+	promReg   *prometheus.Registry
+	metrics   *metrics.Metrics
+	registry  *tasks.Registry
+	relay     *outbox.Relay // nil without EXTWORKER_AMQP_URL
+	pub       *outbox.AMQPPublisher
+	consumers []*inbox.Consumer
+	errs      []error
 }
 
 // Options are what New takes besides the environment. The zero value is the default.
@@ -170,6 +174,31 @@ func (a *App) Handle(topic string, h tasks.Handler, opts tasks.TopicOptions) err
 	return nil
 }
 
+// Consume consumes cfg.Queue into the inbox (package inbox) while Run runs: each message
+// is recorded before it is acted on, then starts a process instance or is correlated to
+// a waiting one as decide says, once, whatever the broker redelivers; what cannot be
+// acted on is parked in the queue's dead-letter queue for `extworker inbox replay`. It
+// needs EXTWORKER_AMQP_URL; cfg.Logger defaults to the App's. A configuration error is
+// returned here and again by Run.
+func (a *App) Consume(cfg inbox.Config, decide inbox.Decide) error {
+	if a.cfg.AMQPURL == "" {
+		err := daemon.ConfigError{Err: fmt.Errorf("consuming %s needs EXTWORKER_AMQP_URL, the broker", cfg.Queue)}
+		a.errs = append(a.errs, err)
+		return err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = a.logger
+	}
+	c, err := inbox.NewConsumer(a.pool, a.client, a.cfg.AMQPURL, decide, cfg)
+	if err != nil {
+		err = daemon.ConfigError{Err: err}
+		a.errs = append(a.errs, err)
+		return err
+	}
+	a.consumers = append(a.consumers, c)
+	return nil
+}
+
 // Run serves the registered topics until ctx ends, then stops gracefully: it stops
 // fetching, lets running handlers finish within EXTWORKER_SHUTDOWN_GRACE, and returns
 // within EXTWORKER_SHUTDOWN_TIMEOUT. Meanwhile it serves /metrics, /healthz and /readyz
@@ -178,25 +207,21 @@ func (a *App) Run(ctx context.Context) error {
 	if len(a.errs) > 0 {
 		return errors.Join(a.errs...)
 	}
-	if len(a.registry.Topics()) == 0 {
-		return daemon.ConfigError{Err: errors.New("no topics registered: call App.Handle before Run")}
+	if len(a.registry.Topics()) == 0 && len(a.consumers) == 0 {
+		return daemon.ConfigError{Err: errors.New("no topics registered and no queue consumed: call App.Handle or App.Consume before Run")}
 	}
 	_, stopOps, err := daemon.StartOps(ctx, a.ops, a.promReg, a.client, a.opsPool, a.metrics, a.logger)
 	if err != nil {
 		return err
 	}
 	defer stopOps()
-	wcfg := a.cfg.WorkerConfig(a.logger)
-	wcfg.Observer = a.metrics
-	wcfg.OnTaskGone = a.orphaned
-	w, err := tasks.New(a.client, a.registry, wcfg)
-	if err != nil {
-		return err
-	}
 	var background sync.WaitGroup
 	defer background.Wait()
 	if a.relay != nil {
 		background.Go(func() { _ = a.relay.Run(ctx) })
+	}
+	for _, c := range a.consumers {
+		background.Go(func() { _ = c.Run(ctx) })
 	}
 	if retention := a.cfg.LedgerRetention; retention > 0 {
 		background.Go(func() {
@@ -209,6 +234,23 @@ func (a *App) Run(ctx context.Context) error {
 					time.Hour, a.logger)
 			})
 		}
+		if len(a.consumers) > 0 {
+			background.Go(func() {
+				daemon.PrunePeriodically(ctx, "settled inbox messages", func(ctx context.Context) (int64, error) { return inbox.Prune(ctx, a.pool, retention) },
+					time.Hour, a.logger)
+			})
+		}
+	}
+	if len(a.registry.Topics()) == 0 {
+		<-ctx.Done() // a process that only consumes
+		return nil
+	}
+	wcfg := a.cfg.WorkerConfig(a.logger)
+	wcfg.Observer = a.metrics
+	wcfg.OnTaskGone = a.orphaned
+	w, err := tasks.New(a.client, a.registry, wcfg)
+	if err != nil {
+		return err
 	}
 	err = w.Run(ctx)
 	if errors.Is(err, tasks.ErrCredentialsRejected) {

@@ -387,3 +387,33 @@ func TestEngineDownIsRetriedNotParked(t *testing.T) {
 	assert.True(t, out.Started)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
 }
+
+// TestPruneKeepsWhatIsNotSettled: settled rows past the retention go; parked ones stay;
+// a message redelivered after its row went is still not acted on twice.
+func TestPruneKeepsWhatIsNotSettled(t *testing.T) {
+	e := newEnv(t)
+	c := e.consumer(t, inbox.Config{})
+	ctx := testenv.Context(t, 30*time.Second)
+	bk := testenv.Unique("INV")
+	done := msg("old-done", payload{Do: "start", BusinessKey: bk})
+	_, err := c.Handle(ctx, done)
+	require.NoError(t, err)
+	_, err = c.Handle(ctx, inbox.Message{ID: "old-parked", Body: []byte("?")})
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE extworker_inbox SET updated_at = now() - interval '40 days' WHERE source = $1`, e.source)
+	require.NoError(t, err)
+
+	n, err := inbox.Prune(ctx, e.pool, 30*24*time.Hour)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, int64(1))
+	rows, err := inbox.List(ctx, e.pool, inbox.Filter{Source: e.source})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	assert.Equal(t, "old-parked", rows[0].MessageID)
+
+	again, err := c.Handle(ctx, done)
+	require.NoError(t, err)
+	assert.False(t, again.Started)
+	assert.Equal(t, inbox.StateIgnoredDuplicate, again.State)
+	assert.Equal(t, 1, e.instances(t, e.ship, bk))
+}
