@@ -55,9 +55,12 @@ test: up
 # SIGKILLs at random and at the ledger's crash points (the soak harness, small and
 # without database restarts), then the oracle's verdict over every invoice.
 KILLER ?=
+# The demo's invoice.paid events go to the broker make up starts (rabbit-up); set
+# EXTWORKER_AMQP_URL= (empty) to run it without events.
+EXTWORKER_AMQP_URL ?= amqp://extworker:extworker@127.0.0.1:5672/extworker
 demo: up
 ifeq ($(KILLER),)
-	$(GO) run ./examples/invoice demo
+	EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo
 else
 	$(MAKE) bin/invoice
 	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)

@@ -61,20 +61,22 @@ const ExitConfig = daemon.ExitConfig
 // topics its handlers serve. Build it with New (or let Main do it), register handlers
 // with Handle, then Run it.
 type App struct {
-	cfg       daemon.Config
-	ops       daemon.OpsConfig
-	logger    *slog.Logger
-	client    *camunda7.Client
-	ledger    *idempotency.Ledger
-	pool      *pgxpool.Pool
-	opsPool   *pgxpool.Pool
-	promReg   *prometheus.Registry
-	metrics   *metrics.Metrics
-	registry  *tasks.Registry
-	relay     *outbox.Relay // nil without EXTWORKER_AMQP_URL
-	pub       *outbox.AMQPPublisher
-	consumers []*inbox.Consumer
-	errs      []error
+	cfg        daemon.Config
+	ops        daemon.OpsConfig
+	logger     *slog.Logger
+	client     *camunda7.Client
+	ledger     *idempotency.Ledger
+	pool       *pgxpool.Pool
+	opsPool    *pgxpool.Pool
+	promReg    *prometheus.Registry
+	metrics    *metrics.Metrics
+	registry   *tasks.Registry
+	relay      *outbox.Relay // nil without EXTWORKER_AMQP_URL
+	pub        *outbox.AMQPPublisher
+	consumers  []*inbox.Consumer
+	inboxPools []*pgxpool.Pool
+	inboxStats *metrics.InboxCollector // registered with the first consumer
+	errs       []error
 }
 
 // Options are what New takes besides the environment. The zero value is the default.
@@ -189,14 +191,31 @@ func (a *App) Consume(cfg inbox.Config, decide inbox.Decide) error {
 	if cfg.Logger == nil {
 		cfg.Logger = a.logger
 	}
-	c, err := inbox.NewConsumer(a.pool, a.client, a.cfg.AMQPURL, decide, cfg)
-	if err != nil {
-		err = daemon.ConfigError{Err: err}
-		a.errs = append(a.errs, err)
-		return err
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = inbox.DefaultConcurrency
 	}
-	a.consumers = append(a.consumers, c)
-	return nil
+	// A pool of its own: each message in hand holds a connection across the engine's
+	// calls, which the handlers' ledger must not wait behind.
+	pool, err := daemon.OpenInboxPool(context.Background(), a.cfg, cfg.Concurrency)
+	if err == nil {
+		var c *inbox.Consumer
+		if c, err = inbox.NewConsumer(pool, a.client, a.cfg.AMQPURL, decide, cfg); err == nil {
+			if a.inboxStats == nil {
+				a.inboxStats = metrics.NewInboxCollector(func(ctx context.Context) (inbox.Parked, error) {
+					return inbox.ReadParked(ctx, a.pool, "")
+				}, a.ops.ReadyTimeout, a.logger)
+				a.promReg.MustRegister(a.inboxStats)
+			}
+			a.inboxStats.Add(cfg.Queue, c.Stats())
+			a.consumers = append(a.consumers, c)
+			a.inboxPools = append(a.inboxPools, pool)
+			return nil
+		}
+		pool.Close()
+	}
+	err = daemon.ConfigError{Err: err}
+	a.errs = append(a.errs, err)
+	return err
 }
 
 // Run serves the registered topics until ctx ends, then stops gracefully: it stops
@@ -280,6 +299,9 @@ func (a *App) Close() {
 	}
 	if a.opsPool != nil {
 		a.opsPool.Close()
+	}
+	for _, p := range a.inboxPools {
+		p.Close()
 	}
 }
 

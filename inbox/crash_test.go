@@ -204,4 +204,3 @@ func TestRelayKilled(t *testing.T) {
 		})
 	}
 }
-

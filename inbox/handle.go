@@ -29,8 +29,9 @@ type Stats struct {
 	Reconciled atomic.Int64
 	// Duplicates counts deliveries of messages consumed before (nothing sent).
 	Duplicates atomic.Int64
-	// Ignored counts messages recorded without acting: late ones, starts whose business
-	// key has an instance already, and Action.Ignore.
+	// Ignored counts messages recorded as IGNORED_DUPLICATE without acting: late ones,
+	// and starts whose business key has an instance already. (A message Decide answers
+	// with Action.Ignore is PROCESSED and counted nowhere but in Received.)
 	Ignored atomic.Int64
 	// Retried counts deliveries sent to the retry queue; Parked those sent to the
 	// dead-letter queue; Conflicts the parked ones whose id came with another body.

@@ -165,6 +165,9 @@ type Outcome struct {
 	ProcessInstanceID string
 }
 
+// DefaultConcurrency is Config.Concurrency's default.
+const DefaultConcurrency = 4
+
 // Config configures a Consumer. Zero values take the documented defaults.
 type Config struct {
 	// Source names where the messages come from (the producing system): the inbox key is
@@ -175,7 +178,9 @@ type Config struct {
 	Queue string
 	// Bindings bind Queue to exchanges (declared as durable topic exchanges).
 	Bindings []Binding
-	// Concurrency is how many messages are handled at once. Default 4.
+	// Concurrency is how many messages are handled at once. Default DefaultConcurrency.
+	// Each holds one of the pool's connections meanwhile: give the consumer a pool of
+	// its own, of at least this size.
 	Concurrency int
 	// EarlyWindow is how long a message no process instance waits for is retried before
 	// it is parked. Default 10m.
@@ -201,7 +206,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("inbox: Config needs Source and Queue")
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 4
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.EarlyWindow <= 0 {
 		c.EarlyWindow = 10 * time.Minute

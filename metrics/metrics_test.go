@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/outbox"
 
@@ -53,6 +54,7 @@ func registered(t *testing.T) map[string]bool {
 	require.NoError(t, err)
 	reg.MustRegister(metrics.NewBacklogCollector(&fakeBacklog{}, time.Second, m, nil))
 	reg.MustRegister(metrics.NewOutboxCollector(func(context.Context) (outbox.Backlog, error) { return outbox.Backlog{}, nil }, time.Second, nil))
+	reg.MustRegister(metrics.NewInboxCollector(func(context.Context) (inbox.Parked, error) { return inbox.Parked{}, nil }, time.Second, nil))
 	ch := make(chan *prometheus.Desc, 100)
 	reg.Describe(ch)
 	close(ch)
@@ -147,7 +149,7 @@ func TestAlertRulesUseRegisteredMetrics(t *testing.T) {
 		}
 	}
 	sort.Strings(alerts)
-	for _, want := range []string{"ExtworkerUnknownOutcomeOlderThanProviderWindow", "ExtworkerDuplicatePreventionRising", "ExtworkerIdempotencyConflicts", "ExtworkerOutboxStuck",
+	for _, want := range []string{"ExtworkerUnknownOutcomeOlderThanProviderWindow", "ExtworkerDuplicatePreventionRising", "ExtworkerIdempotencyConflicts", "ExtworkerOutboxStuck", "ExtworkerInboxParked",
 		"ExtworkerIncidentsAfterRetryExhaustion", "ExtworkerLocksLost", "ExtworkerFetchErrors", "ExtworkerReconciliationBacklog"} {
 		assert.Contains(t, alerts, want)
 	}

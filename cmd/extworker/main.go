@@ -1,9 +1,10 @@
 // Command extworker is the operator's tool for extworker workers: it migrates the effect
-// ledger, inspects and settles side effects, prints the effective configuration and
-// checks the engine.
+// ledger, inspects and settles side effects, inspects the inbox and replays parked
+// messages, prints the effective configuration and checks the engine.
 //
 //	extworker migrate apply the effect ledger's migrations
 //	extworker effects list|show|resolve|resolutions|approve|reject|prune   inspect and settle side effects
+//	extworker inbox list|show|replay   inspect consumed messages, replay parked ones
 //	extworker version print the engine's version (a connectivity check)
 //	extworker config  print the effective configuration, secrets masked (--json)
 //
@@ -39,6 +40,7 @@ const usage = `usage: extworker <command> [flags]
 commands:
   migrate   apply the effect ledger's database migrations
   effects   list | show KEY | resolve KEY --as confirmed|rejected|retry ... | resolutions | approve ID | reject ID | prune
+  inbox     list [--parked] | show SOURCE MESSAGE_ID | replay --queue Q (--all | MESSAGE_ID...)
   version   print the engine's version
   config    print the effective configuration, secrets masked [--json]
 
@@ -54,6 +56,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			// Keys, provider and incident messages come from outside: nothing they carry
 			// reaches the operator's terminal as an escape sequence.
 			return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
+		case "inbox":
+			// Message ids, types, business keys and reasons come from outside, likewise.
+			return runInbox(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 		case "version":
 			c, err := daemon.NewClient(cfg, logger)
 			if err != nil {

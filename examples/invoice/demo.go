@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
@@ -65,6 +67,9 @@ type demoEnv struct {
 	// window (EXTWORKER_PROVIDER_SEARCH, EXTWORKER_PROVIDER_SEARCH_LAG).
 	searchOn  bool
 	searchLag time.Duration
+	// eventsNS is the outbox namespace paid invoices announce themselves in
+	// (events.go); empty without a broker.
+	eventsNS string
 	// counted from the ledger's outcomes
 	replayed, reconciled atomic.Int64
 }
@@ -110,13 +115,7 @@ func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.
 		if err != nil {
 			return nil, failure.Permanent(fmt.Errorf("invoice %s: %w", invoice, err))
 		}
-		out, err := env.ledger.Do(ctx, idempotency.Intent{
-			Scope:   demoScope,
-			Key:     "invoice:" + invoice + ":v1",
-			Request: map[string]any{"invoice": invoice, "amountCents": amount},
-			Amount:  amount, // for the two-person rule's threshold
-			Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: t.ProcessInstanceID(), BusinessKey: t.BusinessKey()},
-		}, idempotency.Effect{
+		eff := idempotency.Effect{
 			Dispatch: func(ctx context.Context, key string) (idempotency.Result, error) {
 				ch, err := env.pay.Charge(ctx, key, invoice, amount)
 				var decline *fakeprovider.DeclineError
@@ -153,7 +152,21 @@ func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.
 			},
 			Search:    env.search(invoice),
 			SearchLag: env.searchLag,
-		})
+		}
+		if env.eventsNS != "" {
+			// invoice.paid, in the transaction that records the charge: published if and
+			// only if the charge is (the outbox).
+			eff.Local = func(ctx context.Context, tx pgx.Tx, res idempotency.Result) error {
+				return addPaidEvent(ctx, tx, env.eventsNS, invoice, amount, res.ProviderRef)
+			}
+		}
+		out, err := env.ledger.Do(ctx, idempotency.Intent{
+			Scope:   demoScope,
+			Key:     "invoice:" + invoice + ":v1",
+			Request: map[string]any{"invoice": invoice, "amountCents": amount},
+			Amount:  amount, // for the two-person rule's threshold
+			Task:    idempotency.TaskRef{Actor: t.WorkerID(), TaskID: t.ID(), ProcessInstanceID: t.ProcessInstanceID(), BusinessKey: t.BusinessKey()},
+		}, eff)
 		if err != nil {
 			return nil, err // already a classified outcome
 		}
@@ -218,7 +231,8 @@ func wait(ctx context.Context, d time.Duration) error {
 // deployDemo deploys the demo process unless the same version is there already.
 func deployDemo(ctx context.Context, c *admin.Client) error {
 	_, err := c.Deploy(ctx, admin.Deployment{Name: demoProcessKey, Source: demoDeploymentSrc, EnableDuplicateFiltering: true,
-		Resources: []admin.Resource{{Name: demoProcessKey + ".bpmn", Content: []byte(demoBPMN)}}})
+		Resources: []admin.Resource{{Name: demoProcessKey + ".bpmn", Content: []byte(demoBPMN)},
+			{Name: demoShippingKey + ".bpmn", Content: []byte(demoShippingBPMN)}}})
 	return err
 }
 
@@ -236,6 +250,14 @@ func runWorker(ctx context.Context, cfg daemon.Config, logger *slog.Logger) erro
 		return err
 	}
 	defer closeEnv()
+	if cfg.AMQPURL != "" {
+		// Paid invoices announce themselves, and start their shipping, through the
+		// outbox and the inbox (events.go).
+		env.eventsNS = app.Ledger().Namespace()
+		if err := app.Consume(shippingConsumer(logger), startShipping); err != nil {
+			return err
+		}
+	}
 	if err := demoHandlers(cfg.LockDuration, env, app.Handle); err != nil {
 		return err
 	}
@@ -272,8 +294,17 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 		return err
 	}
 	defer closeEnv()
+	var events *demoEvents
+	if cfg.AMQPURL != "" {
+		if events, err = startDemoEvents(ctx, cfg, pool, ledger.Namespace(), cc, logger); err != nil {
+			return err
+		}
+		defer events.stop()
+		env.eventsNS = ledger.Namespace()
+	}
 
 	run := fmt.Sprintf("demo-%d", time.Now().Unix())
+	amounts := map[string]int64{}
 	var ids []string
 	expect := map[string]int{}
 	paidInvoices := 0
@@ -296,6 +327,7 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 			expect["declined"]++
 		default:
 			vars["amountCents"] = camunda7.LongVar(int64(1000 + 137*i))
+			amounts[invoice] = int64(1000 + 137*i)
 			expect["paid"]++
 			paidInvoices++
 			if pay != nil && i%10 == 7 {
@@ -375,6 +407,29 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 	fmt.Fprintf(out, "ledger: %d paid invoices settled, one intent each\n", settled)
 	if settled != paidInvoices {
 		return fmt.Errorf("demo: %d invoices settled in the ledger, expected %d", settled, paidInvoices)
+	}
+	if events != nil {
+		// Every tenth paid invoice's event is sent a second time, as a producer's retry
+		// or a broker's redelivery would: the inbox takes each once.
+		paid := map[string]paidEvent{}
+		var again []string
+		for _, r := range rows {
+			invoice := strings.TrimSuffix(strings.TrimPrefix(r.Key, "invoice:"), ":v1")
+			if amount, ok := amounts[invoice]; ok && r.ProviderRef != nil {
+				paid[invoice] = paidEvent{Invoice: invoice, AmountCents: amount, PaymentRef: *r.ProviderRef}
+				if len(paid)%10 == 0 {
+					again = append(again, invoice)
+				}
+			}
+		}
+		if err := events.redeliver(ctx, again, paid); err != nil {
+			return err
+		}
+		if err := events.report(ctx, out, c, run, paidInvoices, len(again)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(out, "events: none (EXTWORKER_AMQP_URL is not set: no broker for invoice.paid and the shipping process)")
 	}
 	if pay != nil {
 		charges := 0

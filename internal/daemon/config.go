@@ -725,6 +725,22 @@ func LedgerPoolConfig(c Config) (*pgxpool.Config, error) {
 	return pcfg, nil
 }
 
+// OpenInboxPool opens a pool of conns connections to EXTWORKER_DATABASE_URL for an inbox
+// consumer (package inbox): each message in hand holds a connection (its lock) across
+// the engine's calls, which the ledger's handlers must not queue behind.
+func OpenInboxPool(ctx context.Context, c Config, conns int) (*pgxpool.Pool, error) {
+	pcfg, err := DatabaseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	pcfg.MaxConns, pcfg.MinConns = int32(min(max(conns, 1), math.MaxInt32)), 0
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
+	}
+	return pool, nil
+}
+
 // Migrate applies the ledger's migrations.
 func Migrate(ctx context.Context, c Config, out io.Writer) error {
 	pcfg, err := DatabaseConfig(c.DatabaseURL)

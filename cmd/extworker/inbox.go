@@ -1,0 +1,434 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/termsafe"
+)
+
+// This file is `extworker inbox`: the operator's view of the inbox (package inbox). It
+// lists the messages consumers recorded, shows one, and replays parked messages from a
+// queue's dead-letter queue once what parked them is fixed.
+
+const inboxUsage = `usage: extworker inbox <command> [flags]
+
+commands:
+  list     [--source S] [--parked] [--state STATE[,STATE...]] [--limit N] [--json]
+           inbox rows, most recently changed first; --parked: the messages parked in
+           a dead-letter queue, and those whose id came again with another body
+  show     SOURCE MESSAGE_ID [--json]
+           one inbox row, whole
+  replay   --queue Q (--all | MESSAGE_ID...) [--json]
+           send parked messages from Q's dead-letter queue (Q.dlq) back to Q, once
+           what parked them is fixed: their inbox rows go back to RECEIVED and the
+           consumer acts on them again. A message whose id the inbox consumed with
+           another body (a conflict) stays in Q.dlq: the producer must send it under
+           a new message id. Needs EXTWORKER_AMQP_URL
+
+states: ` + validInboxStatesText
+
+// allInboxStates are the inbox's states, in lifecycle order.
+var allInboxStates = []inbox.State{
+	inbox.StateReceived, inbox.StateProcessing, inbox.StateProcessed, inbox.StateFailedRetryable,
+	inbox.StateFailedFinal, inbox.StateIgnoredDuplicate, inbox.StateUnknownOutcome,
+}
+
+const validInboxStatesText = "RECEIVED, PROCESSING, PROCESSED, FAILED_RETRYABLE, FAILED_FINAL, IGNORED_DUPLICATE, UNKNOWN_OUTCOME"
+
+// reasonWidth is how much of a row's reason `inbox list` prints; `inbox show` prints it all.
+const reasonWidth = 60
+
+// runInbox is the operator's view of the inbox; inboxUsage lists its commands.
+func runInbox(ctx context.Context, cfg daemon.Config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("inbox: no command given\n" + inboxUsage)
+	}
+	c := &inboxCmd{cfg: cfg, logger: logger, stdout: stdout, stderr: stderr}
+	var err error
+	switch args[0] {
+	case "list":
+		err = c.list(ctx, args[1:])
+	case "show":
+		err = c.show(ctx, args[1:])
+	case "replay":
+		err = c.replay(ctx, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, inboxUsage)
+		return nil
+	default:
+		return fmt.Errorf("inbox: unknown command %q\n%s", args[0], inboxUsage)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag set printed its usage
+	}
+	return err
+}
+
+// inboxCmd carries what every inbox subcommand needs.
+type inboxCmd struct {
+	cfg            daemon.Config
+	logger         *slog.Logger
+	stdout, stderr io.Writer
+}
+
+// newFlags returns a flag set for one subcommand, with --json.
+func (c *inboxCmd) newFlags(name, synopsis string) (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("inbox "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "usage: extworker inbox %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	return fs, asJSON
+}
+
+// open opens the inbox's database (the ledger's), which must be migrated.
+func (c *inboxCmd) open(ctx context.Context) (*pgxpool.Pool, error) {
+	_, pool, err := daemon.OpenLedger(ctx, c.cfg, c.logger, true)
+	return pool, err
+}
+
+// inboxStatesFlag collects --state values, comma-separated or repeated, in any case.
+type inboxStatesFlag []inbox.State
+
+func (f *inboxStatesFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	s := make([]string, len(*f))
+	for i, st := range *f {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *inboxStatesFlag) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		st := inbox.State(strings.ToUpper(name))
+		if !slices.Contains(allInboxStates, st) {
+			return fmt.Errorf("unknown state %q: valid states are %s", name, validInboxStatesText)
+		}
+		*f = append(*f, st)
+	}
+	return nil
+}
+
+// ---- list
+
+type inboxListJSON struct {
+	Messages []inboxRecordJSON `json:"messages"`
+}
+
+func (c *inboxCmd) list(ctx context.Context, args []string) error {
+	fs, asJSON := c.newFlags("list", "[--source S] [--parked] [--state STATE[,STATE...]] [--limit N] [--json]")
+	source := fs.String("source", "", "only messages from this source (the consumer's Config.Source)")
+	parked := fs.Bool("parked", false, "only messages parked in a dead-letter queue, and those whose id came again with another body")
+	var states inboxStatesFlag
+	fs.Var(&states, "state", "only messages in these states, comma-separated or repeated ("+validInboxStatesText+")")
+	limit := fs.Int("limit", 100, "at most this many messages")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("inbox list: unexpected arguments %q (filter with --source, --parked, --state; one message: extworker inbox show SOURCE MESSAGE_ID)", pos)
+	}
+	if *limit <= 0 {
+		return fmt.Errorf("inbox list: --limit %d: must be at least 1", *limit)
+	}
+	pool, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rows, err := inbox.List(ctx, pool, inbox.Filter{Source: *source, Parked: *parked, States: states, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := inboxListJSON{Messages: make([]inboxRecordJSON, 0, len(rows))}
+		for _, r := range rows {
+			out.Messages = append(out.Messages, toInboxRecordJSON(r))
+		}
+		return printJSON(c.stdout, out)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.stdout, "no inbox messages match")
+		return nil
+	}
+	now := time.Now()
+	tw := newTabWriter(c.stdout)
+	fmt.Fprintln(tw, "SOURCE\tMESSAGE ID\tTYPE\tSTATE\tACTION\tBUSINESS KEY\tDELIV/DUP/ATT\tCONFLICTS\tUPDATED\tREASON")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", safeCell(r.Source), safeCell(r.MessageID), safeCell(r.Type),
+			r.State, safeCell(r.Action), safeCell(r.BusinessKey), r.Deliveries, r.Duplicates, r.Attempts, r.Conflicts,
+			ageOf(now, r.UpdatedAt), safeCell(cut(r.Reason, reasonWidth)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) == *limit {
+		fmt.Fprintf(c.stdout, "(first %d shown; raise --limit or narrow the filter for more)\n", *limit)
+	}
+	return nil
+}
+
+// safeCell is tableCell with what a terminal would act on stripped before the table is
+// laid out (the writer strips it too, but after tabwriter has counted it).
+func safeCell(s string) string { return tableCell(termsafe.String(s)) }
+
+// cut shortens s, made one line and terminal-safe first, to n characters, ending in "…"
+// when it was longer.
+func cut(s string, n int) string {
+	r := []rune(termsafe.String(oneLine(s)))
+	if len(r) <= n {
+		return string(r)
+	}
+	return strings.TrimRight(string(r[:n-1]), " ") + "…"
+}
+
+// ---- show
+
+func (c *inboxCmd) show(ctx context.Context, args []string) error {
+	fs, asJSON := c.newFlags("show", "SOURCE MESSAGE_ID [--json]")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) != 2:
+		return fmt.Errorf("inbox show: SOURCE and MESSAGE_ID expected (extworker inbox show SOURCE MESSAGE_ID; inbox list shows both), got %q", pos)
+	case pos[0] == "" || pos[1] == "":
+		return fmt.Errorf("inbox show: SOURCE and MESSAGE_ID must not be empty, got %q", pos)
+	}
+	source, id := pos[0], pos[1]
+	pool, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rows, err := inbox.List(ctx, pool, inbox.Filter{Source: source, MessageID: id, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("inbox show: no message %q from source %q in the inbox (extworker inbox list --source %s lists that source's)", id, source, source)
+	}
+	r := rows[0]
+	if *asJSON {
+		return printJSON(c.stdout, toInboxRecordJSON(r))
+	}
+	now := time.Now()
+	tw := newTabWriter(c.stdout)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	at := func(t time.Time) string { return fmtTime(t) + " (" + ageOf(now, t) + ")" }
+	line("source", safeCell(r.Source))
+	line("message id", safeCell(r.MessageID))
+	line("type", safeCell(r.Type))
+	line("state", string(r.State))
+	line("action", safeCell(r.Action))
+	line("business key", safeCell(r.BusinessKey))
+	line("process instance", safeCell(r.ProcessInstanceID))
+	line("correlation id", safeCell(r.CorrelationID))
+	line("body digest", r.BodyDigest)
+	line("reason", safeCell(r.Reason))
+	line("deliveries", strconv.Itoa(r.Deliveries))
+	line("duplicates", strconv.Itoa(r.Duplicates))
+	line("attempts", strconv.Itoa(r.Attempts))
+	line("conflicts", strconv.Itoa(r.Conflicts))
+	line("replays", strconv.Itoa(r.Replays))
+	line("received", at(r.ReceivedAt))
+	line("updated", at(r.UpdatedAt))
+	if r.ProcessedAt != nil {
+		line("processed", at(*r.ProcessedAt))
+	}
+	if r.ParkedAt != nil {
+		line("parked", at(*r.ParkedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.State == inbox.StateFailedFinal {
+		fmt.Fprintf(c.stdout, "\nparked: a copy waits in the dead-letter queue of the queue its consumer reads (QUEUE.dlq); once the reason is dealt with:\n"+
+			"  extworker inbox replay --queue QUEUE %s\n", oneLine(r.MessageID))
+	}
+	if r.Conflicts > 0 {
+		fmt.Fprintf(c.stdout, "\nconflicts: this message id came %d more time(s) with another body; those copies were parked in the dead-letter queue "+
+			"and never acted on. Replaying cannot help: the producer must send them under a new message id.\n", r.Conflicts)
+	}
+	return nil
+}
+
+// ---- replay
+
+type inboxReplayJSON struct {
+	Queue           string   `json:"queue"`
+	DeadLetterQueue string   `json:"dead_letter_queue"`
+	Replayed        []string `json:"replayed"`
+	Conflicts       []string `json:"conflicts"`
+	Kept            int      `json:"kept"`
+	NotFound        []string `json:"not_found,omitempty"`
+	Error           string   `json:"error,omitempty"`
+}
+
+func (c *inboxCmd) replay(ctx context.Context, args []string) error {
+	fs, asJSON := c.newFlags("replay", "--queue Q (--all | MESSAGE_ID...) [--json]")
+	queue := fs.String("queue", "", "the queue the consumer reads; its dead-letter queue is Q.dlq (required)")
+	all := fs.Bool("all", false, "replay every message in the dead-letter queue, instead of the MESSAGE_IDs given")
+	ids, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	if strings.TrimSpace(*queue) == "" {
+		problems = append(problems, "--queue Q is required (the queue the consumer reads; the parked messages are in Q.dlq)")
+	}
+	switch {
+	case *all && len(ids) > 0:
+		problems = append(problems, fmt.Sprintf("--all or MESSAGE_IDs, not both (got --all and %q)", ids))
+	case !*all && len(ids) == 0:
+		problems = append(problems, "name the messages to replay (MESSAGE_ID...; extworker inbox list --parked lists them), or --all")
+	case slices.Contains(ids, ""):
+		problems = append(problems, "a MESSAGE_ID is empty")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("inbox replay: %s", strings.Join(problems, "; "))
+	}
+	if c.cfg.AMQPURL == "" {
+		return daemon.ConfigError{Err: errors.New("inbox replay: EXTWORKER_AMQP_URL is not set: replay needs the broker the consumers read from (amqps://user:password@host/vhost)")}
+	}
+	pool, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	named := map[string]bool{}
+	for _, id := range ids {
+		named[id] = true
+	}
+	rep, replayErr := inbox.Replay(ctx, pool, c.cfg.AMQPURL, *queue, func(id string) bool { return *all || named[id] })
+	if replayErr != nil && len(rep.Replayed) == 0 && len(rep.Conflicts) == 0 && rep.Kept == 0 {
+		return replayErr // nothing done (no broker, no such dead-letter queue): nothing to report
+	}
+
+	var notFound []string
+	for _, id := range ids {
+		if named[id] && !slices.Contains(rep.Replayed, id) && !slices.Contains(rep.Conflicts, id) {
+			notFound = append(notFound, id)
+			named[id] = false // named twice, reported once
+		}
+	}
+	dlq := inbox.DeadLetterQueue(*queue)
+	if *asJSON {
+		out := inboxReplayJSON{Queue: *queue, DeadLetterQueue: dlq, Replayed: orEmpty(rep.Replayed), Conflicts: orEmpty(rep.Conflicts),
+			Kept: rep.Kept, NotFound: notFound}
+		if replayErr != nil {
+			out.Error = replayErr.Error()
+		}
+		if err := printJSON(c.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		c.printReplay(*queue, rep)
+	}
+	switch {
+	case replayErr != nil:
+		return fmt.Errorf("inbox replay: stopped part-way (what is printed above was done; running it again is safe): %w", replayErr)
+	case len(notFound) > 0:
+		return fmt.Errorf("inbox replay: not in the dead-letter queue %s: %s (already replayed, or parked from another queue? extworker inbox list --parked)",
+			dlq, strings.Join(quoteAll(notFound), ", "))
+	}
+	return nil
+}
+
+func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
+	w, dlq := c.stdout, inbox.DeadLetterQueue(queue)
+	if len(rep.Replayed) == 0 {
+		fmt.Fprintf(w, "replayed nothing from %s\n", dlq)
+	} else {
+		fmt.Fprintf(w, "replayed %d message(s) from %s to %s (their inbox rows are RECEIVED again; the consumer acts on them anew):\n", len(rep.Replayed), dlq, queue)
+		for _, id := range rep.Replayed {
+			fmt.Fprintf(w, "  %s\n", messageIDText(id))
+		}
+	}
+	if len(rep.Conflicts) > 0 {
+		fmt.Fprintf(w, "left %d message(s) in %s: the inbox consumed their message id with another body (or has no parked row of theirs), "+
+			"so a replay would only park them again; the producer must send them under a new message id:\n", len(rep.Conflicts), dlq)
+		for _, id := range rep.Conflicts {
+			fmt.Fprintf(w, "  %s\n", messageIDText(id))
+		}
+	}
+	fmt.Fprintf(w, "kept %d other message(s) in %s (not selected)\n", rep.Kept, dlq)
+}
+
+// messageIDText prints a message id; a message that came without one says so.
+func messageIDText(id string) string {
+	if id == "" {
+		return "(no message id: the producer must send it with one)"
+	}
+	return oneLine(id)
+}
+
+func quoteAll(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strconv.Quote(id)
+	}
+	return out
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// ---- JSON form
+
+type inboxRecordJSON struct {
+	Source            string     `json:"source"`
+	MessageID         string     `json:"message_id"`
+	Type              string     `json:"type"`
+	State             string     `json:"state"`
+	Action            string     `json:"action"`
+	BusinessKey       string     `json:"business_key"`
+	ProcessInstanceID string     `json:"process_instance_id"`
+	CorrelationID     string     `json:"correlation_id"`
+	BodyDigest        string     `json:"body_digest"`
+	Reason            string     `json:"reason"`
+	Deliveries        int        `json:"deliveries"`
+	Duplicates        int        `json:"duplicates"`
+	Attempts          int        `json:"attempts"`
+	Conflicts         int        `json:"conflicts"`
+	Replays           int        `json:"replays"`
+	ReceivedAt        time.Time  `json:"received_at"`
+	UpdatedAt         time.Time  `json:"updated_at"`
+	ProcessedAt       *time.Time `json:"processed_at"`
+	ParkedAt          *time.Time `json:"parked_at"`
+}
+
+func toInboxRecordJSON(r inbox.Record) inboxRecordJSON {
+	return inboxRecordJSON{Source: r.Source, MessageID: r.MessageID, Type: r.Type, State: string(r.State), Action: r.Action,
+		BusinessKey: r.BusinessKey, ProcessInstanceID: r.ProcessInstanceID, CorrelationID: r.CorrelationID, BodyDigest: r.BodyDigest,
+		Reason: r.Reason, Deliveries: r.Deliveries, Duplicates: r.Duplicates, Attempts: r.Attempts, Conflicts: r.Conflicts,
+		Replays: r.Replays, ReceivedAt: r.ReceivedAt, UpdatedAt: r.UpdatedAt, ProcessedAt: r.ProcessedAt, ParkedAt: r.ParkedAt}
+}
