@@ -209,6 +209,8 @@ func (p *confirmer) publish(ctx context.Context, queue string, d amqp.Delivery, 
 	switch {
 	case err != nil:
 		return err
+	case !ok && p.ch.IsClosed():
+		return fmt.Errorf("the connection to the broker was lost before it confirmed the copy for %s", queue)
 	case !ok:
 		return fmt.Errorf("the broker refused the copy for %s (nack)", queue)
 	}
@@ -219,7 +221,18 @@ func dial(ctx context.Context, raw string) (*amqp.Connection, error) {
 	conn, err := amqp.DialConfig(raw, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: 10 * time.Second}
-			return d.DialContext(ctx, network, addr)
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// A deadline for the TLS and AMQP handshakes, as amqp.DefaultDial sets: a
+			// broker that accepts the connection and never answers would hold the
+			// consumer. The library clears it once the connection is open.
+			if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			return conn, nil
 		}})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: connect to %s: %w", redact(raw), err)

@@ -51,6 +51,13 @@ func (p *AMQPPublisher) Publish(ctx context.Context, e Event) error {
 		return fmt.Errorf("outbox: publish %s: waiting for the broker's confirm: %w", e.MessageID, err)
 	}
 	if !acked {
+		if ch.IsClosed() {
+			// The channel went down before the confirm came (the library then settles every
+			// pending confirm as a nack): the broker may well have the message, and the
+			// next publish repeats it, with the same message id.
+			p.reset()
+			return fmt.Errorf("outbox: publish %s: the connection to the broker was lost before its confirm", e.MessageID)
+		}
 		return fmt.Errorf("outbox: publish %s: the broker refused it (nack)", e.MessageID)
 	}
 	// A mandatory message the broker could not route comes back before its confirm.
@@ -76,7 +83,23 @@ func (p *AMQPPublisher) channel(ctx context.Context) (*amqp.Channel, error) {
 	conn, err := amqp.DialConfig(p.url, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: 10 * time.Second}
-			return d.DialContext(ctx, network, addr)
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// As amqp.DefaultDial does: a deadline for the TLS and AMQP handshakes, which
+			// nothing else bounds (heartbeats start after them): a broker that accepts
+			// the connection and never answers would hold Publish past its context. The
+			// library clears it once the connection is open.
+			deadline := time.Now().Add(10 * time.Second)
+			if cd, ok := ctx.Deadline(); ok && cd.Before(deadline) {
+				deadline = cd
+			}
+			if err := conn.SetDeadline(deadline); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			return conn, nil
 		}})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: connect to %s: %w", redact(p.url), err)

@@ -90,8 +90,8 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) *Relay {
 	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults()}
 }
 
-// Run publishes until ctx ends: a pass, then the next at once while passes find events,
-// else after PollInterval. A failing database is logged and retried; it never ends Run.
+// Run publishes until ctx ends: a pass, then the next at once while passes publish
+// events, else after PollInterval. A failing database is logged and retried; it never ends Run.
 func (r *Relay) Run(ctx context.Context) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -108,7 +108,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err != nil:
 			r.cfg.Logger.Warn("outbox relay pass failed; trying again", slog.Any("error", err))
 			t.Reset(r.cfg.PollInterval)
-		case n == r.cfg.Batch:
+		case n > 0:
+			// Published something: the next event of each key may be due now (a pass
+			// takes one per ordering key, so a backlog on few keys drains pass by pass).
 			t.Reset(0)
 		default:
 			t.Reset(r.cfg.PollInterval)
