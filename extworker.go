@@ -236,11 +236,22 @@ func (a *App) Run(ctx context.Context) error {
 	defer stopOps()
 	var background sync.WaitGroup
 	defer background.Wait()
-	if a.relay != nil {
-		background.Go(func() { _ = a.relay.Run(ctx) })
-	}
 	for _, c := range a.consumers {
 		background.Go(func() { _ = c.Run(ctx) })
+	}
+	if a.relay != nil {
+		background.Go(func() {
+			// RabbitMQ routes an event only to the queues bound when it is published: the
+			// relay starts once this process's consumers have declared theirs.
+			for _, c := range a.consumers {
+				select {
+				case <-c.Declared():
+				case <-ctx.Done():
+					return
+				}
+			}
+			_ = a.relay.Run(ctx)
+		})
 	}
 	if retention := a.cfg.LedgerRetention; retention > 0 {
 		background.Go(func() {

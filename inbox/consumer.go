@@ -93,6 +93,7 @@ func (c *Consumer) session(ctx context.Context) (bool, error) {
 	if err := Declare(ch, c.cfg); err != nil {
 		return false, err
 	}
+	c.declaredOnce.Do(func() { close(c.declared) })
 	if err := ch.Qos(c.cfg.Concurrency, 0, false); err != nil {
 		return false, err
 	}

@@ -198,3 +198,51 @@ func TestSameEventTwiceToTwoConsumers(t *testing.T) {
 	}
 	t.Logf("consumer 1 took %d deliveries, consumer 2 %d", c1.Stats().Received.Load(), c2.Stats().Received.Load())
 }
+
+// TestDeclaredBeforeAnyPublishNeedsIt: Declared closes only once the queue is bound to
+// its exchange, so a publisher that waits for it (the outbox's relay in the same
+// process) never publishes past the consumer. The soak found the race without it: the
+// first event of a run, published before the consumer had bound its queue, went only to
+// the soak's tap.
+func TestDeclaredBeforeAnyPublishNeedsIt(t *testing.T) {
+	e := newEnv(t)
+	conn := testenv.AMQP(t)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	exchange, queue := testenv.Unique("ex"), testenv.Unique("inbox-q")
+	t.Cleanup(func() {
+		for _, q := range []string{queue, inbox.RetryQueue(queue), inbox.DeadLetterQueue(queue)} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+		_ = ch.ExchangeDelete(exchange, false, false)
+	})
+	c := e.consumer(t, inbox.Config{Queue: queue, Bindings: []inbox.Binding{{Exchange: exchange, RoutingKey: "test.#"}}})
+	select {
+	case <-c.Declared():
+		t.Fatal("Declared before Run")
+	default:
+	}
+	run(t, c)
+	select {
+	case <-c.Declared():
+	case <-time.After(30 * time.Second):
+		t.Fatal("not declared within 30s of Run")
+	}
+	bk := testenv.Unique("INV")
+	m := msg("bound-"+bk, payload{Do: "start", BusinessKey: bk})
+	require.NoError(t, ch.Confirm(false))
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, "test.start", true, false,
+		amqp.Publishing{MessageId: m.ID, Body: m.Body, DeliveryMode: amqp.Persistent})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(testenv.Context(t, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, ok)
+	select {
+	case r := <-returns:
+		t.Fatalf("the broker returned the message: no queue bound (%s)", r.ReplyText)
+	default:
+	}
+	e.waitState(t, m.ID, inbox.StateProcessed)
+	assert.Equal(t, 1, e.instances(t, e.ship, bk))
+}

@@ -125,7 +125,9 @@ func (c *Consumer) record(ctx context.Context, m Message, digest string, fn func
 	var stored string
 	err = conn.QueryRow(ctx, `INSERT INTO extworker_inbox (source, message_id, type, body_digest, correlation_id)
 			VALUES ($1, $2, $3, $4, nullif($5, ''))
-		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now()
+		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(),
+			duplicates = extworker_inbox.duplicates + CASE WHEN extworker_inbox.body_digest = EXCLUDED.body_digest
+				AND extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL') THEN 1 ELSE 0 END
 		RETURNING state, body_digest, attempts, received_at`,
 		c.cfg.Source, m.ID, m.Type, digest, m.CorrelationID).Scan(&r.state, &stored, &r.attempts, &r.receivedAt)
 	if err != nil {
@@ -142,9 +144,7 @@ func (c *Consumer) record(ctx context.Context, m Message, digest string, fn func
 	}
 	switch r.state {
 	case StateProcessed, StateIgnoredDuplicate, StateFailedFinal:
-		if _, err := conn.Exec(ctx, `UPDATE extworker_inbox SET duplicates = duplicates + 1 WHERE source = $1 AND message_id = $2`, c.cfg.Source, m.ID); err != nil {
-			return Outcome{}, fmt.Errorf("inbox: record %s: %w", m.ID, err)
-		}
+		// The upsert counted it as a duplicate.
 		return Outcome{Disposition: Ack, State: r.state, Duplicate: true}, nil
 	}
 	return fn(ctx, r)

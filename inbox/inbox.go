@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -235,6 +236,9 @@ type Consumer struct {
 	decide  Decide
 	cfg     Config
 	stats   Stats
+
+	declared     chan struct{} // closed once the queues are declared the first time
+	declaredOnce sync.Once
 }
 
 // NewConsumer returns a consumer of cfg.Queue on the broker at amqpURL that records in
@@ -247,8 +251,15 @@ func NewConsumer(pool *pgxpool.Pool, engine *camunda7.Client, amqpURL string, de
 	if pool == nil || engine == nil || decide == nil {
 		return nil, errors.New("inbox: NewConsumer needs a pool, an engine client and a Decide")
 	}
-	return &Consumer{pool: pool, engine: admin.New(engine), amqpURL: amqpURL, decide: decide, cfg: cfg}, nil
+	return &Consumer{pool: pool, engine: admin.New(engine), amqpURL: amqpURL, decide: decide, cfg: cfg, declared: make(chan struct{})}, nil
 }
+
+// Declared is closed once Run has declared the queue and its bindings the first time.
+// RabbitMQ routes a message only to the queues bound when it is published: a publisher
+// in the same process (the outbox's relay) waits for it, so that nothing it publishes
+// passes this consumer by. A publisher elsewhere needs the queue declared before its
+// first publish (Declare, at deployment).
+func (c *Consumer) Declared() <-chan struct{} { return c.declared }
 
 // Stats returns the consumer's counts since it was made.
 func (c *Consumer) Stats() *Stats { return &c.stats }

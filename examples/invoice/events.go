@@ -114,8 +114,17 @@ func startDemoEvents(ctx context.Context, cfg daemon.Config, pool *pgxpool.Pool,
 		pub: pub, consumer: cons, pool: pool, ns: ns, amqpURL: amqpURL}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
-	go func() { _ = ev.relay.Run(ctx); done <- struct{}{} }()
 	go func() { _ = cons.Run(ctx); done <- struct{}{} }()
+	go func() {
+		// The relay publishes once the consumer's queue is bound: RabbitMQ routes an
+		// event only to the queues bound when it is published.
+		select {
+		case <-cons.Declared():
+			_ = ev.relay.Run(ctx)
+		case <-ctx.Done():
+		}
+		done <- struct{}{}
+	}()
 	ev.stop = func() {
 		cancel()
 		<-done
