@@ -63,7 +63,7 @@ ifeq ($(KILLER),)
 	EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo
 else
 	$(MAKE) bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -broker -broker-restarts 1 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 endif
 
 # The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
@@ -73,7 +73,9 @@ endif
 # timeout: nothing overridden; a kill every ~10s, half the lock); soak-short and soak
 # with short timeouts (3s lock and lease, 1s long poll, 2.5s provider timeout).
 # soak-short and soak-defaults run in CI (.ci/run); soak (the long short-timeouts tier)
-# by hand.
+# by hand. With -broker the workers' events (invoice.paid out through the outbox, the
+# shipping process in through the inbox) go through a RabbitMQ node of the soak's own,
+# which it SIGKILLs and restarts (-broker-restarts), and the oracle checks I10 and I11.
 SOAK_SEED ?= $(shell date +%s)
 # The soak's workers: the demo's worker (examples/invoice) in a test build, with the
 # failpoints its killer fires.
@@ -81,12 +83,12 @@ bin/invoice: FORCE
 	$(GO) build -tags failpoints -o bin/invoice ./examples/invoice
 FORCE:
 soak-short: up bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -broker-restarts 2 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 .PHONY: soak-defaults
 soak-defaults: up bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -broker -broker-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 soak: up bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -broker -broker-restarts 3 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 
 vet:
 	$(GO) vet ./...

@@ -19,9 +19,14 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/internal/soak"
+	"github.com/extworker/extworker/internal/testenv"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run is main, returning the exit status once the deferred clean-up (the broker's node)
+// has run.
+func run() int {
 	var cfg soak.Config
 	flag.StringVar(&cfg.Binary, "bin", "bin/invoice", "the worker binary to run (examples/invoice built with -tags failpoints: make bin/invoice)")
 	flag.StringVar(&cfg.EngineURL, "engine", "http://127.0.0.1:8080/engine-rest", "the engine's REST root")
@@ -41,13 +46,32 @@ func main() {
 	flag.StringVar(&cfg.EnginePassword, "engine-password", "", "its password (then one of the canaries: it must appear nowhere)")
 	flag.DurationVar(&cfg.EngineLatencyWindow, "engine-latency-window", 0, "a window this long of 500ms latency on the workers' engine link (long tier); 0: none")
 	flag.BoolVar(&cfg.KeepHistory, "keep-history", false, "keep a passing run's whole history, not just report.txt and the worker logs' tail")
+	broker := flag.Bool("broker", false, "run the demo's events (invoice.paid out through the outbox, the shipping process in through the inbox) on a RabbitMQ node of the soak's own, and check I10 and I11")
+	flag.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "with -broker: SIGKILLs of the broker's node, each followed by a restart, during the run")
 	flag.Parse()
 	cfg.Seed = *seed
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *broker {
+		dir, err := os.MkdirTemp("", "extworker-soak-broker-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		node, err := testenv.StartBrokerNode(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak: the broker:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		defer node.Stop()
+		fmt.Printf("soak: RabbitMQ node %s of the soak's own at %s\n", node.Node(), node.URL())
+		cfg.Broker = node
+	}
 	if _, err := soak.Run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	fmt.Println("soak OK: every invariant held")
+	return 0
 }

@@ -138,8 +138,14 @@ func (r report) write(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%d\n", k, res.Faults[k])
 	}
 	tw.Flush()
-	p("kills           %d random, %d at failpoints; %d PostgreSQL restarts, %d engine restarts",
-		res.RandomKills, res.FailpointKills, res.PGRestarts, res.EngineRestarts)
+	p("kills           %d random, %d at failpoints; %d PostgreSQL restarts, %d engine restarts, %d broker restarts",
+		res.RandomKills, res.FailpointKills, res.PGRestarts, res.EngineRestarts, res.BrokerRestarts)
+	if ev := res.Events; ev != nil {
+		p("events out      %d invoice.paid in the outbox, %d unpublished; %d reached the broker's tap, %d copies in all (relays that died before their mark, and the duplicator's %d)",
+			ev.Events, ev.Unpublished, ev.Tapped, ev.TapDeliveries, ev.DuplicatesSent)
+		p("events in       %d inbox rows (%s): %d deliveries, %d duplicates suppressed, %d reconciled with the engine after a consumer died; %d shipping instances, %d invoices shipped twice; settled %.1fs after the invoices",
+			ev.inboxRows(), counts(ev.InboxStates), ev.Deliveries, ev.Duplicates, ev.Reconcd, ev.Shipping, ev.ShippedTwice, ev.Drain.Seconds())
+	}
 
 	// The verdict per invariant.
 	by := map[string]int{}
@@ -147,7 +153,11 @@ func (r report) write(w io.Writer) error {
 		by[invariantOf(v)]++
 	}
 	var verdicts []string
-	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9"} {
+	invariants := []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9"}
+	if res.Events != nil {
+		invariants = append(invariants, "I10", "I11")
+	}
+	for _, inv := range invariants {
 		if n := by[inv]; n > 0 {
 			verdicts = append(verdicts, fmt.Sprintf("%s FAILED (%d)", inv, n))
 		} else {

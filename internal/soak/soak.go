@@ -89,6 +89,14 @@ type Config struct {
 	// proxy and adds 500 ms of latency to it for this long during the kills (the long
 	// tier's). 0: the workers talk to the engine directly.
 	EngineLatencyWindow time.Duration
+	// Broker, if set, carries the demo's events: the workers publish invoice.paid through
+	// the outbox and start the shipping process from it through the inbox, the killer
+	// arms the events' crash points too, a duplicator sends some events again, and the
+	// oracle checks I10 and I11 (events.go). nil: no events.
+	Broker Broker
+	// BrokerRestarts is how many times the broker is killed (SIGKILL) and started again
+	// during the kills.
+	BrokerRestarts int
 }
 
 // Result is what happened.
@@ -97,6 +105,7 @@ type Result struct {
 	Instances, Paid, Declined             int
 	RandomKills, FailpointKills, Restarts int
 	PGRestarts, EngineRestarts            int
+	BrokerRestarts                        int
 	Charges, ProviderRequests             int
 	// Took is the run until the workers stopped: Starts (until the last instance
 	// started) and Kills (until the drain began) are in it, as is Drain (until every
@@ -120,6 +129,8 @@ type Result struct {
 	// RunDir holds the run's history and report.
 	RunDir     string
 	Violations []string
+	// Events is what the events did (with a Broker).
+	Events *eventCounts
 }
 
 // invoice is one business command of the run.
@@ -254,6 +265,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		"EXTWORKER_ENGINE_PASSWORD="+password, "EXTWORKER_DATABASE_URL="+dbURL,
 		"EXTWORKER_LEDGER_NAMESPACE="+ns, "EXTWORKER_PROVIDER_URL="+providerURL,
 		"EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json", "EXTWORKER_HTTP_ADDR=off")
+	var events *tap
+	if cfg.Broker != nil {
+		env = append(env, "EXTWORKER_AMQP_URL="+cfg.Broker.URL())
+		// The tap is declared before any worker runs: it sees every event published.
+		events = newTap(cfg.Broker.URL(), fmt.Sprintf("soak-tap-%d-%d", cfg.Seed, nonce))
+		if err := events.declare(); err != nil {
+			return res, fmt.Errorf("events: the broker at %s: %w", cfg.Broker.URL(), err)
+		}
+		tctx, tcancel := context.WithCancel(ctx)
+		tapDone := make(chan struct{})
+		go func() { events.run(tctx); close(tapDone) }()
+		defer func() { tcancel(); <-tapDone }()
+	}
 	for _, sub := range [][]string{{"migrate"}, {"demo", "-deploy-only"}} {
 		cmd := exec.CommandContext(ctx, cfg.Binary, sub...)
 		cmd.Env = env
@@ -292,6 +316,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	)
 	points := []string{failpoint.AfterPrepared, failpoint.AfterDispatchMark, failpoint.AfterProviderAnswer,
 		failpoint.AfterConfirm, failpoint.BeforeComplete, failpoint.InExtension}
+	if events != nil {
+		points = append(points, failpoint.OutboxBeforePublish, failpoint.OutboxAfterPublish, failpoint.InboxAfterEngine, failpoint.InboxAfterAck)
+	}
 	fpRand := rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed+2))
 	// The failpoints rotate through the crash points: each restart that carries one
 	// takes the point armed least often so far (ties in the order above), so every point
@@ -427,6 +454,20 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		return n + len(held)
 	}
 
+	// The duplicator: during the kills, an event the broker delivered is sent again now
+	// and then, byte for byte, as a producer's retry would.
+	dctx, dcancel := context.WithCancel(ctx)
+	dupDone := make(chan struct{})
+	if events != nil {
+		go func() {
+			events.duplicate(dctx, rand.New(rand.NewPCG(cfg.Seed+3, cfg.Seed+4)), tm.KillEvery)
+			close(dupDone)
+		}()
+	} else {
+		close(dupDone)
+	}
+	defer func() { dcancel(); <-dupDone }()
+
 	// Killer: SIGKILL a random live worker every ~KillEvery until enough kills happened,
 	// the toxic windows are over and most work is done; then drain without faults.
 	kill := time.NewTimer(tm.KillEvery)
@@ -464,6 +505,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 			faults.add("engine restart")
 			fmt.Fprintf(out, "soak: engine restarted after %d kills (%.1fs)\n", kills, time.Since(t0).Seconds())
 		}
+		if cfg.Broker != nil && res.BrokerRestarts < cfg.BrokerRestarts && kills >= cfg.MinKills*(res.BrokerRestarts+1)/(cfg.BrokerRestarts+1) {
+			t0 := time.Now()
+			if err := cfg.Broker.Kill(); err != nil {
+				return res, fmt.Errorf("kill the broker: %w", err)
+			}
+			if err := cfg.Broker.Restart(); err != nil {
+				return res, fmt.Errorf("restart the broker: %w", err)
+			}
+			res.BrokerRestarts++
+			faults.add("broker SIGKILL and restart")
+			fmt.Fprintf(out, "soak: broker killed and started again after %d kills (%.1fs)\n", kills, time.Since(t0).Seconds())
+		}
 		mu.Lock()
 		var live []*exec.Cmd
 		for _, p := range procs {
@@ -495,6 +548,22 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	}
 	tick.Stop()
 	res.Drain = time.Since(drainStart)
+	var eventsDrain time.Duration
+	if events != nil {
+		// The events settle after their invoices: published, consumed, acted on. The
+		// workers run the relay and the consumers, so they keep running meanwhile.
+		dcancel()
+		<-dupDone
+		t0 := time.Now()
+		deadline := t0.Add(eventsDrainAllowed)
+		for ctx.Err() == nil && time.Now().Before(deadline) {
+			if ok, err := eventsSettled(ctx, pool, ns, run); err == nil && ok {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		eventsDrain = time.Since(t0)
+	}
 	res.Starts, res.Kills = time.Duration(startsTook.Load()), drainStart.Sub(start)
 	stop.Store(true)
 	signalAll(&mu, procs, syscall.SIGTERM)
@@ -511,7 +580,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	octx, ocancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer ocancel()
 	return res, check(octx, cfg, &res, checkInput{c: c, pool: pool, ledger: ledger, pay: pay, ns: ns, run: run,
-		invoices: invoices, start: start, faults: faults.snapshot(), canaries: secrets}, out)
+		invoices: invoices, start: start, faults: faults.snapshot(), canaries: secrets, events: events, eventsDrain: eventsDrain}, out)
 }
 
 // startInvoice starts an invoice's instance and returns its id, trying again while the
@@ -566,6 +635,10 @@ type checkInput struct {
 	start    time.Time
 	faults   map[string]int
 	canaries []string
+	// events is the broker's tap (nil: no events); eventsDrain how long they took to
+	// settle after the invoices had.
+	events      *tap
+	eventsDrain time.Duration
 }
 
 // check records the run's history under res.RunDir, runs the oracle over it, writes
@@ -635,6 +708,21 @@ func check(ctx context.Context, cfg Config, res *Result, in checkInput, out io.W
 		violate("run: list the ledger: %v", err)
 	}
 	res.Violations = append(res.Violations, oracle.CheckDigests(rows, effects(charges))...)
+	// I10 and I11 over the run's events.
+	if in.events != nil {
+		paid := map[string]bool{}
+		for _, r := range rows {
+			if r.Namespace == in.ns && r.Scope == scope && (r.State == idempotency.StateConfirmed || r.State == idempotency.StateReconciled) {
+				paid[strings.TrimSuffix(strings.TrimPrefix(r.Key, "invoice:"), ":v1")] = true
+			}
+		}
+		ev := checkEvents(ctx, in.c, in.pool, in.events, in.ns, in.run, paid, violate)
+		ev.BrokerRestarts, ev.Drain = res.BrokerRestarts, in.eventsDrain
+		if ev.Drain >= eventsDrainAllowed {
+			violate("run: the events did not settle within %v of the invoices", eventsDrainAllowed)
+		}
+		res.Events = &ev
+	}
 	// I3 over the run's instances.
 	started := make([]string, 0, len(in.invoices))
 	for _, inv := range in.invoices {

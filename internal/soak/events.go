@@ -1,0 +1,375 @@
+package soak
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/extworker/extworker/camunda7/admin"
+)
+
+// The demo's events (examples/invoice/events.go): a paid invoice's invoice.paid goes out
+// through the outbox, and the shipping process is started from it through the inbox.
+const (
+	eventsExchange = "extworker.demo"
+	paidType       = "invoice.paid"
+	shippingKey    = "extworker-demo-shipping"
+	paidSource     = "extworker-demo.billing"
+)
+
+// Broker is the RabbitMQ the workers' events go through, one the soak may kill (SIGKILL
+// of the node) and start again.
+type Broker interface {
+	URL() string
+	Kill() error
+	Restart() error
+}
+
+// tap is the soak's own queue on the events' exchange: it sees every invoice.paid the
+// relays publish (the broker's side of "published at least once"), and the duplicator
+// sends some of them again, byte for byte, as a producer's retry would.
+type tap struct {
+	url, queue string
+
+	mu     sync.Mutex
+	bodies map[string]string // message id -> body digest, first seen
+	seen   map[string]int    // message id -> deliveries to the tap
+	differ []string          // message ids seen with two bodies
+	raw    map[string][]byte // message id -> body, for the duplicator
+
+	dups atomic.Int64 // copies the duplicator sent
+}
+
+func newTap(url, queue string) *tap {
+	return &tap{url: url, queue: queue, bodies: map[string]string{}, seen: map[string]int{}, raw: map[string][]byte{}}
+}
+
+// eventsDrainAllowed bounds how long the events may take to settle once the invoices
+// have: a publish that failed while the broker was down waits up to the relay's backoff
+// (1 min), a consumer reconnects within its own (1 min).
+const eventsDrainAllowed = 3 * time.Minute
+
+// declare declares the tap once, before the workers start.
+func (t *tap) declare() error {
+	conn, err := amqp.Dial(t.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	return declareTap(ch, t.queue)
+}
+
+// run consumes the tap queue until ctx ends, connecting again after the broker dies.
+func (t *tap) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		_ = t.session(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (t *tap) session(ctx context.Context) error {
+	conn, err := amqp.Dial(t.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := declareTap(ch, t.queue); err != nil {
+		return err
+	}
+	ds, err := ch.ConsumeWithContext(ctx, t.queue, "", true, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	for d := range ds {
+		sum := sha256.Sum256(d.Body)
+		digest := hex.EncodeToString(sum[:])
+		t.mu.Lock()
+		if prev, ok := t.bodies[d.MessageId]; !ok {
+			t.bodies[d.MessageId] = digest
+			t.raw[d.MessageId] = d.Body
+		} else if prev != digest {
+			t.differ = append(t.differ, d.MessageId)
+		}
+		t.seen[d.MessageId]++
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// declareTap declares the events' exchange and the tap queue (durable: it outlives
+// broker restarts) bound to invoice.paid.
+func declareTap(ch *amqp.Channel, queue string) error {
+	if err := ch.ExchangeDeclare(eventsExchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		return err
+	}
+	return ch.QueueBind(queue, paidType, eventsExchange, false, nil)
+}
+
+// duplicate sends, every ~every, one event the tap has seen again to the exchange (so to
+// the workers' queue and the tap), until ctx ends.
+func (t *tap) duplicate(ctx context.Context, rng *rand.Rand, every time.Duration) {
+	var ch *amqp.Channel
+	var conn *amqp.Connection
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every/2 + time.Duration(rng.Int64N(int64(every)))):
+		}
+		t.mu.Lock()
+		ids := make([]string, 0, len(t.raw))
+		for id := range t.raw {
+			ids = append(ids, id)
+		}
+		t.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		slices.Sort(ids) // the seeded generator picks, not the map's order
+		id := ids[rng.IntN(len(ids))]
+		t.mu.Lock()
+		body := t.raw[id]
+		t.mu.Unlock()
+		if ch == nil || ch.IsClosed() {
+			if conn != nil {
+				_ = conn.Close()
+			}
+			var err error
+			if conn, err = amqp.Dial(t.url); err != nil {
+				conn = nil
+				continue
+			}
+			if ch, err = conn.Channel(); err != nil || ch.Confirm(false) != nil {
+				ch = nil
+				continue
+			}
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, eventsExchange, paidType, true, false, amqp.Publishing{
+			MessageId: id, Type: paidType, ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+		if err != nil {
+			continue
+		}
+		if ok, err := dc.WaitContext(ctx); err == nil && ok {
+			t.dups.Add(1)
+		}
+	}
+}
+
+// eventCounts is what the events did in a run.
+type eventCounts struct {
+	// Events is the outbox's invoice.paid events of the run; Unpublished those never
+	// confirmed by the broker.
+	Events, Unpublished int
+	// Tapped is how many of them reached the broker's tap; TapDeliveries counts every
+	// copy (republished by a relay that died before its mark, or by the duplicator).
+	Tapped, TapDeliveries int
+	// DuplicatesSent is the duplicator's copies.
+	DuplicatesSent int
+	// Inbox rows of the run, by state; deliveries and duplicates summed over them.
+	InboxStates                     map[string]int
+	Deliveries, Duplicates, Reconcd int
+	// Shipping instances of the run, and the business keys with more than one.
+	Shipping, ShippedTwice int
+	// BrokerRestarts is how many times the broker was killed and started again.
+	BrokerRestarts int
+	// Drain is how long the events took to settle after the invoices had.
+	Drain time.Duration
+}
+
+func (n eventCounts) inboxRows() int {
+	total := 0
+	for _, k := range n.InboxStates {
+		total += k
+	}
+	return total
+}
+
+// eventsSettled reports whether the run's events have all been published and acted on:
+// the outbox is empty and every event's inbox row is settled.
+func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, run string) (bool, error) {
+	var unpublished, events, settled int
+	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE published_at IS NULL), count(*) FROM extworker_outbox
+		WHERE namespace = $1 AND message_id LIKE $2`, ns, paidType+":"+run+"%").Scan(&unpublished, &events)
+	if err != nil {
+		return false, err
+	}
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND message_id LIKE $2
+		AND state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')`, paidSource, paidType+":"+run+"%").Scan(&settled)
+	if err != nil {
+		return false, err
+	}
+	return unpublished == 0 && settled >= events, nil
+}
+
+// checkEvents is I10 and I11 over the run's events.
+//
+//	I10 (outbox): every invoice whose charge the ledger confirmed has exactly one
+//	    invoice.paid in the outbox, published (confirmed by the broker) and seen by the
+//	    broker's tap at least once, every copy with the same body.
+//	I11 (inbox): every event was acted on exactly once: one shipping instance per event's
+//	    invoice, none for anything else, no message parked.
+func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *tap, ns, run string, paid map[string]bool, violate func(string, ...any)) eventCounts {
+	var n eventCounts
+	prefix := paidType + ":" + run
+	rows, err := pool.Query(ctx, `SELECT message_id, published_at IS NOT NULL FROM extworker_outbox WHERE namespace = $1 AND message_id LIKE $2`, ns, prefix+"%")
+	if err != nil {
+		violate("run: read the outbox: %v", err)
+		return n
+	}
+	events := map[string]bool{}
+	for rows.Next() {
+		var id string
+		var published bool
+		if err := rows.Scan(&id, &published); err != nil {
+			violate("run: read the outbox: %v", err)
+			break
+		}
+		events[id] = published
+	}
+	rows.Close()
+	n.Events = len(events)
+	t.mu.Lock()
+	for id, published := range events {
+		if !published {
+			n.Unpublished++
+			violate("I10: %s was never published (the broker never confirmed it)", id)
+		}
+		if t.seen[id] == 0 {
+			violate("I10: %s never reached the broker's tap", id)
+		} else {
+			n.Tapped++
+		}
+	}
+	for _, k := range t.seen {
+		n.TapDeliveries += k
+	}
+	for _, id := range t.differ {
+		violate("I10: %s was delivered with two different bodies", id)
+	}
+	t.mu.Unlock()
+	n.DuplicatesSent = int(t.dups.Load())
+	for inv := range paid {
+		if _, ok := events[paidType+":"+inv]; !ok {
+			violate("I10: invoice %s was charged (the ledger confirmed it) but has no invoice.paid in the outbox", inv)
+		}
+	}
+	for id := range events {
+		if !paid[strings.TrimPrefix(id, paidType+":")] {
+			violate("I10: %s announces an invoice the ledger did not confirm as charged", id)
+		}
+	}
+
+	n.InboxStates = map[string]int{}
+	irows, err := pool.Query(ctx, `SELECT message_id, state, deliveries, duplicates, coalesce(reason, '') FROM extworker_inbox
+		WHERE source = $1 AND message_id LIKE $2`, paidSource, prefix+"%")
+	if err != nil {
+		violate("run: read the inbox: %v", err)
+		return n
+	}
+	inboxed := map[string]bool{}
+	for irows.Next() {
+		var id, state, reason string
+		var deliveries, dups int
+		if err := irows.Scan(&id, &state, &deliveries, &dups, &reason); err != nil {
+			violate("run: read the inbox: %v", err)
+			break
+		}
+		inboxed[id] = true
+		n.InboxStates[state]++
+		n.Deliveries += deliveries
+		n.Duplicates += dups
+		if strings.HasPrefix(reason, "reconciled") {
+			n.Reconcd++
+		}
+		switch state {
+		case "PROCESSED", "IGNORED_DUPLICATE":
+		case "FAILED_FINAL":
+			violate("I11: %s was parked: %s", id, reason)
+		default:
+			violate("I11: %s was left %s: %s", id, state, reason)
+		}
+	}
+	irows.Close()
+	for id := range events {
+		if !inboxed[id] {
+			violate("I11: %s never reached the inbox", id)
+		}
+	}
+
+	his, err := allHistoric(ctx, c, url.Values{"processDefinitionKey": {shippingKey}, "processInstanceBusinessKeyLike": {run + "%"}})
+	if err != nil {
+		violate("run: read the shipping instances: %v", err)
+		return n
+	}
+	per := map[string]int{}
+	for _, h := range his {
+		per[h.BusinessKey]++
+	}
+	n.Shipping = len(his)
+	for bk, k := range per {
+		if k > 1 {
+			n.ShippedTwice++
+			violate("I11: invoice %s was shipped %d times (one event acted on more than once)", bk, k)
+		}
+		if _, ok := events[paidType+":"+bk]; !ok {
+			violate("I11: invoice %s was shipped without an invoice.paid event", bk)
+		}
+	}
+	for id := range events {
+		if per[strings.TrimPrefix(id, paidType+":")] == 0 {
+			violate("I11: %s started no shipping instance (an event lost)", id)
+		}
+	}
+	return n
+}
+
+// allHistoric pages through historic process instances.
+func allHistoric(ctx context.Context, c *admin.Client, q url.Values) ([]admin.HistoricProcessInstance, error) {
+	var out []admin.HistoricProcessInstance
+	for first := 0; ; first += 500 {
+		page := url.Values{}
+		for k, v := range q {
+			page[k] = v
+		}
+		page.Set("firstResult", fmt.Sprint(first))
+		page.Set("maxResults", "500")
+		got, err := c.HistoricProcessInstances(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+		if len(got) < 500 {
+			return out, nil
+		}
+	}
+}
