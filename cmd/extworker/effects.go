@@ -67,56 +67,20 @@ const validStatesText = "prepared, dispatched, confirmed, rejected, unknown, rec
 
 // runEffects is the operator's view of the effect ledger; effectsUsage lists its commands.
 func runEffects(ctx context.Context, cfg daemon.Config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("effects: no command given\n" + effectsUsage)
-	}
-	e := &effectsCmd{cfg: cfg, logger: logger, stdout: stdout, stderr: stderr}
-	var err error
-	switch args[0] {
-	case "list":
-		err = e.list(ctx, args[1:])
-	case "show":
-		err = e.show(ctx, args[1:])
-	case "resolve":
-		err = e.resolve(ctx, args[1:])
-	case "resolutions":
-		err = e.resolutions(ctx, args[1:])
-	case "approve":
-		err = e.decide(ctx, "approve", args[1:])
-	case "reject":
-		err = e.decide(ctx, "reject", args[1:])
-	case "prune":
-		err = e.prune(ctx, args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, effectsUsage)
-		return nil
-	default:
-		return fmt.Errorf("effects: unknown command %q\n%s", args[0], effectsUsage)
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the flag set printed its usage
-	}
-	return err
+	e := &effectsCmd{subcommands{group: "effects", cfg: cfg, logger: logger, stdout: stdout, stderr: stderr}}
+	return e.dispatch(ctx, args, effectsUsage, map[string]func(context.Context, []string) error{
+		"list":        e.list,
+		"show":        e.show,
+		"resolve":     e.resolve,
+		"resolutions": e.resolutions,
+		"approve":     func(ctx context.Context, args []string) error { return e.decide(ctx, "approve", args) },
+		"reject":      func(ctx context.Context, args []string) error { return e.decide(ctx, "reject", args) },
+		"prune":       e.prune,
+	})
 }
 
-// effectsCmd carries what every effects subcommand needs.
-type effectsCmd struct {
-	cfg            daemon.Config
-	logger         *slog.Logger
-	stdout, stderr io.Writer
-}
-
-// newFlags returns a flag set for one subcommand, with --json.
-func (e *effectsCmd) newFlags(name, synopsis string) (*flag.FlagSet, *bool) {
-	fs := flag.NewFlagSet("effects "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: extworker effects %s %s\n\nflags:\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	return fs, asJSON
-}
+// effectsCmd is the effects subcommands.
+type effectsCmd struct{ subcommands }
 
 // parseInterleaved parses flags placed before, between or after positional arguments
 // (`show KEY --scope S` as well as `show --scope S KEY`), which flag.Parse alone stops at.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,48 +52,16 @@ const reasonWidth = 60
 
 // runInbox is the operator's view of the inbox; inboxUsage lists its commands.
 func runInbox(ctx context.Context, cfg daemon.Config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("inbox: no command given\n" + inboxUsage)
-	}
-	c := &inboxCmd{cfg: cfg, logger: logger, stdout: stdout, stderr: stderr}
-	var err error
-	switch args[0] {
-	case "list":
-		err = c.list(ctx, args[1:])
-	case "show":
-		err = c.show(ctx, args[1:])
-	case "replay":
-		err = c.replay(ctx, args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, inboxUsage)
-		return nil
-	default:
-		return fmt.Errorf("inbox: unknown command %q\n%s", args[0], inboxUsage)
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the flag set printed its usage
-	}
-	return err
+	c := &inboxCmd{subcommands{group: "inbox", cfg: cfg, logger: logger, stdout: stdout, stderr: stderr}}
+	return c.dispatch(ctx, args, inboxUsage, map[string]func(context.Context, []string) error{
+		"list":   c.list,
+		"show":   c.show,
+		"replay": c.replay,
+	})
 }
 
-// inboxCmd carries what every inbox subcommand needs.
-type inboxCmd struct {
-	cfg            daemon.Config
-	logger         *slog.Logger
-	stdout, stderr io.Writer
-}
-
-// newFlags returns a flag set for one subcommand, with --json.
-func (c *inboxCmd) newFlags(name, synopsis string) (*flag.FlagSet, *bool) {
-	fs := flag.NewFlagSet("inbox "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: extworker inbox %s %s\n\nflags:\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	return fs, asJSON
-}
+// inboxCmd is the inbox subcommands.
+type inboxCmd struct{ subcommands }
 
 // open opens the inbox's database (the ledger's), which must be migrated.
 func (c *inboxCmd) open(ctx context.Context) (*pgxpool.Pool, error) {
