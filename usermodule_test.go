@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,6 +27,17 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
 )
+
+// claimBPMN is the claim a damaged parcel opens.
+const claimBPMN = `<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:camunda="http://camunda.org/schema/1.0/bpmn"
+  id="defs-%[1]s" targetNamespace="http://extworker.dev/test">
+  <bpmn:process id="%[1]s" isExecutable="true" camunda:historyTimeToLive="P1D">
+    <bpmn:startEvent id="reported"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="reported" targetRef="opened"/>
+    <bpmn:endEvent id="opened"/>
+  </bpmn:process>
+</bpmn:definitions>`
 
 // courierBPMN is the user's process: book a courier for a shipment; an address the
 // courier refuses ends on its own path.
@@ -100,10 +112,12 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// A user's own module, with one ledger-backed handler and a five-line main, serves its
-// topic through the entry point against the real engine and PostgreSQL: every shipment
-// booked once (a twin delivery of one shipment too), a refused address on the process's
-// error path, /readyz ready, /metrics exposed, and a clean exit on SIGTERM.
+// A user's own module, with one ledger-backed handler, one inbox consumer and a short
+// main, serves its topic and its queue through the entry point against the real engine,
+// PostgreSQL and RabbitMQ: every shipment booked once (a twin delivery of one shipment
+// too), a refused address on the process's error path, each booking announced once, a
+// damaged parcel reported three times opening one claim, /readyz ready, /metrics
+// exposed, and a clean exit on SIGTERM.
 func TestUserModule(t *testing.T) {
 	c := testenv.Engine(t)
 	pool := testenv.DB(t)
@@ -133,12 +147,22 @@ func TestUserModule(t *testing.T) {
 	run := testenv.Unique("S")
 	ids := []string{start(run+"-1", "10115"), start(run+"-2", "80331"), start(run+"-1", "10115"), start(run+"-3", "00000")}
 
-	events, ch := testenv.Queue(t, testenv.AMQP(t))
+	amqpConn := testenv.AMQP(t)
+	events, ch := testenv.Queue(t, amqpConn)
+	// The carrier's parcel.damaged events, which the program consumes into claims.
+	claimKey, claims := testenv.Unique("claim"), testenv.Unique("claims")
+	_, err = c.Deploy(ctx, admin.Deployment{Name: claimKey, Resources: []admin.Resource{{Name: claimKey + ".bpmn", Content: []byte(fmt.Sprintf(claimBPMN, claimKey))}}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, q := range []string{claims, claims + ".retry", claims + ".dlq"} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+	})
 	addr := freeAddr(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_DATABASE_URL="+testenv.DBURL(),
 		"EXTWORKER_LEDGER_NAMESPACE="+key, "EXTWORKER_HTTP_ADDR="+addr, "EXTWORKER_LOG_LEVEL=warn", "COURIER_URL="+srv.URL,
-		"EXTWORKER_AMQP_URL="+testenv.AMQPURL(), "COURIER_EVENTS="+events)
+		"EXTWORKER_AMQP_URL="+testenv.AMQPURL(), "COURIER_EVENTS="+events, "COURIER_CLAIMS="+claims, "COURIER_CLAIM_PROCESS="+claimKey)
 	var logs testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
@@ -195,6 +219,45 @@ func TestUserModule(t *testing.T) {
 	})
 	assert.ElementsMatch(t, []string{"courier.booked:" + run + "-1", "courier.booked:" + run + "-2"}, announced)
 
+	// A damaged parcel reported three times (a redelivery, and the carrier's retry under
+	// a new message id) opens one claim.
+	pch, err := amqpConn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, pch.Confirm(false))
+	report := func(id string) {
+		dc, err := pch.PublishWithDeferredConfirmWithContext(ctx, "", claims, true, false, amqp.Publishing{MessageId: id, Type: "parcel.damaged",
+			DeliveryMode: amqp.Persistent, Body: []byte(`{"shipment":"` + run + `-2","note":"box crushed"}`)})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "confirmed")
+	}
+	testenv.Eventually(t, 30*time.Second, "the program to declare its claims queue", func() (bool, error) {
+		_, err := pch.QueueDeclarePassive(claims, true, false, false, false, nil)
+		if err != nil { // a failed passive declare closes the channel
+			pch, _ = amqpConn.Channel()
+			_ = pch.Confirm(false)
+		}
+		return err == nil, nil
+	})
+	report("damaged:" + run)
+	report("damaged:" + run)
+	report("damaged:" + run + ":retry")
+	// One started the claim, the redelivery was a duplicate, the retry found the claim.
+	want := map[string]int{"received": 3, "started": 1, "duplicate": 1, "ignored": 1, "parked": 0}
+	testenv.Eventually(t, 30*time.Second, "three reports consumed", func() (bool, error) {
+		_, m := get("/metrics")
+		for outcome, n := range want {
+			if !strings.Contains(m, fmt.Sprintf(`extworker_inbox_messages_total{outcome=%q,queue=%q} %d`+"\n", outcome, claims, n)) {
+				return false, fmt.Errorf("no %s %d for %s in %q", outcome, n, claims, inboxLines(m))
+			}
+		}
+		return true, nil
+	})
+	n, err := c.HistoricProcessInstanceCount(ctx, url.Values{"processDefinitionKey": {claimKey}, "processInstanceBusinessKey": {run + "-2"}})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "one claim for the damaged parcel")
+
 	code, _ := get("/readyz")
 	assert.Equal(t, http.StatusOK, code, "/readyz")
 	code, metrics := get("/metrics")
@@ -228,4 +291,15 @@ func TestUserModuleRejectedCredentials(t *testing.T) {
 	assert.Contains(t, string(out), "rejected the credentials")
 	assert.NotContains(t, string(out), "wrong-s3cret")
 	assert.NotContains(t, string(out), "panic")
+}
+
+// inboxLines are the inbox's metric lines, for a failure message.
+func inboxLines(metrics string) []string {
+	var out []string
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, "extworker_inbox_messages_total") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
