@@ -95,7 +95,7 @@ vet:
 	$(GO) vet -tags failpoints ./...
 
 # The production packages build for Windows and macOS, and go.mod is tidy (CI runs both).
-PROD_PKGS = . ./camunda7/... ./lockext/... ./tasks/... ./idempotency/... ./failure/... ./migrations/... ./metrics/... ./internal/failpoint/... ./cmd/extworker/
+PROD_PKGS = . ./camunda7/... ./lockext/... ./tasks/... ./idempotency/... ./failure/... ./migrations/... ./metrics/... ./outbox/... ./inbox/... ./internal/failpoint/... ./cmd/extworker/
 .PHONY: cross tidy-check
 cross:
 	GOOS=windows GOARCH=amd64 $(GO) build $(PROD_PKGS)
