@@ -135,7 +135,7 @@ func (c *Consumer) deliver(ctx context.Context, pub *confirmer, d amqp.Delivery)
 	if err != nil {
 		// The inbox could not record it: hand it back to come again after a pause.
 		c.cfg.Logger.Warn("inbox: recording a message failed; it comes back", "message_id", d.MessageId, "error", err)
-		out = Outcome{Disposition: Retry, Delay: c.cfg.BackoffInitial, Reason: err.Error()}
+		out = Outcome{Disposition: Retry, Delay: c.backoff(int(attempt(d)) + 1), Reason: err.Error()}
 	}
 	switch out.Disposition {
 	case Retry:
