@@ -194,6 +194,11 @@ func (a *App) Consume(cfg inbox.Config, decide inbox.Decide) error {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = inbox.DefaultConcurrency
 	}
+	if cfg.InFlightWindow <= 0 {
+		// A dead attempt's request may land until the engine client would have given up
+		// on it, and then some.
+		cfg.InFlightWindow = max(time.Minute, 2*a.cfg.EngineTimeout)
+	}
 	// A pool of its own: each message in hand holds a connection across the engine's
 	// calls, which the handlers' ledger must not wait behind.
 	pool, err := daemon.OpenInboxPool(context.Background(), a.cfg, cfg.Concurrency)

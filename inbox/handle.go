@@ -99,6 +99,9 @@ type row struct {
 	state      State
 	attempts   int
 	receivedAt time.Time
+	// sinceAttempt is how long ago (by the database's clock) the last attempt began
+	// asking the engine; zero if none did.
+	sinceAttempt time.Duration
 }
 
 // record takes the message's lock (a second consumer with the same message waits here),
@@ -123,16 +126,19 @@ func (c *Consumer) record(ctx context.Context, m Message, digest string, fn func
 
 	r := &row{c: c, conn: conn, m: m}
 	var stored string
+	var since float64
 	err = conn.QueryRow(ctx, `INSERT INTO extworker_inbox (source, message_id, type, body_digest, correlation_id)
 			VALUES ($1, $2, $3, $4, nullif($5, ''))
 		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(),
 			duplicates = extworker_inbox.duplicates + CASE WHEN extworker_inbox.body_digest = EXCLUDED.body_digest
 				AND extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL') THEN 1 ELSE 0 END
-		RETURNING state, body_digest, attempts, received_at`,
-		c.cfg.Source, m.ID, m.Type, digest, m.CorrelationID).Scan(&r.state, &stored, &r.attempts, &r.receivedAt)
+		RETURNING state, body_digest, attempts, received_at,
+			coalesce(extract(epoch FROM now() - attempt_started_at), 0)::float8`,
+		c.cfg.Source, m.ID, m.Type, digest, m.CorrelationID).Scan(&r.state, &stored, &r.attempts, &r.receivedAt, &since)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("inbox: record %s: %w", m.ID, err)
 	}
+	r.sinceAttempt = time.Duration(since * float64(time.Second))
 	if stored != digest {
 		if _, err := conn.Exec(ctx, `WITH c AS (INSERT INTO extworker_inbox_conflicts (source, message_id, body_digest) VALUES ($1, $2, $3)
 				ON CONFLICT (source, message_id, body_digest) DO UPDATE SET deliveries = extworker_inbox_conflicts.deliveries + 1)
@@ -158,6 +164,15 @@ func (c *Consumer) act(ctx context.Context, r *row) (Outcome, error) {
 		return r.park(ctx, "the consumer could not read the message: "+err.Error())
 	}
 	ambiguous := r.state == StateProcessing || r.state == StateUnknownOutcome
+	if wait := r.c.cfg.InFlightWindow - r.sinceAttempt; ambiguous && wait > 0 {
+		// An attempt whose end nobody recorded (its consumer died, or gave up on the
+		// answer) may have a request still on its way to the engine, which asking now
+		// would not see: a second start. Ask once it can no longer land.
+		r.c.cfg.Logger.Info("inbox: an earlier attempt may still be in flight; asking the engine later",
+			"source", r.c.cfg.Source, "message_id", r.m.ID, "wait", wait)
+		return Outcome{Disposition: Retry, Delay: max(wait, time.Millisecond), State: r.state,
+			Reason: fmt.Sprintf("an attempt that began %v ago may still be in flight at the engine", r.sinceAttempt.Round(time.Millisecond))}, nil
+	}
 	switch {
 	case a.Start != nil && a.Correlate == nil && a.Ignore == "":
 		return c.start(ctx, r, *a.Start, ambiguous)
@@ -174,7 +189,8 @@ func (c *Consumer) act(ctx context.Context, r *row) (Outcome, error) {
 // reconciles.
 func (r *row) begin(ctx context.Context, action, businessKey string) error {
 	r.attempts++
-	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox SET state = 'PROCESSING', attempts = $3, action = $4, business_key = nullif($5, ''), updated_at = now()
+	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox SET state = 'PROCESSING', attempts = $3, action = $4, business_key = nullif($5, ''),
+			updated_at = now(), attempt_started_at = now()
 		WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.m.ID, r.attempts, action, businessKey)
 	if err != nil {
 		return fmt.Errorf("inbox: record %s: %w", r.m.ID, err)

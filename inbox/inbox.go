@@ -189,6 +189,11 @@ type Config struct {
 	// BackoffInitial and BackoffMax bound the wait before a retried message comes back,
 	// doubling per attempt. Defaults 1s and 1m.
 	BackoffInitial, BackoffMax time.Duration
+	// InFlightWindow is how long after an attempt began asking the engine a request of
+	// it may still land there, when nobody recorded its end (its consumer died, or gave
+	// up waiting for the answer): until then the next attempt does not look, and waits.
+	// It must exceed the engine client's timeout. Default 1m.
+	InFlightWindow time.Duration
 	// HandleTimeout bounds the handling of one message, the engine's calls included; a
 	// consumer stopping lets the messages in hand finish within it. Default 1m.
 	HandleTimeout time.Duration
@@ -217,6 +222,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BackoffMax < c.BackoffInitial {
 		c.BackoffMax = max(time.Minute, c.BackoffInitial)
+	}
+	if c.InFlightWindow <= 0 {
+		c.InFlightWindow = time.Minute
 	}
 	if c.HandleTimeout <= 0 {
 		c.HandleTimeout = time.Minute

@@ -21,6 +21,9 @@ CREATE TABLE extworker_inbox (
     attempts            integer     NOT NULL DEFAULT 0,
     conflicts           integer     NOT NULL DEFAULT 0,
     replays             integer     NOT NULL DEFAULT 0,
+    -- when the last attempt began asking the engine: a request of an attempt whose end
+    -- nobody recorded may still land until inbox.Config.InFlightWindow has passed
+    attempt_started_at  timestamptz,
     received_at         timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),
     processed_at        timestamptz,
