@@ -10,6 +10,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pressly/goose/v3"
@@ -24,6 +26,21 @@ const VersionTable = "extworker_schema_migrations"
 
 // ErrNotMigrated means the database lacks migrations this binary needs.
 var ErrNotMigrated = errors.New("the ledger database is not migrated: run `extworker migrate`")
+
+// Versions lists the migrations this binary carries, in order: what Up applies to an
+// empty database.
+func Versions() []int64 {
+	entries, _ := files.ReadDir(".")
+	var out []int64
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		if v, err := strconv.ParseInt(num, 10, 64); ok && err == nil && strings.HasSuffix(e.Name(), ".sql") {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 func provider(db *sql.DB) (*goose.Provider, error) {
 	// Poll for the lock every second (the default is 5s), for up to five minutes.
