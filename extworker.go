@@ -25,7 +25,10 @@
 //   - the worker (package tasks): long polling, lock extension, retries, classified
 //     failures;
 //   - signals: SIGINT or SIGTERM stops gracefully within EXTWORKER_SHUTDOWN_TIMEOUT; a
-//     second one exits at once with 130 or 143.
+//     second one exits at once with 130 or 143;
+//   - traces, when the standard OTEL_* variables ask for them (OTEL_EXPORTER_OTLP_ENDPOINT,
+//     say): OpenTelemetry spans of every task, its handler, its engine calls and its
+//     effects, exported over OTLP/HTTP, flushed by Close (docs/operations.md, Traces).
 //
 // Handlers are ordinary tasks.Handler functions; package tasks has the task's variables
 // and outcomes, package idempotency the ledger, package failure the outcomes' kinds.
@@ -47,6 +50,7 @@ import (
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/tracing"
 	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/outbox"
 	"github.com/extworker/extworker/tasks"
@@ -77,6 +81,8 @@ type App struct {
 	inboxPools []*pgxpool.Pool
 	inboxStats *metrics.InboxCollector // registered with the first consumer
 	errs       []error
+	// stopTracing flushes and stops the TracerProvider New installed; nil without one.
+	stopTracing func(context.Context) error
 }
 
 // Options are what New takes besides the environment. The zero value is the default.
@@ -90,6 +96,11 @@ type Options struct {
 // credentials, and opens the ledger, which must be migrated. Its errors are what Main
 // reports: a configuration error or rejected credentials satisfy IsConfigError. Close
 // releases what it opened; Run does not.
+//
+// When the OTEL_* variables ask for traces, New installs an OpenTelemetry SDK
+// TracerProvider (OTLP/HTTP) as the global one, and Close flushes it. A program that
+// sets up OpenTelemetry itself leaves those variables unset for its worker, or sets
+// OTEL_TRACES_EXPORTER=none.
 func New(ctx context.Context, opts Options) (*App, error) {
 	cfg, err := daemon.LoadConfig()
 	if err != nil {
@@ -99,11 +110,21 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	traces, err := tracing.Read(os.LookupEnv)
+	if err != nil {
+		return nil, daemon.ConfigError{Err: err}
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = daemon.NewLogger(cfg, os.Stderr)
 	}
 	a := &App{cfg: cfg, ops: ops, logger: logger, registry: tasks.NewRegistry()}
+	if traces.On {
+		if a.stopTracing, err = tracing.Start(ctx, traces, logger); err != nil {
+			return nil, daemon.ConfigError{Err: err}
+		}
+		logger.Info("traces on", slog.String("endpoint", traces.Endpoint), slog.String("service_name", traces.ServiceName))
+	}
 	if err := a.open(ctx); err != nil {
 		a.Close()
 		return nil, cfg.ScrubError(err)
@@ -305,7 +326,7 @@ func (a *App) orphaned(ctx context.Context, g tasks.Gone) {
 }
 
 // Close releases the ledger's and the operations server's database pools, and the
-// broker connection.
+// broker connection, and flushes the spans not yet exported (for at most 5s).
 func (a *App) Close() {
 	if a.pub != nil {
 		_ = a.pub.Close()
@@ -319,7 +340,18 @@ func (a *App) Close() {
 	for _, p := range a.inboxPools {
 		p.Close()
 	}
+	if a.stopTracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+		defer cancel()
+		if err := a.stopTracing(ctx); err != nil {
+			a.logger.Warn("flushing the last spans failed; they are lost", slog.Any("error", err))
+		}
+		a.stopTracing = nil
+	}
 }
+
+// tracingFlushTimeout bounds Close's flush of the spans not yet exported.
+const tracingFlushTimeout = 5 * time.Second
 
 // Main is a worker program's whole main: it builds the App from the environment, lets
 // setup register the handlers, and runs until SIGINT or SIGTERM. It exits 0 after a

@@ -192,6 +192,7 @@ type Client struct {
 	cfg  Config
 	rc   *resty.Client
 	base string
+	host string // the base URL's host and port, for traces
 }
 
 // New returns a Client for cfg (after WithDefaults), or the configuration's problems.
@@ -230,7 +231,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BearerToken != "" && cfg.TokenSource == nil {
 		rc.SetAuthToken(cfg.BearerToken)
 	}
-	return &Client{cfg: cfg, rc: rc, base: base}, nil
+	host := ""
+	if u, err := url.Parse(base); err == nil {
+		host = u.Host
+	}
+	return &Client{cfg: cfg, rc: rc, base: base, host: host}, nil
 }
 
 // CloseIdleConnections closes kept-alive connections, e.g. before a process exits.
@@ -313,8 +318,25 @@ func invalid(op, format string, args ...any) error {
 }
 
 // do sends one request and decodes its answer into c.out, turning every failure into
-// an *Error, *TransportError, *ResponseError or argError.
+// an *Error, *TransportError, *ResponseError or argError. It is every request's one
+// path, and traces each one: a span named by its operation (spanName), with the answer's
+// status and the classified outcome.
 func (c *Client) do(ctx context.Context, k call) error {
+	ctx, span := c.startSpan(ctx, k)
+	var st sendStats
+	err := c.send(ctx, k, &st)
+	endSpan(span, st.status, st.resends, err)
+	return err
+}
+
+// sendStats is what a span records of a request besides its error.
+type sendStats struct {
+	status  int // the answer's HTTP status; 0 without an answer
+	resends int // sent again with a fresh token after a 401
+}
+
+// send is do without the span.
+func (c *Client) send(ctx context.Context, k call, st *sendStats) error {
 	var payload []byte
 	contentType := ""
 	switch b := k.body.(type) {
@@ -381,6 +403,7 @@ func (c *Client) do(ctx context.Context, k call) error {
 			}
 			return &TransportError{Op: k.op, Sent: wrote.Load(), Err: err}
 		}
+		st.status, st.resends = resp.StatusCode(), attempt-1
 		if attempt > 1 || inv == nil || resp.StatusCode() != http.StatusUnauthorized {
 			break
 		}

@@ -29,4 +29,17 @@
 // docs/operators.md is their runbook.
 //
 // The database needs the schema of package migrations.
+//
+// # Traces
+//
+// Do traces its steps through OpenTelemetry's global TracerProvider (a no-op until a
+// program installs one), as children of the span in its ctx (under package tasks, the
+// handler's): "ledger claim", "ledger mark dispatched", "provider call" (around
+// Effect.Dispatch, whose ctx carries it: httpeffect sends its trace context to the
+// provider), "ledger confirm", "ledger reject", "ledger unknown", "ledger not sent",
+// "ledger reconcile" (with "provider lookup" around Reconcile or Search) and "ledger
+// hold". Each carries idempotency.scope, idempotency.state (the state the step reached)
+// and idempotency.attempt; a failed step's status is Error, described by its failure's
+// kind. No span carries the intent's key, its request, the business key or an error's
+// text.
 package idempotency

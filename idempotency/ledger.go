@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/internal/failpoint"
@@ -303,8 +304,14 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	if err := a.fence(ctx); err != nil {
 		return Outcome{}, err
 	}
-	if err := a.claim(ctx); err != nil {
-		return Outcome{}, err
+	cctx, span := a.startStep(ctx, spanClaim)
+	cerr := a.claim(cctx)
+	if cerr == nil && a.row.State.Terminal() {
+		setAttr(cctx, "idempotency.result", "settled") // replayed from the ledger, the provider not called
+	}
+	a.endStep(span, cerr)
+	if cerr != nil {
+		return Outcome{}, cerr
 	}
 	if a.claimed {
 		defer func() {
@@ -317,7 +324,9 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 		return a.settled()
 	}
 	if a.row.State == StateUnknown {
-		proceed, out, err := a.reconcile(ctx)
+		rctx, span := a.startStep(ctx, spanReconcile)
+		proceed, out, err := a.reconcile(rctx)
+		a.endStep(span, err)
 		if !proceed {
 			return out, err
 		}
@@ -330,8 +339,11 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 		return a.confirm(ctx, StatePrepared, StateConfirmed, Result{}, "local effect committed with the ledger")
 	}
 	if a.row.State == StatePrepared { // back from unknown (not found) in this attempt
-		if err := a.markDispatched(ctx); err != nil {
-			return Outcome{}, err
+		mctx, span := a.startStep(ctx, spanMarkDispatched)
+		merr := a.markDispatched(mctx)
+		a.endStep(span, merr)
+		if merr != nil {
+			return Outcome{}, merr
 		}
 	}
 	return a.dispatch(ctx)
@@ -594,9 +606,11 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		return false, Outcome{}, a.hold(ctx, why, ErrUnknownOutcome)
 	}
 	rctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
+	rctx, lspan := a.startStep(rctx, spanProviderLookup, trace.WithSpanKind(trace.SpanKindClient))
 	asked := a.dbTime() // what the lookup can see was indexed before then, less the lag
 	rec, rerr := lookup(rctx, Query{Scope: a.in.Scope, Key: a.in.Key, ProviderKey: r.ProviderKey, ProviderRef: deref(r.ProviderRef),
 		FirstDispatchedAt: derefTime(r.FirstDispatchedAt), LastDispatchedAt: derefTime(r.LastDispatchedAt), BusinessKey: deref(r.BusinessKey)})
+	a.endLookup(lspan, bySearch, rec, rerr)
 	cancel()
 	if rerr != nil && ctx.Err() != nil {
 		// The handler's context ended during the lookup: no answer, and not an
@@ -620,6 +634,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		}
 	}
 	a.l.cfg.Hooks.Observer.Reconciled(a.in.Scope, reconResults[rec.kind])
+	setAttr(ctx, "idempotency.reconciliation", reconResults[rec.kind])
 	how := "reconciled"
 	if bySearch {
 		how = "reconciled by business search"
@@ -669,7 +684,7 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 		// was sent, so the intent goes back to prepared and the mark is not counted as a
 		// dispatch. last_dispatched_at of an earlier dispatch is not known any more; it
 		// stays at this mark, which only makes a search's lag wait longer.
-		if merr := a.move(ctx, StateDispatched, StatePrepared, "cancelled before the request left: "+context.Cause(ctx).Error(),
+		if merr := a.moveNotSent(ctx, "cancelled before the request left: "+context.Cause(ctx).Error(),
 			`, dispatches = dispatches - 1, first_dispatched_at = CASE WHEN dispatches = 1 THEN NULL ELSE first_dispatched_at END,
 			last_dispatched_at = CASE WHEN dispatches = 1 THEN NULL ELSE last_dispatched_at END`); merr != nil {
 			// The row stays dispatched: the next attempt, once the lease ends, reconciles it.
@@ -684,7 +699,9 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 	// not in the middle of one.
 	a.sending = true
 	dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.leaseDeadline())
+	dctx, pspan := a.startStep(dctx, spanProviderCall, trace.WithSpanKind(trace.SpanKindClient))
 	res, derr := a.eff.Dispatch(dctx, a.row.ProviderKey)
+	a.endProviderCall(pspan, derr)
 	cancel()
 	var rej *Rejection
 	switch {
@@ -699,7 +716,7 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 		// check). Nothing will change by retrying: an operator looks at the key.
 		return Outcome{}, a.hold(ctx, "the provider refused the request: "+derr.Error(), ErrKeyRefused)
 	case IsNotSent(derr):
-		if err := a.move(ctx, StateDispatched, StatePrepared, derr.Error(), ""); err != nil {
+		if err := a.moveNotSent(ctx, derr.Error(), ""); err != nil {
 			return Outcome{}, failure.Retryable(err)
 		}
 		var ra interface{ RetryAfter() time.Duration }
@@ -709,7 +726,7 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: dispatch %w", derr))
 	}
-	if err := a.move(ctx, StateDispatched, StateUnknown, "ambiguous dispatch: "+derr.Error(), ""); err != nil {
+	if err := a.moveUnknown(ctx, "ambiguous dispatch: "+derr.Error()); err != nil {
 		// The row stays dispatched: the next attempt, once the lease ends, treats it as unknown.
 		a.logger(ctx).Warn("recording an unknown dispatch failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", err))
 	}
@@ -717,7 +734,9 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 }
 
 // confirm records the result (and runs Local in the same transaction).
-func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reason string) (Outcome, error) {
+func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reason string) (_ Outcome, err error) {
+	ctx, span := a.startStep(ctx, spanConfirm)
+	defer func() { a.endStep(span, err) }()
 	values, err := json.Marshal(res.Values)
 	if err != nil {
 		return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: result values: %w", err))
@@ -752,7 +771,7 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 	if err != nil {
 		if from == StateDispatched {
 			// The provider did it; the ledger could not say so. Make the next attempt check.
-			if merr := a.move(ctx, StateDispatched, StateUnknown, "confirm failed after the provider answered: "+err.Error(), ""); merr != nil {
+			if merr := a.moveUnknown(ctx, "confirm failed after the provider answered: "+err.Error()); merr != nil {
 				a.logger(ctx).Warn("recording unknown after a failed confirm failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", merr))
 			}
 		}
@@ -765,7 +784,9 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 	return a.outcome(false)
 }
 
-func (a *attempt) reject(ctx context.Context, from State, rej *Rejection, reason string) error {
+func (a *attempt) reject(ctx context.Context, from State, rej *Rejection, reason string) (err error) {
+	ctx, span := a.startStep(ctx, spanReject)
+	defer func() { a.endStep(span, err) }()
 	if err := a.move(ctx, from, StateRejected, reason+": "+rej.Code, ", error_code = $5, error_message = $6", rej.Code, rej.Message); err != nil {
 		return failure.Retryable(err)
 	}
@@ -781,11 +802,29 @@ func (a *attempt) rejected(rej *Rejection) error {
 
 // hold parks the intent for an operator and returns the incident for the handler.
 func (a *attempt) hold(ctx context.Context, why string, cause error) error {
+	ctx, span := a.startStep(ctx, spanHold)
 	var err error
-	txErr := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error { err = a.holdTx(ctx, tx, why, cause); return nil })
-	if txErr != nil {
-		return failure.Retryable(txErr)
+	if txErr := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error { err = a.holdTx(ctx, tx, why, cause); return nil }); txErr != nil {
+		err = failure.Retryable(txErr)
 	}
+	a.endStep(span, err)
+	return err
+}
+
+// moveUnknown records a dispatch whose outcome is unknown: reconciled before anything is
+// sent again.
+func (a *attempt) moveUnknown(ctx context.Context, reason string) error {
+	ctx, span := a.startStep(ctx, spanUnknown)
+	err := a.move(ctx, StateDispatched, StateUnknown, reason, "")
+	a.endStep(span, err)
+	return err
+}
+
+// moveNotSent takes a dispatch that certainly did not leave back to prepared.
+func (a *attempt) moveNotSent(ctx context.Context, reason, sets string) error {
+	ctx, span := a.startStep(ctx, spanNotSent)
+	err := a.move(ctx, StateDispatched, StatePrepared, reason, sets)
+	a.endStep(span, err)
 	return err
 }
 

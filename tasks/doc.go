@@ -117,6 +117,26 @@
 // Config.Observer receives fetches, outcomes, slot changes, lock extensions, lost locks
 // and engine errors; package metrics implements it on Prometheus.
 //
+// # Traces
+//
+// The worker traces every task through OpenTelemetry's global TracerProvider, which
+// does nothing until a program installs one (package extworker does, when the standard
+// OTEL_* variables ask for traces). Each task is a trace of its own:
+//
+//	task <topic>        from the handling of a fetched task to the end of its report
+//	  handler           the handler's call; its ctx carries the span, so the handler's
+//	                    own spans (and the effect ledger's) nest under it
+//	  report            complete, failure or bpmnError, resends included
+//	    camunda7 ...    the engine calls (package camunda7), here and for the lock's
+//	                    extensions under the task's span
+//
+// The task's span carries camunda.topic, camunda.process_definition_key,
+// camunda.activity_id, camunda.process_instance_id, camunda.external_task_id,
+// extworker.worker_id, extworker.attempt and extworker.outcome (as in the records
+// above); a failure sets its status to Error, described by the failure's kind only
+// (retryable, permanent, unknown-outcome, lock-lost, report-failed). No span carries
+// the business key, a variable's value or an error's text.
+//
 // # errorMessage and errorDetails
 //
 // A failure's errorMessage is one line, at most 600 characters (the engine keeps 666):

@@ -25,8 +25,10 @@ const maxErrorMessage = 600
 // report turns one outcome into one engine call: the only place that does. Reports use
 // their own context (never the handler's, which may be cancelled), their own timeout,
 // resend only what certainly did not arrive, and resolve a lost answer by asking the
-// engine, never by running the handler again.
-func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure.Outcome, vars camunda7.Variables, took time.Duration, log *slog.Logger) {
+// engine, never by running the handler again. It returns what it told the Observer:
+// the outcome (completed, bpmn-error, retryable, incident, deferred, lock-lost,
+// report-failed, ...) and the failure's classification ("" for none).
+func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure.Outcome, vars camunda7.Variables, took time.Duration, log *slog.Logger) (string, string) {
 	ctx := context.WithoutCancel(workCtx)
 	id := task.ID()
 	var (
@@ -101,8 +103,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 			// The engine answered and will answer the same again: report a failure instead,
 			// so the task shows in Cockpit rather than cycling through lock expiries.
 			log.Warn("the engine refused the report; reporting a failure instead", slog.String("refused", op), slog.Any("error", err))
-			w.report(workCtx, t, task, fo, nil, took, log)
-			return
+			return w.report(workCtx, t, task, fo, nil, took, log)
 		}
 	}
 	attrs = append(attrs, slog.Duration("took", took))
@@ -123,7 +124,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		if errors.Is(err, camunda7.ErrTaskGone) {
 			w.taskGone(ctx, task, err, log)
 		}
-		return
+		return observed, class
 	}
 	switch {
 	case o.Kind == failure.KindNone:
@@ -143,6 +144,7 @@ func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure
 		level = slog.LevelWarn
 	}
 	log.LogAttrs(ctx, level, "task handled", append(attrs, slog.String("outcome", outcome))...)
+	return outcome, class
 }
 
 // Pacing of report resends: doubling from reportRetryInitial up to reportRetryMax, with

@@ -727,6 +727,11 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		slog.String("business_key", raw.BusinessKey),
 		slog.Int("attempt", task.Attempt()),
 	)
+	// The task's span: its trace's root, ended (after the lock extender stops) with the
+	// outcome the branches below set.
+	workCtx, span := w.startTaskSpan(workCtx, raw, task.Attempt())
+	var outcome, class string
+	defer func() { endOutcomeSpan(span, outcome, class) }()
 	ext, err := lockext.Start(workCtx, w.c, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt},
 		lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime, Logger: log,
 			OnExtend: func(err error) {
@@ -741,6 +746,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err), slog.String("outcome", "unlocked"))
 		w.unlock(workCtx, raw.ID, log)
 		w.obs.Handled(raw.TopicName, "unlocked", "", 0)
+		outcome = "unlocked"
 		return
 	}
 	defer ext.Stop() // after the report: the lock stays alive while the result is reported
@@ -750,13 +756,16 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		w.stats.LockLost.Add(1)
 		log.Warn("lock lost before the handler started; not running it", slog.String("outcome", "lock-lost"), slog.Any("cause", cause))
 		w.obs.Handled(raw.TopicName, "lock-lost", "", 0)
+		outcome = "lock-lost"
 		return
 	}
 
 	start := time.Now()
 	log.Debug("handler started")
 	hctx, tl := withTaskLog(ext.Context(), log)
-	vars, herr := runHandler(hctx, t.handler, task)
+	sctx, hspan := startHandlerSpan(hctx) // the handler's ctx carries its span: its own spans nest under it
+	vars, herr := runHandler(sctx, t.handler, task)
+	endHandlerSpan(hspan, herr)
 	took := time.Since(start)
 	log = tl.get() // with what the handler added (AddLogAttrs)
 
@@ -769,6 +778,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		log.Warn("lock lost while the handler ran; result discarded", slog.String("outcome", "lock-lost"),
 			slog.Any("cause", cause), slog.Duration("took", took))
 		w.obs.Handled(raw.TopicName, "lock-lost", "", took)
+		outcome = "lock-lost"
 		if errors.Is(cause, camunda7.ErrTaskGone) {
 			w.taskGone(workCtx, task, cause, log)
 		}
@@ -779,11 +789,14 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		ext.Stop() // an extension racing the unlock makes the engine refuse one of them
 		w.unlock(workCtx, raw.ID, log)
 		w.obs.Handled(raw.TopicName, "unlocked", "", took)
+		outcome = "unlocked"
 		return
 	case hctx.Err() != nil && herr != nil && cause != nil && !errors.Is(herr, cause):
 		herr = fmt.Errorf("%w (context ended: %w)", herr, cause)
 	}
-	w.report(workCtx, t, task, failure.Classify(herr), vars, took, log)
+	rctx, rspan := startReportSpan(workCtx)
+	outcome, class = w.report(rctx, t, task, failure.Classify(herr), vars, took, log)
+	endReportSpan(rspan, outcome)
 }
 
 // runHandler calls the handler, turning a panic into a failure.

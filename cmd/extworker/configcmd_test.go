@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -84,4 +85,40 @@ func TestConfigCommandShowsInvalidAndOpsVariables(t *testing.T) {
 			assert.Equal(t, daemon.Effective{Name: "EXTWORKER_ENGINE_TOKEN", Value: "***", Source: "env (invalid)"}, e)
 		}
 	}
+}
+
+// `config` says whether traces are on (the standard OTEL_* variables) and where they
+// go, the endpoint without its credentials, and lists a tracing variable it cannot honour
+// with the other problems.
+func TestConfigCommandShowsTraces(t *testing.T) {
+	testenv.ClearConfigEnv(t)
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"config"}, &out, io.Discard))
+	assert.Contains(t, out.String(), "\ntraces: off (neither OTEL_EXPORTER_OTLP_ENDPOINT")
+
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:otel-s3cret@collector.example.com:4318")
+	t.Setenv("OTEL_SERVICE_NAME", "billing")
+	out.Reset()
+	require.NoError(t, run([]string{"config"}, &out, io.Discard))
+	assert.Contains(t, out.String(), `traces: on: OTLP/HTTP to https://collector.example.com:4318/v1/traces as service.name "billing" (OTEL_EXPORTER_OTLP_ENDPOINT)`)
+	out.Reset()
+	require.NoError(t, run([]string{"config", "--json"}, &out, io.Discard))
+	var m map[string]string
+	require.NoError(t, json.Unmarshal(out.Bytes(), &m))
+	assert.Equal(t, `on: OTLP/HTTP to https://collector.example.com:4318/v1/traces as service.name "billing" (OTEL_EXPORTER_OTLP_ENDPOINT)`, m["traces"])
+	assert.NotContains(t, out.String(), "s3cret")
+
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	out.Reset()
+	require.NoError(t, run([]string{"config"}, &out, io.Discard))
+	assert.Contains(t, out.String(), "traces: off (OTEL_TRACES_EXPORTER=none)")
+
+	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
+	out.Reset()
+	err := run([]string{"config"}, &out, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `OTEL_TRACES_EXPORTER "zipkin"`)
+	var ce daemon.ConfigError
+	assert.True(t, errors.As(err, &ce), "exit status 78")
+	assert.Contains(t, out.String(), "traces: invalid: ")
 }

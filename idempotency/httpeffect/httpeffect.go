@@ -29,6 +29,10 @@
 // caller sets), an unknown intent goes to an operator (operator_hold, with an incident),
 // who settles it by hand.
 //
+// With traces on (package extworker sets up OpenTelemetry from the OTEL_* variables),
+// every request and lookup carries the W3C trace context (traceparent) of the ledger's
+// "provider call" or "provider lookup" span, through the global propagator.
+//
 // Request bodies are never stored: the ledger keeps only the intent's digest, the
 // Effect keeps Spec.Body only to send it, and no error of this package contains a
 // request or response body, a URL's path or query, or a header value: only the method,
@@ -50,6 +54,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/extworker/extworker/idempotency"
 )
@@ -207,6 +214,10 @@ func (e *effect) send(ctx context.Context, method, rawURL string, body []byte, k
 	if key != "" {
 		req.Header.Set(e.s.KeyHeader, key)
 	}
+	// The trace context (W3C traceparent) of the ledger's "provider call" span, when
+	// traces are on (the global propagator does nothing otherwise), so that the
+	// provider's own traces join the task's.
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := e.hc.Do(req)
 	if err != nil {
 		return nil, &TransportError{Op: e.s.Name, Sent: wrote.Load(), Err: stripURL(err)}

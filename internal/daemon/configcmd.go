@@ -16,14 +16,17 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/tracing"
 )
 
 // masked replaces a secret's value in `extworker config`.
 const masked = "***"
 
 // ConfigCommand prints the effective configuration: every EXTWORKER_ variable with its
-// value (defaults applied) and where it came from, secrets masked. With an invalid
-// configuration it prints what it could read, then returns every problem.
+// value (defaults applied) and where it came from, secrets masked, then whether traces
+// are on and where they go (the OTEL_* variables, package tracing; the endpoint without
+// credentials). With an invalid configuration it prints what it could read, then returns
+// every problem.
 func ConfigCommand(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -38,7 +41,13 @@ func ConfigCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	ops, opsInvalid, _ := ReadOpsConfig() // its problems are in err already
 	sets := []VarSet{{Vars: c.vars(), FromFile: c.fromFile, Invalid: c.invalid}, {Vars: SpecVars(&ops), Invalid: opsInvalid}}
-	if perr := printConfig(sets, os.LookupEnv, *asJSON, stdout); perr != nil {
+	traces, terr := tracing.Read(os.LookupEnv)
+	tracesLine := traces.String()
+	if terr != nil {
+		tracesLine = "invalid: " + terr.Error()
+		err = errors.Join(err, ConfigError{terr})
+	}
+	if perr := printConfig(sets, os.LookupEnv, tracesLine, *asJSON, stdout); perr != nil {
 		return perr
 	}
 	return c.ScrubError(err)
@@ -113,13 +122,15 @@ func MaskURL(s string) string {
 	return MaskParams(s)
 }
 
-func printConfig(sets []VarSet, lookup func(string) (string, bool), asJSON bool, w io.Writer) error {
+// printConfig prints the variables, then traces (a line, or the JSON object's "traces").
+func printConfig(sets []VarSet, lookup func(string) (string, bool), traces string, asJSON bool, w io.Writer) error {
 	vars := EffectiveConfig(sets, lookup)
 	if asJSON {
-		m := make(map[string]string, len(vars))
+		m := make(map[string]string, len(vars)+1)
 		for _, v := range vars {
 			m[v.Name] = v.Value
 		}
+		m["traces"] = traces
 		return printJSON(w, m)
 	}
 	tw := newTabWriter(w)
@@ -127,7 +138,11 @@ func printConfig(sets []VarSet, lookup func(string) (string, bool), asJSON bool,
 	for _, v := range vars {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Value, v.Source)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\ntraces: %s\n", traces)
+	return err
 }
 
 // CheckEngine asks the engine for its version before the worker starts, so that rejected
