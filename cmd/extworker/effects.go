@@ -160,35 +160,6 @@ func parseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// statesFlag collects --state values, comma-separated or repeated.
-type statesFlag []idempotency.State
-
-func (f *statesFlag) String() string {
-	if f == nil {
-		return ""
-	}
-	s := make([]string, len(*f))
-	for i, st := range *f {
-		s[i] = string(st)
-	}
-	return strings.Join(s, ",")
-}
-
-func (f *statesFlag) Set(v string) error {
-	for _, name := range strings.Split(v, ",") {
-		name = strings.TrimSpace(name)
-		if name == "" {
-			continue
-		}
-		st, err := parseState(name)
-		if err != nil {
-			return err
-		}
-		*f = append(*f, st)
-	}
-	return nil
-}
-
 func parseState(name string) (idempotency.State, error) {
 	for _, s := range allStates {
 		if string(s) == name {
@@ -211,8 +182,8 @@ func (e *effectsCmd) open(ctx context.Context) (*idempotency.Ledger, func(), err
 
 func (e *effectsCmd) list(ctx context.Context, args []string) error {
 	fs, asJSON := e.newFlags("list", "[--state S[,S...]] [--scope S] [--older-than DURATION] [--orphaned] [--limit N] [--json]")
-	var states statesFlag
-	fs.Var(&states, "state", "only intents in these states, comma-separated ("+validStatesText+")")
+	var states []idempotency.State
+	fs.Var(listFlag[idempotency.State]{&states, parseState}, "state", "only intents in these states, comma-separated ("+validStatesText+")")
 	scope := fs.String("scope", "", "only intents of this scope, e.g. payment.collect")
 	var older durationFlag
 	fs.Var(&older, "older-than", "only intents whose last change is at least this old (e.g. 10m, 24h, 7d)")

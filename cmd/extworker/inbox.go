@@ -69,33 +69,13 @@ func (c *inboxCmd) open(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, err
 }
 
-// inboxStatesFlag collects --state values, comma-separated or repeated, in any case.
-type inboxStatesFlag []inbox.State
-
-func (f *inboxStatesFlag) String() string {
-	if f == nil {
-		return ""
+// parseInboxState reads an inbox state, in any case.
+func parseInboxState(name string) (inbox.State, error) {
+	st := inbox.State(strings.ToUpper(name))
+	if !slices.Contains(allInboxStates, st) {
+		return "", fmt.Errorf("unknown state %q: valid states are %s", name, validInboxStatesText)
 	}
-	s := make([]string, len(*f))
-	for i, st := range *f {
-		s[i] = string(st)
-	}
-	return strings.Join(s, ",")
-}
-
-func (f *inboxStatesFlag) Set(v string) error {
-	for _, name := range strings.Split(v, ",") {
-		name = strings.TrimSpace(name)
-		if name == "" {
-			continue
-		}
-		st := inbox.State(strings.ToUpper(name))
-		if !slices.Contains(allInboxStates, st) {
-			return fmt.Errorf("unknown state %q: valid states are %s", name, validInboxStatesText)
-		}
-		*f = append(*f, st)
-	}
-	return nil
+	return st, nil
 }
 
 // ---- list
@@ -108,8 +88,8 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 	fs, asJSON := c.newFlags("list", "[--source S] [--parked] [--state STATE[,STATE...]] [--limit N] [--json]")
 	source := fs.String("source", "", "only messages from this source (the consumer's Config.Source)")
 	parked := fs.Bool("parked", false, "only messages parked in a dead-letter queue, and those whose id came again with another body")
-	var states inboxStatesFlag
-	fs.Var(&states, "state", "only messages in these states, comma-separated or repeated ("+validInboxStatesText+")")
+	var states []inbox.State
+	fs.Var(listFlag[inbox.State]{&states, parseInboxState}, "state", "only messages in these states, comma-separated or repeated ("+validInboxStatesText+")")
 	limit := fs.Int("limit", 100, "at most this many messages")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/extworker/extworker/internal/daemon"
 )
@@ -49,4 +50,36 @@ func (s *subcommands) newFlags(name, synopsis string) (*flag.FlagSet, *bool) {
 	}
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	return fs, asJSON
+}
+
+// listFlag collects a flag's values, comma-separated or repeated, each read by parse
+// (the --state of effects list and inbox list).
+type listFlag[T ~string] struct {
+	vals  *[]T
+	parse func(string) (T, error)
+}
+
+func (f listFlag[T]) String() string {
+	if f.vals == nil {
+		return ""
+	}
+	s := make([]string, len(*f.vals))
+	for i, v := range *f.vals {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f listFlag[T]) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		val, err := f.parse(name)
+		if err != nil {
+			return err
+		}
+		*f.vals = append(*f.vals, val)
+	}
+	return nil
 }

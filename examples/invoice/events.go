@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
@@ -53,12 +52,14 @@ type paidEvent struct {
 // addPaidEvent adds invoice.paid to the outbox in tx, the transaction that confirms the
 // charge (idempotency.Effect.Local): published if and only if the charge is recorded.
 func addPaidEvent(ctx context.Context, tx pgx.Tx, namespace, invoice string, amount int64, ref string) error {
-	body, err := json.Marshal(paidEvent{Invoice: invoice, AmountCents: amount, PaymentRef: ref})
-	if err != nil {
-		return err
-	}
-	return outbox.Add(ctx, tx, namespace, outbox.Event{MessageID: demoPaidType + ":" + invoice, Type: demoPaidType,
-		Exchange: demoExchange, RoutingKey: demoPaidType, OrderingKey: invoice, CorrelationID: invoice, Body: body})
+	return outbox.Add(ctx, tx, namespace, paidEventFor(paidEvent{Invoice: invoice, AmountCents: amount, PaymentRef: ref}))
+}
+
+// paidEventFor is invoice.paid for p, as the outbox publishes it.
+func paidEventFor(p paidEvent) outbox.Event {
+	body, _ := json.Marshal(p) // a struct of strings and an integer
+	return outbox.Event{MessageID: demoPaidType + ":" + p.Invoice, Type: demoPaidType,
+		Exchange: demoExchange, RoutingKey: demoPaidType, OrderingKey: p.Invoice, CorrelationID: p.Invoice, Body: body}
 }
 
 // shippingConsumer is the inbox's configuration for invoice.paid.
@@ -91,7 +92,6 @@ type demoEvents struct {
 	consumer *inbox.Consumer
 	pool     *pgxpool.Pool
 	ns       string
-	amqpURL  string
 	stop     func()
 }
 
@@ -108,10 +108,9 @@ func startDemoEvents(ctx context.Context, cfg daemon.Config, pool *pgxpool.Pool,
 		inboxPool.Close()
 		return nil, err
 	}
-	amqpURL := cfg.AMQPURL
-	pub := outbox.NewAMQPPublisher(amqpURL)
+	pub := outbox.NewAMQPPublisher(cfg.AMQPURL)
 	ev := &demoEvents{relay: outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: ns, Logger: logger, PollInterval: 200 * time.Millisecond}),
-		pub: pub, consumer: cons, pool: pool, ns: ns, amqpURL: amqpURL}
+		pub: pub, consumer: cons, pool: pool, ns: ns}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	go func() { _ = cons.Run(ctx); done <- struct{}{} }()
@@ -138,28 +137,9 @@ func startDemoEvents(ctx context.Context, cfg daemon.Config, pool *pgxpool.Pool,
 // redeliver publishes the events with these message ids a second time, as a producer
 // that retried or a broker that redelivered would: the inbox must take each once.
 func (ev *demoEvents) redeliver(ctx context.Context, ids []string, invoices map[string]paidEvent) error {
-	conn, err := amqp.Dial(ev.amqpURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
 	for _, id := range ids {
-		body, _ := json.Marshal(invoices[id])
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, demoExchange, demoPaidType, true, false, amqp.Publishing{
-			MessageId: demoPaidType + ":" + id, Type: demoPaidType, CorrelationId: id, ContentType: "application/json",
-			DeliveryMode: amqp.Persistent, Body: body})
-		if err != nil {
-			return err
-		}
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			return fmt.Errorf("redeliver %s: confirm %v: %w", id, ok, err)
+		if err := ev.pub.Publish(ctx, paidEventFor(invoices[id])); err != nil {
+			return fmt.Errorf("redeliver %s: %w", id, err)
 		}
 	}
 	return nil

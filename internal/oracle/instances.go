@@ -129,9 +129,9 @@ type EngineQuery struct {
 // pageSize is how many rows one history query asks for.
 const pageSize = 2000
 
-// allPages asks fetch for q page by page (firstResult, maxResults) until a page comes
+// AllPages asks fetch for q page by page (firstResult, maxResults) until a page comes
 // back short, and returns every row; on an error, the rows read so far.
-func allPages[T any](ctx context.Context, q url.Values, fetch func(context.Context, url.Values) ([]T, error)) ([]T, error) {
+func AllPages[T any](ctx context.Context, q url.Values, fetch func(context.Context, url.Values) ([]T, error)) ([]T, error) {
 	var all []T
 	for first := 0; ; first += pageSize {
 		q.Set("firstResult", strconv.Itoa(first))
@@ -151,7 +151,7 @@ func allPages[T any](ctx context.Context, q url.Values, fetch func(context.Conte
 func ReadEngine(ctx context.Context, c *admin.Client, q EngineQuery) (EngineState, error) {
 	st := EngineState{ErrorEnded: map[string]bool{}}
 	var err error
-	st.Instances, err = allPages(ctx, url.Values{"processDefinitionKey": {q.ProcessDefinitionKey},
+	st.Instances, err = AllPages(ctx, url.Values{"processDefinitionKey": {q.ProcessDefinitionKey},
 		"processInstanceBusinessKeyLike": {q.BusinessKeyPrefix + "%"}, "sortBy": {"instanceId"}, "sortOrder": {"asc"}},
 		c.HistoricProcessInstances)
 	if err != nil {
@@ -162,7 +162,7 @@ func ReadEngine(ctx context.Context, c *admin.Client, q EngineQuery) (EngineStat
 		ours[h.ID] = true
 	}
 	for _, a := range q.ErrorEndActivities {
-		ended, err := allPages(ctx, url.Values{"activityId": {a}, "startedAfter": {camunda7.FormatDate(q.Since)},
+		ended, err := AllPages(ctx, url.Values{"activityId": {a}, "startedAfter": {camunda7.FormatDate(q.Since)},
 			"sortBy": {"activityInstanceId"}, "sortOrder": {"asc"}}, c.HistoricActivityInstances)
 		for _, ai := range ended {
 			if ours[ai.ProcessInstanceID] {

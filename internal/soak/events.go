@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"slices"
@@ -17,6 +17,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/internal/oracle"
+	"github.com/extworker/extworker/outbox"
 )
 
 // The demo's events (examples/invoice/events.go): a paid invoice's invoice.paid goes out
@@ -133,13 +135,8 @@ func declareTap(ch *amqp.Channel, queue string) error {
 // duplicate sends, every ~every, one event the tap has seen again to the exchange (so to
 // the workers' queue and the tap), until ctx ends.
 func (t *tap) duplicate(ctx context.Context, rng *rand.Rand, every time.Duration) {
-	var ch *amqp.Channel
-	var conn *amqp.Connection
-	defer func() {
-		if conn != nil {
-			_ = conn.Close()
-		}
-	}()
+	pub := outbox.NewAMQPPublisher(t.url) // reconnects after the broker dies
+	defer pub.Close()
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,39 +144,19 @@ func (t *tap) duplicate(ctx context.Context, rng *rand.Rand, every time.Duration
 		case <-time.After(every/2 + time.Duration(rng.Int64N(int64(every)))):
 		}
 		t.mu.Lock()
-		ids := make([]string, 0, len(t.raw))
-		for id := range t.raw {
-			ids = append(ids, id)
+		ids := slices.Sorted(maps.Keys(t.raw)) // sorted: the seeded generator picks, not the map's order
+		var id string
+		var body []byte
+		if len(ids) > 0 {
+			id = ids[rng.IntN(len(ids))]
+			body = t.raw[id]
 		}
 		t.mu.Unlock()
-		if len(ids) == 0 {
+		if id == "" {
 			continue
 		}
-		slices.Sort(ids) // the seeded generator picks, not the map's order
-		id := ids[rng.IntN(len(ids))]
-		t.mu.Lock()
-		body := t.raw[id]
-		t.mu.Unlock()
-		if ch == nil || ch.IsClosed() {
-			if conn != nil {
-				_ = conn.Close()
-			}
-			var err error
-			if conn, err = amqp.Dial(t.url); err != nil {
-				conn = nil
-				continue
-			}
-			if ch, err = conn.Channel(); err != nil || ch.Confirm(false) != nil {
-				ch = nil
-				continue
-			}
-		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, eventsExchange, paidType, true, false, amqp.Publishing{
-			MessageId: id, Type: paidType, ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
-		if err != nil {
-			continue
-		}
-		if ok, err := dc.WaitContext(ctx); err == nil && ok {
+		err := pub.Publish(ctx, outbox.Event{MessageID: id, Type: paidType, Exchange: eventsExchange, RoutingKey: paidType, Body: body})
+		if err == nil {
 			t.dups.Add(1)
 		}
 	}
@@ -326,7 +303,8 @@ func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *ta
 		}
 	}
 
-	his, err := allHistoric(ctx, c, url.Values{"processDefinitionKey": {shippingKey}, "processInstanceBusinessKeyLike": {run + "%"}})
+	his, err := oracle.AllPages(ctx, url.Values{"processDefinitionKey": {shippingKey}, "processInstanceBusinessKeyLike": {run + "%"}},
+		c.HistoricProcessInstances)
 	if err != nil {
 		violate("run: read the shipping instances: %v", err)
 		return n
@@ -351,25 +329,4 @@ func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *ta
 		}
 	}
 	return n
-}
-
-// allHistoric pages through historic process instances.
-func allHistoric(ctx context.Context, c *admin.Client, q url.Values) ([]admin.HistoricProcessInstance, error) {
-	var out []admin.HistoricProcessInstance
-	for first := 0; ; first += 500 {
-		page := url.Values{}
-		for k, v := range q {
-			page[k] = v
-		}
-		page.Set("firstResult", fmt.Sprint(first))
-		page.Set("maxResults", "500")
-		got, err := c.HistoricProcessInstances(ctx, page)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got...)
-		if len(got) < 500 {
-			return out, nil
-		}
-	}
 }
