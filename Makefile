@@ -14,7 +14,7 @@ GOTESTFLAGS ?=
 
 up: pg-up rabbit-up engine-up tools-up
 
-tools-up: # promtool, for the alert-rule and /metrics tests; bin/jaeger (tools/jaeger), for the traces tests
+tools-up: # promtool (alert rules, /metrics), bin/jaeger (tools/jaeger, traces), chromium (browser tests)
 	@bash testenv/tools-up.sh
 
 pg-up:

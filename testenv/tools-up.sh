@@ -6,8 +6,10 @@
 #   bin/jaeger, Jaeger all-in-one, the collector the traces tests send OTLP to
 #     (testenv.Jaeger), built from its own module, tools/jaeger, so that its hundreds of
 #     modules stay out of the main go.mod. Rebuilt when tools/jaeger/go.mod names
-#     another version than the binary's.
-# Idempotent: quick when both are there.
+#     another version than the binary's;
+#   chromium (Debian's package), the headless browser the Cockpit and console tests
+#     drive with chromedp (testenv.Browser).
+# Idempotent: quick when all are there.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 GO="${GO:-go}"
@@ -27,6 +29,17 @@ else
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends prometheus >/dev/null
   command -v promtool >/dev/null 2>&1 || { echo "tools-up: the prometheus package installed no promtool" >&2; exit 1; }
   echo "tools-up: $(promtool --version 2>&1 | head -1)"
+fi
+
+if command -v chromium >/dev/null 2>&1; then
+  echo "tools-up: $(chromium --version 2>/dev/null | head -1)"
+else
+  echo "tools-up: installing chromium from Debian's package (headless browser tests)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium >/dev/null
+  command -v chromium >/dev/null 2>&1 || { echo "tools-up: the chromium package installed no chromium" >&2; exit 1; }
+  echo "tools-up: $(chromium --version 2>/dev/null | head -1)"
 fi
 
 jaeger="$root/bin/jaeger"
