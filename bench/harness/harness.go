@@ -38,7 +38,7 @@ type Options struct {
 	// Runs is how often every scenario runs, the clients taking turns within each run.
 	// Default 5.
 	Runs int
-	// Scenarios to run, from 1 to 5. Default all five.
+	// Scenarios to run, from 1 to 6. Default all six.
 	Scenarios []int
 	// Clients to compare, from Extworker, Java and JS (Raw runs in scenario 5 whenever
 	// Extworker does). Default all three.
@@ -59,6 +59,13 @@ type Options struct {
 	LatencySamples, LatencyWarmup int
 	// N5 is scenario 5's tasks per run, served by the stub engine. Default 20000.
 	N5 int
+	// N6 is scenario 6's tasks in flight at once, each held for Hold6 with its lock
+	// (Lock6) kept alive meanwhile. Scenario 6 runs once, in the first run, extworker
+	// only. Defaults 10000, 170s and 4m: every lock is extended at least twice (every 80s,
+	// spread up to 20s earlier), and the extensions ask the engine for about 145 a second,
+	// which the test environment's engine keeps up with.
+	N6           int
+	Hold6, Lock6 time.Duration
 	// JavaBestMaxTasks is the Java client's maxTasks in its best configuration. Default 200.
 	JavaBestMaxTasks int
 	// AltConcurrency, if not 0, adds extworker with this MaxConcurrency to scenario 2:
@@ -99,7 +106,7 @@ func (o Options) WithDefaults() Options {
 		o.Runs = 5
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []int{1, 2, 3, 4, 5}
+		o.Scenarios = []int{1, 2, 3, 4, 5, 6}
 	}
 	if len(o.Clients) == 0 {
 		o.Clients = []Client{Extworker, Java, JS}
@@ -131,6 +138,15 @@ func (o Options) WithDefaults() Options {
 	if o.JavaBestMaxTasks == 0 {
 		o.JavaBestMaxTasks = 200
 	}
+	if o.N6 == 0 {
+		o.N6 = 10000
+	}
+	if o.Hold6 == 0 {
+		o.Hold6 = 170 * time.Second
+	}
+	if o.Lock6 == 0 {
+		o.Lock6 = 4 * time.Minute
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -147,8 +163,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Runs %d: must be at least 1", o.Runs))
 	}
 	for _, s := range o.Scenarios {
-		if s < 1 || s > 5 {
-			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5", s))
+		if s < 1 || s > 6 {
+			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5, 6", s))
 		}
 	}
 	for _, c := range o.Clients {
@@ -156,10 +172,13 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("Clients: %q is not one of extworker, java, js", c))
 		}
 	}
-	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
+	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "N6": o.N6, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
 		if n < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", name, n))
 		}
+	}
+	if o.Lock6 < time.Second || o.Hold6 < 0 {
+		errs = append(errs, fmt.Errorf("Lock6 %v and Hold6 %v: need a lock of at least 1s and a hold not negative", o.Lock6, o.Hold6))
 	}
 	if o.IOWait < 0 {
 		errs = append(errs, fmt.Errorf("IOWait %v: must not be negative", o.IOWait))
@@ -278,6 +297,8 @@ type Trial struct {
 	// Slots is where the worker's handler slots spent their time (scenarios 1, 2 and 4
 	// for extworker, and the JS client with maxParallelExecutions), or nil.
 	Slots *SlotUse `json:",omitempty"`
+	// InFlight is scenario 6's locks and extensions, or nil.
+	InFlight *InFlight `json:",omitempty"`
 }
 
 // SlotUse is a worker's SLOTS line with the completes' latency from its REQUESTS line:
@@ -505,6 +526,11 @@ func (h *harness) runAll(ctx context.Context) error {
 				}
 			}
 		}
+		if h.o.runs(6) && h.o.has(Extworker) && run == 1 { // once: it takes minutes
+			if err := h.trial(ctx, 6, ext, run, func() (Trial, error) { return h.inFlight(ctx, ext, run) }); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(h.o.Progress, "bench: run %d of %d done after %v\n", run, h.o.Runs, time.Since(start).Round(time.Second))
 	}
 	if h.o.Profile && h.o.has(Extworker) {
@@ -527,6 +553,10 @@ func (h *harness) trial(ctx context.Context, scenario int, v Variant, run int, f
 	detail := fmt.Sprintf("%.0f tasks/s, wall %.2fs, cpu %.2fs, rss %.0f MiB", t.TPS, t.Wall.Seconds(), t.CPUTotal.Seconds(), mib(t.PeakRSS))
 	if scenario == 3 {
 		detail = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", ms(t.P50), ms(t.P99))
+	}
+	if f := t.InFlight; f != nil {
+		detail = fmt.Sprintf("%d in flight, rss %.0f MiB, %d locks lost, %d extensions (%d failed), late p99 %.0f ms, max %.0f ms, extendLock %.0f/s (busiest second %d, %.1f ms each)",
+			f.MaxInFlight, mib(t.PeakRSS), f.Lost, f.Extended, f.ExtendFailed, ms(f.LateP99), ms(f.LateMax), f.Rate, f.Busiest, ms(f.Latency))
 	}
 	fmt.Fprintf(h.o.Progress, "bench: run %d scenario %d %-40s %s (trial %v)\n", run, scenario, v.Label, detail, time.Since(began).Round(100*time.Millisecond))
 	return nil

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/extworker/extworker/lockext"
 )
 
 // NotesMarker separates the generated part of RESULTS.md from hand-written notes
@@ -170,8 +172,8 @@ func Markdown(r *Results) string {
 		w("| %s | %s |\n", v[0], strings.ReplaceAll(v[1], "|", "\\|"))
 	}
 	w("| machine | %s |\n", r.Machine)
-	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine |\n\n",
-		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5)
+	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine; scenario 6: %d in flight, held %v each, lock %v |\n\n",
+		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5, o.N6, o.Hold6, o.Lock6)
 	w("Configurations (each worker program is under `bench/`; options not named keep the client's defaults):\n\n| worker | configuration |\n|---|---|\n")
 	seen := map[string]bool{}
 	for _, s := range r.Series {
@@ -243,6 +245,9 @@ func Markdown(r *Results) string {
 		}
 		w("\n")
 	}
+	if ss := r.scenario(6); len(ss) > 0 {
+		writeInFlight(&b, ss)
+	}
 	w("## Chart\n\n![Scenarios 1 to 3](scenarios.svg)\n\n")
 	w(`## How the numbers are taken
 
@@ -260,6 +265,26 @@ func Markdown(r *Results) string {
 		}
 	}
 	return b.String()
+}
+
+// writeInFlight renders scenario 6: one trial, run once.
+func writeInFlight(b *strings.Builder, ss []*Series) {
+	sched := lockext.SchedulerConfig{}.WithDefaults() // goworker's
+	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	for _, s := range ss {
+		for _, t := range s.Trials {
+			f := t.InFlight
+			if f == nil {
+				continue
+			}
+			w("## Scenario 6: %d tasks in flight, each held %v with a %v lock kept alive (issue #16)\n\n", t.N, f.Hold, f.Lock)
+			w("Run once (not in every run). All %d instances are started before the worker (it took %v); the worker (MaxConcurrency %d) fetches them, holds each for %v and completes it; one lock scheduler keeps all their locks alive, extending each every third of its lock (each extension spread up to %.0f %% of that earlier, paced at most %.0f times the average rate the tasks need, %d calls in flight at most). *Lateness* is how long after its due time an extension went out (one sent early counts 0); the lock would be lost only if the engine, not the local clock, said so.\n\n",
+				t.N, f.StartInstances.Round(time.Second), t.N, f.Hold, 100*sched.Spread, sched.Burst, sched.Concurrency)
+			w("| worker | most in flight | peak RSS MiB | locks lost | extensions (failed) | extension lateness p50 / p99 / max ms | engine's extendLock rate /s (busiest second) | extendLock round trip ms | CPU s | wall s |\n|---|---|---|---|---|---|---|---|---|---|\n")
+			w("| %s | %d | %.0f | %d | %d (%d) | %.0f / %.0f / %.0f | %.0f (%d) | %.1f | %.1f | %.0f |\n\n", s.Variant.Label, f.MaxInFlight, mib(t.PeakRSS), f.Lost,
+				f.Extended, f.ExtendFailed, ms(f.LateP50), ms(f.LateP99), ms(f.LateMax), f.Rate, f.Busiest, ms(f.Latency), t.CPUTotal.Seconds(), t.Wall.Seconds())
+		}
+	}
 }
 
 // overhead is scenario 4's paired comparison, one value per run that has both trials.

@@ -31,7 +31,7 @@ func TestSmoke(t *testing.T) {
 	res, err := Run(testenv.Context(t, 8*time.Minute), Options{
 		EngineURL: testenv.EngineURL(), EngineDBURL: testenv.EngineDBURL(), LedgerDBURL: testenv.DBURL(),
 		Runs: 1, Clients: []Client{Extworker},
-		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500,
+		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500, N6: 20, Hold6: 7 * time.Second, Lock6: 3 * time.Second,
 		BinDir: t.TempDir(), OutDir: out, LogDir: t.TempDir(), Profile: true,
 		Note: "smoke test", Progress: &progress,
 	})
@@ -56,6 +56,14 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(20), res.Find(4, "extworker-ledger").Trials[0].Intents, "one new intent per task")
+	s6 := res.Find(6, "extworker")
+	require.NotNil(t, s6, "scenario 6")
+	require.Len(t, s6.Trials, 1)
+	f := s6.Trials[0].InFlight
+	require.NotNil(t, f)
+	require.Equal(t, int64(20), f.MaxInFlight, "all held at once")
+	require.Zero(t, f.Lost)
+	require.GreaterOrEqual(t, f.Extended, int64(2*20), "every lock extended at least twice")
 	require.Len(t, res.Profiles, 3)
 	for _, p := range res.Profiles {
 		require.Contains(t, p.Top, "flat%")
@@ -63,7 +71,7 @@ func TestSmoke(t *testing.T) {
 
 	md, err := os.ReadFile(filepath.Join(out, "RESULTS.md"))
 	require.NoError(t, err)
-	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 4", "| extworker, ledger |", "## Scenario 5", "| extworker |", "| raw HTTP loop |", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
+	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 4", "| extworker, ledger |", "## Scenario 5", "## Scenario 6", "| extworker |", "| raw HTTP loop |", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
 		require.Contains(t, string(md), want)
 	}
 	svg, err := os.ReadFile(filepath.Join(out, "scenarios.svg"))

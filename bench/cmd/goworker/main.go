@@ -1,6 +1,7 @@
 // Command goworker is the benchmark's worker on extworker (package tasks): one topic, a
-// handler that completes each task at once (-mode noop) or after waiting (-mode io), the
-// runtime's defaults unless a flag says otherwise. With -ledger-db (scenario 4) the
+// handler that completes each task at once (-mode noop), after waiting (-mode io), or
+// after holding it for long (-mode hold, scenario 6: -hold with -lock, its lock kept
+// alive meanwhile), the runtime's defaults unless a flag says otherwise. With -ledger-db (scenario 4) the
 // handler first runs one intent through the effect ledger (idempotency.Ledger.Do: scope
 // bench.noop, key the task's process instance id, a Dispatch that returns at once), on a
 // pgxpool with its defaults, after migrating the database. It prints to stdout
@@ -15,6 +16,15 @@
 //	SLOTS <window ms> <free slot-ms> <polls> <tasks polled> <poll ms> <max concurrency>
 //	                                 at exit: where the handler slots' time went, from the
 //	                                 first task starting to the last one ending (see slots)
+//	LOCKS <extended> <failed> <lost> <sent> <late p50 µs> <late p99 µs> <late max µs> <max in flight>
+//	                                 at exit: extendLock calls that succeeded and failed,
+//	                                 tasks whose lock was lost while their handler ran,
+//	                                 extensions the scheduler sent, and how late they went
+//	                                 out (0 for one sent early, spread)
+//	EXTENDS <answered> <first unix ns> <last unix ns> <busiest second> <summed ms>
+//	                                 at exit: extendLock calls answered with 2xx, when the
+//	                                 first and last were sent, the most sent in one second,
+//	                                 and their summed round-trip times
 //
 // and stops (draining, as in production) on SIGTERM or SIGINT. The benchmark driver
 // (bench/cmd/benchrun) starts it as a separate process and measures it from outside.
@@ -30,6 +40,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +53,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/lockext"
 	"github.com/extworker/extworker/migrations"
 	"github.com/extworker/extworker/tasks"
 )
@@ -56,14 +68,17 @@ func main() {
 func run() error {
 	engine := flag.String("engine", camunda7.DefaultBaseURL, "engine REST root")
 	topic := flag.String("topic", "", "topic to work (required)")
-	mode := flag.String("mode", "noop", "handler: noop (complete at once) or io (wait -io, then complete)")
+	mode := flag.String("mode", "noop", "handler: noop (complete at once), io (wait -io, then complete) or hold (wait -hold, then complete)")
 	ioWait := flag.Duration("io", 50*time.Millisecond, "how long the io handler waits")
+	hold := flag.Duration("hold", time.Minute, "how long the hold handler waits")
+	lock := flag.Duration("lock", 0, "the topic's LockDuration (0: the default)")
 	latency := flag.Bool("latency", false, "print PICKUP lines")
 	concurrency := flag.Int("concurrency", 0, "tasks.Config.MaxConcurrency (0: the default)")
 	longPoll := flag.Duration("long-poll", 0, "tasks.Config.AsyncResponseTimeout (0: the default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile here")
 	memProfile := flag.String("memprofile", "", "write a heap profile here at exit")
 	verbose := flag.Bool("v", false, "log the worker's records to stderr")
+	warnings := flag.Bool("warnings", false, "log the worker's warnings and errors to stderr (scenario 6: why a lock was lost)")
 	ledgerDB := flag.String("ledger-db", "", "run one effect-ledger intent per task on this PostgreSQL (migrated first); empty: no ledger")
 	ledgerNS := flag.String("ledger-namespace", "bench", "the ledger's namespace (a fresh one per trial keeps trials apart)")
 	ledgerPool := flag.Int("ledger-pool", 0, "the ledger pool's MaxConns (0: pgxpool's default, as cmd/extworker)")
@@ -71,13 +86,16 @@ func run() error {
 	if *topic == "" {
 		return fmt.Errorf("-topic is required")
 	}
-	if *mode != "noop" && *mode != "io" {
-		return fmt.Errorf("-mode %q: want noop or io", *mode)
+	if *mode != "noop" && *mode != "io" && *mode != "hold" {
+		return fmt.Errorf("-mode %q: want noop, io or hold", *mode)
 	}
 
 	logger := slog.New(slog.DiscardHandler)
-	if *verbose {
+	switch {
+	case *verbose:
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	case *warnings:
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -91,7 +109,13 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 
-	counter := &countingTransport{next: transport()}
+	next := transport()
+	if *mode == "hold" {
+		// Thousands of handlers held together also end together: their completes wait for
+		// one of 64 connections instead of opening thousands against the shared engine.
+		next.MaxConnsPerHost = 64
+	}
+	counter := &countingTransport{next: next}
 	c, err := camunda7.New(camunda7.Config{BaseURL: *engine, Logger: logger, HTTPClient: &http.Client{Transport: counter}})
 	if err != nil {
 		return err
@@ -122,8 +146,12 @@ func run() error {
 				return nil, err
 			}
 		}
-		if *mode == "io" {
-			tm := time.NewTimer(*ioWait)
+		if *mode == "io" || *mode == "hold" {
+			wait := *ioWait
+			if *mode == "hold" {
+				wait = *hold
+			}
+			tm := time.NewTimer(wait)
 			defer tm.Stop()
 			select {
 			case <-tm.C:
@@ -132,16 +160,19 @@ func run() error {
 			}
 		}
 		return nil, nil
-	}, tasks.TopicOptions{})
+	}, tasks.TopicOptions{LockDuration: *lock})
 	if err != nil {
 		return err
 	}
 	slots := &slots{}
-	w, err := tasks.New(c, reg, tasks.Config{MaxConcurrency: *concurrency, AsyncResponseTimeout: *longPoll, Logger: logger, Observer: slots})
+	w, err := tasks.New(c, reg, tasks.Config{MaxConcurrency: *concurrency, AsyncResponseTimeout: *longPoll, Logger: logger, Observer: slots,
+		LockExtension: lockext.SchedulerConfig{OnSend: slots.sent}})
 	if err != nil {
 		return err
 	}
 	slots.max = tasks.Config{MaxConcurrency: *concurrency}.WithDefaults().MaxConcurrency
+	defer func() { out.line(counter.extends.summary()) }()
+	defer func() { out.line(slots.locks(w.Stats().MaxInFlight.Load())) }()
 	defer func() { out.line(slots.summary()) }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -242,7 +273,7 @@ func (e *effects) summary() string {
 }
 
 // transport is the one camunda7.New builds by default.
-func transport() http.RoundTripper {
+func transport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
 	return tr
@@ -254,11 +285,55 @@ type countingTransport struct {
 	next                      http.RoundTripper
 	fetches, completes, other atomic.Int64
 	fetchTime, completeTime   atomic.Int64 // nanoseconds
+	extends                   extendCount
+}
+
+// extendCount counts the extendLock calls the engine answered, per second sent.
+type extendCount struct {
+	mu          sync.Mutex
+	n           int64
+	first, last time.Time
+	perSecond   map[int64]int
+	took        time.Duration
+}
+
+func (e *extendCount) add(sent time.Time, took time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == 0 {
+		e.first, e.perSecond = sent, map[int64]int{}
+	}
+	e.n++
+	e.last = sent
+	e.perSecond[sent.Unix()]++
+	e.took += took
+}
+
+func (e *extendCount) summary() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	busiest := 0
+	for _, k := range e.perSecond {
+		busiest = max(busiest, k)
+	}
+	var first, last int64
+	if e.n > 0 {
+		first, last = e.first.UnixNano(), e.last.UnixNano()
+	}
+	return fmt.Sprintf("EXTENDS %d %d %d %d %d", e.n, first, last, busiest, e.took.Milliseconds())
 }
 
 func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	var n, d *atomic.Int64
 	switch p := r.URL.Path; {
+	case strings.HasSuffix(p, "/extendLock"):
+		t.other.Add(1)
+		start := time.Now()
+		resp, err := t.next.RoundTrip(r)
+		if err == nil && resp.StatusCode/100 == 2 {
+			t.extends.add(start, time.Since(start))
+		}
+		return resp, err
 	case strings.HasSuffix(p, "/fetchAndLock"):
 		n, d = &t.fetches, &t.fetchTime
 	case strings.HasSuffix(p, "/complete"):
@@ -304,6 +379,53 @@ type slots struct {
 	polls, polled int64
 	pollTime      time.Duration
 	seen          bool
+
+	extended, extendFailed, lost int64
+	lateness                     []time.Duration // of every extension sent, 0 when sent early
+}
+
+func (s *slots) LockExtended(_ string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.extendFailed++
+		return
+	}
+	s.extended++
+}
+
+// Handled counts the tasks whose lock was lost while their handler ran. The observer's
+// LockLost would also count an extension that, racing the task's own complete, found
+// the task gone: a task this worker completed, its lock never lost.
+func (s *slots) Handled(_, outcome, _ string, _ time.Duration) {
+	if outcome != "lock-lost" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lost++
+}
+
+// sent is the lock scheduler's OnSend.
+func (s *slots) sent(lateness time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lateness = append(s.lateness, max(lateness, 0))
+}
+
+// locks is the LOCKS line.
+func (s *slots) locks(maxInFlight int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := slices.Clone(s.lateness)
+	slices.Sort(l)
+	q := func(p float64) int64 {
+		if len(l) == 0 {
+			return 0
+		}
+		return l[min(len(l)-1, int(p*float64(len(l))))].Microseconds()
+	}
+	return fmt.Sprintf("LOCKS %d %d %d %d %d %d %d %d", s.extended, s.extendFailed, s.lost, len(l), q(0.5), q(0.99), q(1), maxInFlight)
 }
 
 func (s *slots) Slots(_ string, _ int, free int) {
