@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/tasks"
 )
@@ -162,4 +165,57 @@ func BenchmarkInFlightMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// reportEngine is a memEngine whose completes take a while and are counted, with the
+// most that were in flight at once.
+type reportEngine struct {
+	memEngine
+	mu                  sync.Mutex
+	completes, inFlight int
+	maxInFlight         int
+}
+
+func (e *reportEngine) Complete(context.Context, string, camunda7.CompleteRequest) error {
+	e.mu.Lock()
+	e.inFlight++
+	e.maxInFlight = max(e.maxInFlight, e.inFlight)
+	e.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	e.mu.Lock()
+	e.inFlight--
+	e.completes++
+	e.mu.Unlock()
+	return nil
+}
+
+// Handlers that end together report a few at a time (ReportConcurrency), and every
+// result is reported.
+func TestReportConcurrencyBoundsReportsInFlight(t *testing.T) {
+	const n = 40
+	eng := &reportEngine{}
+	eng.n.Store(n)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(n)
+	reg := tasks.NewRegistry()
+	require.NoError(t, reg.Register("mem", func(ctx context.Context, _ *tasks.Task) (camunda7.Variables, error) {
+		started.Done()
+		<-release
+		return nil, nil
+	}, tasks.TopicOptions{}))
+	w, err := tasks.New(eng, reg, tasks.Config{WorkerID: "w", MaxConcurrency: n, ReportConcurrency: 3, AsyncResponseTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	started.Wait()
+	close(release)
+	require.Eventually(t, func() bool { return w.Stats().Completed.Load() == n }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	assert.Equal(t, n, eng.completes)
+	assert.Equal(t, 3, eng.maxInFlight, "never more than ReportConcurrency at once")
 }

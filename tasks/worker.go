@@ -59,6 +59,14 @@ type Config struct {
 	CredentialsRejectedFor time.Duration
 	// ReportTimeout bounds each complete/failure/bpmnError call. Default 10s.
 	ReportTimeout time.Duration
+	// ReportConcurrency bounds how many tasks report their results (or are unlocked) at
+	// once; the others wait their turn, their locks kept alive meanwhile. Thousands of
+	// long-running handlers that end together would otherwise send thousands of
+	// completes at once: the engine answers them at its own pace, the ones waiting for a
+	// connection run out their ReportTimeout unsent and are sent again, and each holds
+	// its request and a deep stack meanwhile. It binds only when MaxConcurrency is
+	// larger. Default 64.
+	ReportConcurrency int
 	// ReportAttempts is how often a report certainly not delivered (or resolved as not
 	// applied) is sent at least, however short ReportRetryFor is. Default 5.
 	ReportAttempts int
@@ -147,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReportAttempts == 0 {
 		c.ReportAttempts = 5
 	}
+	if c.ReportConcurrency == 0 {
+		c.ReportConcurrency = 64
+	}
 	if c.ReportRetryFor == 0 {
 		c.ReportRetryFor = 5 * time.Minute
 	}
@@ -182,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReportTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ReportTimeout %v: must be positive", c.ReportTimeout))
+	}
+	if c.ReportConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("ReportConcurrency %d: must be at least 1", c.ReportConcurrency))
 	}
 	if c.ReportAttempts < 1 {
 		errs = append(errs, fmt.Errorf("ReportAttempts %d: must be at least 1", c.ReportAttempts))
@@ -228,6 +242,7 @@ type Worker struct {
 	held        map[string]time.Time // ids reported as failed, locked for us until their retry timeout ends
 	heldPurgeAt int                  // held's size at which holdForRetry next drops expired entries
 	freed       chan struct{}        // a slot came free: poll again
+	reporting   chan struct{}        // one element per task reporting its result (ReportConcurrency)
 	handlers    sync.WaitGroup
 
 	stats   Stats
@@ -262,7 +277,7 @@ func New(c Engine, reg *Registry, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
 		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1),
-		extend: map[string]lockext.Config{}}
+		reporting: make(chan struct{}, cfg.ReportConcurrency), extend: map[string]lockext.Config{}}
 	for _, t := range reg.topics {
 		w.extend[t.name] = w.extendConfig(t)
 	}
@@ -778,8 +793,12 @@ func (w *Worker) handle(workCtx context.Context, t *topic, task *Task, sentAt ti
 	sctx, hspan := startHandlerSpan(hctx) // the handler's ctx carries its span: its own spans nest under it
 	vars, herr := runHandler(sctx, t.handler, task)
 	endHandlerSpan(hspan, herr)
+	took := time.Since(start)
+	// Waits here, with a small stack, for a turn to report (ReportConcurrency).
+	w.reporting <- struct{}{}
+	defer func() { <-w.reporting }()
 	// With what the handler added to its logger (AddLogAttrs).
-	outcome, class = w.settle(workCtx, t, task, ext, hctx, vars, herr, time.Since(start), tl.get())
+	outcome, class = w.settle(workCtx, t, task, ext, hctx, vars, herr, took, tl.get())
 }
 
 // keepLock starts keeping the task's lock alive. When the handler must not run, it
