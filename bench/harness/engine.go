@@ -143,18 +143,26 @@ func (e *engine) open(ctx context.Context, topic string) (int, error) {
 }
 
 // drained polls the open task count every 20 ms until it is zero and returns when the
-// query that saw zero was sent. It fails if the worker exits or the timeout passes.
+// query that saw zero was sent. It fails if the worker exits or the timeout passes. A
+// count that fails is asked again (an engine busy with thousands of completes can be
+// slower than the query's timeout), unless ten in a row fail.
 func (e *engine) drained(ctx context.Context, topic string, p *proc, timeout time.Duration) (time.Time, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	last := -1
+	last, failed := -1, 0
 	for {
 		sent := time.Now()
 		n, err := e.open(ctx, topic)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() == nil && failed < 9:
+			failed++
+			n = last
+		case err != nil:
 			return time.Time{}, err
+		default:
+			failed = 0
 		}
 		if n == 0 {
 			return sent, nil

@@ -555,8 +555,8 @@ func (h *harness) trial(ctx context.Context, scenario int, v Variant, run int, f
 		detail = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", ms(t.P50), ms(t.P99))
 	}
 	if f := t.InFlight; f != nil {
-		detail = fmt.Sprintf("%d in flight, rss %.0f MiB, %d locks lost, %d extensions (%d failed), late p99 %.0f ms, max %.0f ms, extendLock %.0f/s (busiest second %d, %.1f ms each)",
-			f.MaxInFlight, mib(t.PeakRSS), f.Lost, f.Extended, f.ExtendFailed, ms(f.LateP99), ms(f.LateMax), f.Rate, f.Busiest, ms(f.Latency))
+		detail = fmt.Sprintf("%d in flight, rss %.0f MiB all in flight, peak %.0f MiB, %d locks lost, %d extensions (%d failed), late p99 %.0f ms, max %.0f ms, extendLock %.0f/s (busiest second %d, %.1f ms each)",
+			f.MaxInFlight, mib(f.HeldRSS), mib(t.PeakRSS), f.Lost, f.Extended, f.ExtendFailed, ms(f.LateP99), ms(f.LateMax), f.Rate, f.Busiest, ms(f.Latency))
 	}
 	fmt.Fprintf(h.o.Progress, "bench: run %d scenario %d %-40s %s (trial %v)\n", run, scenario, v.Label, detail, time.Since(began).Round(100*time.Millisecond))
 	return nil

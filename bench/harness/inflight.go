@@ -15,6 +15,9 @@ type InFlight struct {
 	Lock, Hold time.Duration
 	// MaxInFlight is the most handlers that ran at once (tasks.Stats.MaxInFlight).
 	MaxInFlight int64
+	// HeldRSS is the worker's resident set when the first hold ended, every task still
+	// in flight (the trial's PeakRSS also covers the completes that follow).
+	HeldRSS int64
 	// StartInstances is how long starting the N instances took, before the worker ran.
 	StartInstances time.Duration
 	// Extended and ExtendFailed count the extendLock calls that succeeded and failed;
@@ -78,6 +81,9 @@ func (h *harness) inFlight(ctx context.Context, v Variant, run int) (Trial, erro
 		f.MaxInFlight = n[7]
 	} else {
 		return Trial{}, fmt.Errorf("no LOCKS line from %s (log: %s)", p.name, p.logPath)
+	}
+	if h := p.final("HELD"); len(h) == 2 {
+		f.HeldRSS = ints(h[1:])[0]
 	}
 	if e := p.final("EXTENDS"); len(e) == 6 {
 		n := ints(e[1:])

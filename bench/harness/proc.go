@@ -92,7 +92,7 @@ func launch(name, path string, args []string, dir, logPath string) (*proc, error
 					}
 					continue
 				}
-			case len(f) > 0 && (f[0] == "LISTEN" || f[0] == "DONE" || f[0] == "REQUESTS" || f[0] == "LEDGER" || f[0] == "SLOTS" || f[0] == "LOCKS" || f[0] == "EXTENDS"):
+			case len(f) > 0 && (f[0] == "LISTEN" || f[0] == "DONE" || f[0] == "REQUESTS" || f[0] == "LEDGER" || f[0] == "SLOTS" || f[0] == "LOCKS" || f[0] == "EXTENDS" || f[0] == "HELD"):
 				select {
 				case p.lines <- line:
 				default:

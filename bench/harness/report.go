@@ -280,8 +280,8 @@ func writeInFlight(b *strings.Builder, ss []*Series) {
 			w("## Scenario 6: %d tasks in flight, each held %v with a %v lock kept alive (issue #16)\n\n", t.N, f.Hold, f.Lock)
 			w("Run once (not in every run). All %d instances are started before the worker (it took %v); the worker (MaxConcurrency %d) fetches them, holds each for %v and completes it; one lock scheduler keeps all their locks alive, extending each every third of its lock (each extension spread up to %.0f %% of that earlier, paced at most %.0f times the average rate the tasks need, %d calls in flight at most). *Lateness* is how long after its due time an extension went out (one sent early counts 0); the lock would be lost only if the engine, not the local clock, said so.\n\n",
 				t.N, f.StartInstances.Round(time.Second), t.N, f.Hold, 100*sched.Spread, sched.Burst, sched.Concurrency)
-			w("| worker | most in flight | peak RSS MiB | locks lost | extensions (failed) | extension lateness p50 / p99 / max ms | engine's extendLock rate /s (busiest second) | extendLock round trip ms | CPU s | wall s |\n|---|---|---|---|---|---|---|---|---|---|\n")
-			w("| %s | %d | %.0f | %d | %d (%d) | %.0f / %.0f / %.0f | %.0f (%d) | %.1f | %.1f | %.0f |\n\n", s.Variant.Label, f.MaxInFlight, mib(t.PeakRSS), f.Lost,
+			w("| worker | most in flight | RSS MiB, all in flight | peak RSS MiB, with the completes | locks lost | extensions (failed) | extension lateness p50 / p99 / max ms | engine's extendLock rate /s (busiest second) | extendLock round trip ms | CPU s | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			w("| %s | %d | %.0f | %.0f | %d | %d (%d) | %.0f / %.0f / %.0f | %.0f (%d) | %.1f | %.1f | %.0f |\n\n", s.Variant.Label, f.MaxInFlight, mib(f.HeldRSS), mib(t.PeakRSS), f.Lost,
 				f.Extended, f.ExtendFailed, ms(f.LateP50), ms(f.LateP99), ms(f.LateMax), f.Rate, f.Busiest, ms(f.Latency), t.CPUTotal.Seconds(), t.Wall.Seconds())
 		}
 	}

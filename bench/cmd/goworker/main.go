@@ -21,6 +21,8 @@
 //	                                 tasks whose lock was lost while their handler ran,
 //	                                 extensions the scheduler sent, and how late they went
 //	                                 out (0 for one sent early, spread)
+//	HELD <vmrss bytes>               with -mode hold, when the first hold ends: the
+//	                                 process's resident set with every task still in flight
 //	EXTENDS <answered> <first unix ns> <last unix ns> <busiest second> <summed ms>
 //	                                 at exit: extendLock calls answered with 2xx, when the
 //	                                 first and last were sent, the most sent in one second,
@@ -133,7 +135,7 @@ func run() error {
 		defer eff.pool.Close()
 		defer func() { out.line(eff.summary()) }() // before REQUESTS: defers run last first
 	}
-	var first sync.Once
+	var first, held sync.Once
 	reg := tasks.NewRegistry()
 	err = reg.Register(*topic, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
 		now := time.Now().UnixNano()
@@ -157,6 +159,9 @@ func run() error {
 			case <-tm.C:
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
+			}
+			if *mode == "hold" {
+				held.Do(func() { out.line("HELD " + strconv.FormatInt(vmRSS(), 10)) })
 			}
 		}
 		return nil, nil
@@ -270,6 +275,21 @@ func noopDispatch(context.Context, string) (idempotency.Result, error) {
 
 func (e *effects) summary() string {
 	return fmt.Sprintf("LEDGER %d %d %d", e.confirmed.Load(), e.replayed.Load(), e.bad.Load())
+}
+
+// vmRSS reads the process's resident set size in bytes from /proc/self/status, or 0.
+func vmRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // transport is the one camunda7.New builds by default.
