@@ -15,8 +15,11 @@ import (
 // Defaults applied by SchedulerConfig.WithDefaults.
 const (
 	defaultConcurrency = 16
-	defaultSpread      = 0.2
-	defaultBurst       = 4
+	// With these two, extensions due together (tasks fetched in one answer) are paced out
+	// within a fifth of their Interval, inside the quarter they are spread over: pacing
+	// alone makes none of them late.
+	defaultSpread = 0.25
+	defaultBurst  = 5
 	// minPaceGap is the longest pause pacing ever puts between two extensions: a
 	// scheduler keeping few tasks may always send 20 a second.
 	minPaceGap = 50 * time.Millisecond
@@ -35,21 +38,22 @@ type SchedulerConfig struct {
 	// out early, chosen at random per extension: tasks fetched together, or retried
 	// together after an outage, fall out of step instead of asking for their extensions
 	// all at once, Interval after Interval. It costs a few extensions more (Spread/2 of
-	// them on average). Default 0.2; negative: none, every extension at its due time.
+	// them on average). Default 0.25; negative: none, every extension at its due time.
 	Spread float64
 	// Burst bounds how fast extensions go out, as a multiple of the rate the tasks being
 	// kept need on average (one extension per Interval each): the scheduler leaves at
 	// least 1/(Burst × that rate) between two sends, and never more than 50ms. Extensions
 	// due together (a burst the spreading did not break up) so go out one after another
 	// at that pace, while the scheduler can still catch up Burst times faster than it
-	// falls behind. Default 4; negative: no pacing.
+	// falls behind. Default 5; negative: no pacing.
 	Burst float64
 	// OnSend, if set, is called as each extension goes out, with how late it is: the
 	// time since it was due (negative when it went out early, spread). A task's first
 	// extension is due GrantedAt+Interval, or on arrival for a task handed over late;
 	// each later one Interval after the previous grant, or a retry's backoff after the
-	// previous failure. Called from the scheduler's goroutine: keep it quick. For
-	// metrics and benchmarks.
+	// previous failure. Called from the scheduler's goroutine with its lock held: keep
+	// it quick, and call no method of the scheduler or its extenders. For metrics and
+	// benchmarks.
 	OnSend func(lateness time.Duration)
 }
 
