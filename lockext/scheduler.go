@@ -313,6 +313,7 @@ func (s *Scheduler) call(e *Extender, ctx context.Context, sentAt time.Time) {
 	e.callDone = nil
 	switch {
 	case e.stopped:
+		cause = nil // Stop came while the answer was being read: it is ignored
 	case cause != nil || s.closed:
 		s.forget(e)
 		e.ended = cause != nil
