@@ -72,6 +72,10 @@ func fakeResults() *Results {
 		r.add(5, ext, Trial{Run: run, N: 20000, Wall: 4 * time.Second, TPS: 5000, CPUWork: 3800 * time.Millisecond, Fetches: 3400, PeakRSS: 16 << 20})
 		r.add(5, raw, Trial{Run: run, N: 20000, Wall: 3 * time.Second, TPS: 6000, CPUWork: 3200 * time.Millisecond, Fetches: 20000, PeakRSS: 15 << 20})
 	}
+	r.add(6, ext, Trial{Run: 1, N: 10000, Wall: 400 * time.Second, TPS: 25, CPUTotal: 30 * time.Second, PeakRSS: 140 << 20,
+		InFlight: &InFlight{Lock: 4 * time.Minute, Hold: 170 * time.Second, MaxInFlight: 10000, HeldRSS: 118 << 20, StartInstances: 90 * time.Second,
+			Extended: 25000, ExtendFailed: 12, Sent: 25012, LateP50: 0, LateP99: 1500 * time.Millisecond, LateMax: 3 * time.Second,
+			Answered: 25000, Rate: 140, Busiest: 410, Latency: 30 * time.Millisecond}})
 	r.Profiles = []Profile{{Title: "Scenario 5", Top: "flat flat% ..."}}
 	return r
 }
@@ -91,6 +95,8 @@ func TestMarkdownHasEveryScenarioAndGoal(t *testing.T) {
 		"Pickup p50 under 50 ms | 9.00 ms | **yes** |",
 		"| extworker | 200 (200–200) | 50.0 | 100 (100–100) | 40.0 (40.0–40.0) | 10.0 (10.0–10.0) | 5.00 (5.00–5.00) | 50.0 (50.0–50.0) | 80.0 (80.0–80.0) |",
 		"scenarios.svg",
+		"## Scenario 6: 10000 tasks in flight, each held 2m50s with a 4m0s lock kept alive",
+		"| extworker | 10000 | 118 | 140 | 0 | 25000 (12) | 0 / 1500 / 3000 | 140 (410) | 30.0 | 30.0 | 400 |",
 	} {
 		require.Contains(t, md, want)
 	}
@@ -190,9 +196,9 @@ func TestWriteReportKeepsHandWrittenNotes(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	err := Options{Runs: -1, Scenarios: []int{6}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
+	err := Options{Runs: -1, Scenarios: []int{7}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
 	require.Error(t, err)
-	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 6", `Clients: "go"`, "N1 -1"} {
+	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 7", `Clients: "go"`, "N1 -1"} {
 		require.Contains(t, err.Error(), want)
 	}
 	require.NoError(t, Options{OutDir: "x"}.WithDefaults().Validate())
