@@ -8,32 +8,43 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/internal/failpoint"
 )
 
 // Extender keeps one task's lock alive while its handler runs, and cancels the
-// handler's context with a cause when it cannot. Create it with Start; end it with
-// Stop. Its methods are safe for concurrent use.
+// handler's context with a cause when it cannot. Create it with Start, or with
+// Scheduler.Start to share one scheduler among many tasks; end it with Stop. Its
+// methods are safe for concurrent use.
+//
+// An extender has no goroutine or timer of its own: it is an entry in its scheduler's
+// queue, and only what a task needs (its ids, its configuration, its context and its
+// counters) is kept per task.
 type Extender struct {
-	l    Locker
-	task Task
-	cfg  Config
+	s      *Scheduler
+	task   Task
+	cfg    Config
+	parent context.Context // the base of every extendLock call: its values, not its cancellation
 
 	ctx    context.Context // the handler's context: parent + our causes
 	cancel context.CancelCauseFunc
 
-	// reqCtx is the base of every extendLock call: parent's values, not its
-	// cancellation (the lock must outlive a shutdown until the result is reported);
-	// cancelled by Stop so an in-flight call ends at once.
-	reqCtx    context.Context
-	cancelReq context.CancelFunc
-
 	startedAt time.Time
-	stopCh    chan struct{} // closed by Stop
-	stopOnce  sync.Once
-	done      chan struct{} // closed when the goroutine has exited
-	ready     chan struct{} // closed once Start may return: at once, or after a late task's first extension
+	maxAt     time.Time     // zero: no MaxRunTime
+	ready     chan struct{} // a late task only: closed once Start may return, after its first answer
 	readyOnce sync.Once
+
+	// Guarded by s.mu: the extender's place in the scheduler.
+	nominal    time.Time          // when the next extension is due
+	at         time.Time          // when it goes out: nominal, spread earlier, or maxAt
+	index      int                // in s.queue; -1 when not queued
+	counted    bool               // counted in s.live and s.need
+	stopped    bool               // Stop was called
+	ended      bool               // lost, or MaxRunTime passed
+	callCancel context.CancelFunc // the call in flight, if any
+	callDone   chan struct{}      // closed when the call in flight has been dealt with
+
+	// Only the call in flight touches these, and calls of one extender never overlap.
+	backoff  time.Duration // 0: the last attempt succeeded (or none was made)
+	failures int
 
 	mu         sync.Mutex
 	deadline   time.Time
@@ -42,15 +53,16 @@ type Extender struct {
 	lost       error
 }
 
-// Start begins extending t's lock in a new goroutine. The first extension goes out at
-// t.GrantedAt+Interval. When that moment has already passed (the engine handed the task
-// over late in a long poll, so little or none of the local lock is left), Start sends
-// it at once and returns only after its answer, so the handler never starts on a lock
-// nobody has confirmed: if the engine answers that the lock is lost, Context is already
-// cancelled (check Lost) when Start returns; if the engine cannot be reached, the
-// extending goes on in the background and Start returns after one RequestTimeout at
-// most. The returned extender's Context, derived from parent, is the one to run the
-// handler with.
+// Start begins extending t's lock, through l, on a scheduler of its own (one goroutine
+// for this task); Scheduler.Start does the same on a scheduler shared by many tasks.
+// The first extension goes out at t.GrantedAt+Interval. When that moment has already
+// passed (the engine handed the task over late in a long poll, so little or none of the
+// local lock is left), Start sends it at once and returns only after its answer, so the
+// handler never starts on a lock nobody has confirmed: if the engine answers that the
+// lock is lost, Context is already cancelled (check Lost) when Start returns; if the
+// engine cannot be reached, the extending goes on in the background and Start returns
+// after one RequestTimeout at most. The returned extender's Context, derived from
+// parent, is the one to run the handler with.
 //
 // parent ending (worker shutdown) cancels Context with parent's cause but does not stop
 // the extending: the runtime still needs the lock to report the result. Only Stop, a
@@ -59,31 +71,30 @@ type Extender struct {
 // The error is only for an invalid cfg (after WithDefaults) or t; then nothing was
 // started.
 func Start(parent context.Context, l Locker, t Task, cfg Config) (*Extender, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	// Validated here, so that an invalid cfg or t starts no goroutine.
+	if err := cfg.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
-	e := &Extender{
-		l:         l,
-		task:      t,
-		cfg:       cfg,
-		startedAt: time.Now(),
-		stopCh:    make(chan struct{}),
-		done:      make(chan struct{}),
-		ready:     make(chan struct{}),
-		deadline:  t.GrantedAt.Add(cfg.LockDuration),
+	// One task: nothing to spread or pace, every extension at its due time.
+	s, err := NewScheduler(l, SchedulerConfig{Concurrency: 1, Spread: -1, Burst: -1})
+	if err != nil {
+		return nil, err
 	}
-	e.ctx, e.cancel = context.WithCancelCause(parent)
-	e.reqCtx, e.cancelReq = context.WithCancel(context.WithoutCancel(parent))
-	late := !e.startedAt.Before(t.GrantedAt.Add(cfg.Interval))
-	if !late {
-		e.setReady()
+	s.own = true
+	e, err := s.Start(parent, t, cfg)
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
-	go e.run()
-	<-e.ready
+	e.mu.Lock()
+	ended := e.lost != nil
+	e.mu.Unlock()
+	if ended {
+		s.Close() // refused on arrival: nothing more to extend
+	}
 	return e, nil
 }
 
@@ -126,163 +137,114 @@ func (e *Extender) Lost() error {
 	return e.lost
 }
 
-// Stop stops extending, cancelling an extendLock call in flight, waits for the
-// goroutine to exit, and then cancels Context with ErrStopped (unless it already ended
-// with another cause). The runtime calls it once the result is reported (or abandoned).
-// It is safe to call twice, concurrently, after the lock was lost, and on nil.
+// Stop stops extending: it takes the task out of its scheduler's queue, or cancels the
+// extendLock call in flight and waits for it, so that no call outlives Stop; then it
+// cancels Context with ErrStopped (unless it already ended with another cause). The
+// runtime calls it once the result is reported (or abandoned). It is safe to call
+// twice, concurrently, after the lock was lost, after the scheduler was closed, and on
+// nil.
 func (e *Extender) Stop() {
 	if e == nil {
 		return
 	}
-	e.stopOnce.Do(func() {
-		close(e.stopCh)
-		e.cancelReq()
-	})
-	<-e.done
+	s := e.s
+	s.mu.Lock()
+	e.stopped = true
+	s.forget(e)
+	if e.callCancel != nil {
+		e.callCancel()
+	}
+	done := e.callDone
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	if s.own {
+		s.Close()
+	}
 	e.cancel(ErrStopped)
 }
 
-func (e *Extender) stopped() bool {
-	select {
-	case <-e.stopCh:
-		return true
-	default:
-		return false
+// succeeded records an extension sent at sentAt that the engine granted.
+func (e *Extender) succeeded(sentAt time.Time, relocked bool) {
+	e.backoff, e.failures = 0, 0
+	e.mu.Lock()
+	e.deadline = sentAt.Add(e.cfg.LockDuration)
+	e.extensions++
+	if relocked {
+		e.relocks++
+	}
+	e.mu.Unlock()
+	if relocked {
+		e.cfg.Logger.LogAttrs(e.parent, slog.LevelInfo, "lockext: the lock had expired and nobody had taken the task; locked it again",
+			slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID))
 	}
 }
 
-// run is the extender's one goroutine: wait until the next extension is due, send it,
-// and classify the answer, until Stop, a lost lock or MaxRunTime. Only the engine's
-// answer ends it as lost; transient errors are retried with backoff for as long as it
-// takes, whatever the local deadline says.
-func (e *Extender) run() {
-	defer close(e.done)
-	defer e.cancelReq()
-	defer e.setReady()
-
-	var (
-		next     = e.task.GrantedAt.Add(e.cfg.Interval)
-		backoff  = time.Duration(0) // 0: the last attempt succeeded (or none was made)
-		failures int
-		maxAt    time.Time // zero: no MaxRunTime
-		maxC     <-chan time.Time
-	)
-	if e.cfg.MaxRunTime > 0 {
-		maxAt = e.startedAt.Add(e.cfg.MaxRunTime)
-		maxTimer := time.NewTimer(time.Until(maxAt))
-		defer maxTimer.Stop()
-		maxC = maxTimer.C
+// failed records a transient error and sets the pause before the next attempt: it
+// doubles with every failure in a row, up to Interval.
+func (e *Extender) failed(err error) {
+	e.failures++
+	if e.backoff == 0 {
+		e.backoff = e.cfg.RetryInitial
+	} else {
+		e.backoff = min(2*e.backoff, e.cfg.Interval)
 	}
-	timer := time.NewTimer(time.Until(next))
-	defer timer.Stop()
-
-	for {
-		select {
-		case <-e.stopCh:
-			return
-		case <-maxC:
-			e.end(ErrMaxRunTime, slog.Int("extensions", e.Extensions()))
-			return
-		case <-timer.C:
-		}
-		if e.stopped() {
-			return
-		}
-		if !maxAt.IsZero() && !time.Now().Before(maxAt) {
-			e.end(ErrMaxRunTime, slog.Int("extensions", e.Extensions()))
-			return
-		}
-
-		// The call ends by RequestTimeout, and never after MaxRunTime.
-		sentAt := time.Now()
-		callEnd := sentAt.Add(e.cfg.RequestTimeout)
-		if !maxAt.IsZero() {
-			callEnd = earliest(callEnd, maxAt)
-		}
-		ctx, cancel := context.WithDeadline(e.reqCtx, callEnd)
-		failpoint.Inject(failpoint.InExtension)
-		relocked, err := e.extend(ctx)
-		cancel()
-
-		if !e.stopped() && e.cfg.OnExtend != nil {
-			e.cfg.OnExtend(err)
-		}
-		switch {
-		case e.stopped():
-			return
-		case err != nil && LostAnswer(err):
-			e.end(&LockLostError{TaskID: e.task.ID, Err: err}, slog.Int("failures", failures))
-			return
-		case !maxAt.IsZero() && !time.Now().Before(maxAt):
-			e.end(ErrMaxRunTime, slog.Int("extensions", e.Extensions()))
-			return
-		case err == nil:
-			next = sentAt.Add(e.cfg.Interval)
-			backoff, failures = 0, 0
-			e.mu.Lock()
-			e.deadline = sentAt.Add(e.cfg.LockDuration)
-			e.extensions++
-			if relocked {
-				e.relocks++
-			}
-			e.mu.Unlock()
-			if relocked {
-				e.cfg.Logger.LogAttrs(e.reqCtx, slog.LevelInfo, "lockext: the lock had expired and nobody had taken the task; locked it again",
-					slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID))
-			}
-		default:
-			failures++
-			if backoff == 0 {
-				backoff = e.cfg.RetryInitial
-			} else {
-				backoff = min(2*backoff, e.cfg.Interval)
-			}
-			next = time.Now().Add(backoff)
-			e.cfg.Logger.LogAttrs(e.reqCtx, slog.LevelDebug, "lockext: extend lock failed, retrying",
-				slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID),
-				slog.Int("failures", failures), slog.Duration("retry_in", backoff),
-				slog.Time("local_deadline", e.Deadline()), slog.Any("error", err))
-		}
-		e.setReady() // a late task's first answer is in: its handler may start
-		timer.Reset(time.Until(next))
-	}
+	e.cfg.Logger.LogAttrs(e.parent, slog.LevelDebug, "lockext: extend lock failed, retrying",
+		slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID),
+		slog.Int("failures", e.failures), slog.Duration("retry_in", e.backoff),
+		slog.Time("local_deadline", e.Deadline()), slog.Any("error", err))
 }
 
 // extend sends one extendLock. When the engine answers that this worker's own lock has
 // expired (it cannot extend an expired lock), nobody else has taken the task yet: lock
 // it again, which fails only if another worker holds it by now.
 func (e *Extender) extend(ctx context.Context) (relocked bool, err error) {
-	err = e.l.ExtendLock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration)
+	err = e.s.l.ExtendLock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration)
 	if !errors.Is(err, camunda7.ErrLockExpired) {
 		return false, err
 	}
-	if err := e.l.Lock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration); err != nil {
+	if err := e.s.l.Lock(ctx, e.task.ID, e.task.WorkerID, e.cfg.LockDuration); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-func (e *Extender) setReady() { e.readyOnce.Do(func() { close(e.ready) }) }
+// setReady lets a late task's Start return.
+func (e *Extender) setReady() {
+	if e.ready != nil {
+		e.readyOnce.Do(func() { close(e.ready) })
+	}
+}
 
-// end records why the extending ended, logs it and cancels the handler's context.
-func (e *Extender) end(cause error, attrs ...slog.Attr) {
+// end records why the extending ended, logs it and cancels the handler's context. The
+// extender is already out of its scheduler's queue.
+func (e *Extender) end(cause error) {
 	e.mu.Lock()
 	e.lost = cause
+	extensions := e.extensions
 	e.mu.Unlock()
-	attrs = append([]slog.Attr{
+	attrs := []slog.Attr{
 		slog.String("task_id", e.task.ID), slog.String("worker_id", e.task.WorkerID),
 		slog.String("reason", cause.Error()),
-	}, attrs...)
+	}
 	msg := "lockext: lock lost, cancelling handler"
 	if cause == ErrMaxRunTime {
 		msg = "lockext: maximum run time exceeded, cancelling handler and letting the lock run out"
-		attrs = append(attrs, slog.Duration("max_run_time", e.cfg.MaxRunTime))
+		attrs = append(attrs, slog.Int("extensions", extensions), slog.Duration("max_run_time", e.cfg.MaxRunTime))
+	} else {
+		attrs = append(attrs, slog.Int("failures", e.failures))
 	}
-	e.cfg.Logger.LogAttrs(e.reqCtx, slog.LevelWarn, msg, attrs...)
+	e.cfg.Logger.LogAttrs(e.parent, slog.LevelWarn, msg, attrs...)
 	if e.cfg.OnEnd != nil {
 		e.cfg.OnEnd(cause)
 	}
 	e.cancel(cause)
+	e.setReady()
+	if e.s.own {
+		// The scheduler was this extender's alone: let its goroutine go now, not at Stop.
+		e.s.closeAsync()
+	}
 }
 
 // earliest returns the earlier of a and b.

@@ -30,7 +30,7 @@ const (
 )
 
 // Config tunes one extender. The runtime builds it once per topic and passes it to
-// every Start; WithDefaults fills the zero fields.
+// every Start (with the task's logger); WithDefaults fills the zero fields.
 type Config struct {
 	// LockDuration is the task's lock duration, as asked for in fetchAndLock; every
 	// extension asks for it again (the engine measures it from its own now). Required,
@@ -56,8 +56,8 @@ type Config struct {
 	// again, and a Debug record per transient error. Default discards.
 	Logger *slog.Logger
 	// OnExtend, if set, is called after every extendLock call with its error (nil on
-	// success), from the extender's goroutine: for metrics, so keep it quick. Not called
-	// for a call cut short by Stop.
+	// success), from the goroutine that made the call: for metrics, so keep it quick.
+	// Not called for a call cut short by Stop.
 	OnExtend func(err error)
 	// OnEnd, if set, is called once when the extending ends for a reason other than Stop:
 	// with the *LockLostError or ErrMaxRunTime that Context is cancelled with.

@@ -1,6 +1,6 @@
 -- +goose NO TRANSACTION
 -- +goose Up
--- Two indexes a ledger of millions of intents needs (docs/benchmarks.md, "A ledger of 10
+-- Two indexes a ledger of millions of intents needs (docs/benchmarks.md, "The effect ledger at 10
 -- million intents"), built CONCURRENTLY so that applying this to a large, busy ledger
 -- never blocks the workers' writes (hence no transaction). If a concurrent build fails, it
 -- leaves an INVALID index: drop it (DROP INDEX CONCURRENTLY <name>) and migrate again.

@@ -92,7 +92,11 @@ func (t *Task) Bind(dst any) error {
 
 // notFetchedHint explains a missing variable the topic does not ask the engine for.
 func (t *Task) notFetchedHint(name string) string {
-	switch f := t.fetch; {
+	f := t.fetch
+	if f == nil {
+		return ""
+	}
+	switch {
 	case f.TopicName == "" || f.AllVariables && !f.LocalVariables:
 		return ""
 	case f.LocalVariables && (f.AllVariables || slices.Contains(f.Variables, name)):

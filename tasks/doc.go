@@ -71,7 +71,9 @@
 //     A freed slot triggers the next poll. Fetch errors back off with jitter, logged
 //     once when they start and once when they end; an empty result is not an error.
 //  2. Run: each task gets a slot and a lockext extender that renews its lock, counted
-//     from when the fetch was sent on the local monotonic clock. A task handed over late
+//     from when the fetch was sent on the local monotonic clock. One lockext.Scheduler
+//     per worker sends every task's extensions (Config.LockExtension), spread and paced,
+//     so a task in flight costs its handler's goroutine and no goroutine or timer more. A task handed over late
 //     in a long poll, with little of that local lock left, is extended before its handler
 //     starts. The handler's context ends if the engine says the lock is lost
 //     (context.Cause is a *lockext.LockLostError; the local clock never decides that), the

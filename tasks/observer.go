@@ -72,6 +72,52 @@ func lockLostReason(cause error) string {
 	return "taken"
 }
 
+// taskHandler is the handler of a task's logger: the worker's handler with the task's
+// fields (topic, external_task_id, process_instance_id, process_definition_key,
+// activity_id, business_key, attempt), which it adds only when the first record is
+// written. slog's With formats the fields at once (about 1.5 KB a task with the JSON
+// handler), and most tasks in flight log nothing until they are handled: with
+// thousands of long-running tasks in flight that memory would be held for nothing.
+type taskHandler struct {
+	base slog.Handler
+	task *Task
+	once sync.Once
+	h    slog.Handler // base with the task's fields, once built
+}
+
+func newTaskHandler(base slog.Handler, t *Task) *taskHandler {
+	return &taskHandler{base: base, task: t}
+}
+
+func (h *taskHandler) get() slog.Handler {
+	h.once.Do(func() {
+		r := &h.task.raw
+		h.h = h.base.WithAttrs([]slog.Attr{
+			slog.String("topic", r.TopicName),
+			slog.String("external_task_id", r.ID),
+			slog.String("process_instance_id", r.ProcessInstanceID),
+			slog.String("process_definition_key", r.ProcessDefinitionKey),
+			slog.String("activity_id", r.ActivityID),
+			slog.String("business_key", r.BusinessKey),
+			slog.Int("attempt", h.task.Attempt()),
+		})
+	})
+	return h.h
+}
+
+// Enabled asks the worker's handler: a record the level leaves out builds nothing.
+func (h *taskHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.base.Enabled(ctx, l)
+}
+
+func (h *taskHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.get().Handle(ctx, r)
+}
+
+func (h *taskHandler) WithAttrs(attrs []slog.Attr) slog.Handler { return h.get().WithAttrs(attrs) }
+
+func (h *taskHandler) WithGroup(name string) slog.Handler { return h.get().WithGroup(name) }
+
 // taskLog is the per-task logger a handler's context carries: the worker's logger with
 // every task field, plus what the handler (or the effect ledger) added with AddLogAttrs.
 type taskLog struct {

@@ -13,7 +13,7 @@ type Task struct {
 	raw      camunda7.LockedExternalTask
 	workerID string
 	attempt  int
-	fetch    camunda7.FetchTopic // what the topic asked the engine for (Bind's hints)
+	fetch    *camunda7.FetchTopic // what the topic asked the engine for (Bind's hints), shared by its tasks; nil: unknown
 
 	mu    sync.Mutex
 	local camunda7.Variables

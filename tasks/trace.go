@@ -16,7 +16,7 @@ import (
 const tracerName = "github.com/extworker/extworker/tasks"
 
 // startTaskSpan starts a task's span, the root of its trace (package doc, Traces).
-func (w *Worker) startTaskSpan(ctx context.Context, raw camunda7.LockedExternalTask, attempt int) (context.Context, trace.Span) {
+func (w *Worker) startTaskSpan(ctx context.Context, raw *camunda7.LockedExternalTask, attempt int) (context.Context, trace.Span) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "task "+raw.TopicName, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot())
 	if span.IsRecording() {
 		span.SetAttributes(

@@ -59,6 +59,14 @@ type Config struct {
 	CredentialsRejectedFor time.Duration
 	// ReportTimeout bounds each complete/failure/bpmnError call. Default 10s.
 	ReportTimeout time.Duration
+	// ReportConcurrency bounds how many tasks report their results (or are unlocked) at
+	// once; the others wait their turn, their locks kept alive meanwhile. Thousands of
+	// long-running handlers that end together would otherwise send thousands of
+	// completes at once: the engine answers them at its own pace, the ones waiting for a
+	// connection run out their ReportTimeout unsent and are sent again, and each holds
+	// its request and a deep stack meanwhile. It binds only when MaxConcurrency is
+	// larger. Default 64.
+	ReportConcurrency int
 	// ReportAttempts is how often a report certainly not delivered (or resolved as not
 	// applied) is sent at least, however short ReportRetryFor is. Default 5.
 	ReportAttempts int
@@ -88,6 +96,11 @@ type Config struct {
 	// Observer receives counts and timings for metrics (package metrics implements it).
 	// Default NopObserver.
 	Observer Observer
+	// LockExtension tunes the one scheduler that keeps the locks of all the worker's
+	// running tasks alive (lockext.Scheduler): how many extendLock calls may be in
+	// flight at once, and how extensions due together are spread and paced. Zero fields
+	// take lockext's defaults.
+	LockExtension lockext.SchedulerConfig
 	// OnTaskGone, if set, is told when a task this worker handled was cancelled by the
 	// engine (its process instance deleted, or its activity interrupted by a boundary
 	// event) while or after the handler ran: the engine's history records the task's
@@ -142,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReportAttempts == 0 {
 		c.ReportAttempts = 5
 	}
+	if c.ReportConcurrency == 0 {
+		c.ReportConcurrency = 64
+	}
 	if c.ReportRetryFor == 0 {
 		c.ReportRetryFor = 5 * time.Minute
 	}
@@ -178,6 +194,9 @@ func (c Config) Validate() error {
 	if c.ReportTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ReportTimeout %v: must be positive", c.ReportTimeout))
 	}
+	if c.ReportConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("ReportConcurrency %d: must be at least 1", c.ReportConcurrency))
+	}
 	if c.ReportAttempts < 1 {
 		errs = append(errs, fmt.Errorf("ReportAttempts %d: must be at least 1", c.ReportAttempts))
 	}
@@ -192,6 +211,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= c.ShutdownGrace {
 		errs = append(errs, fmt.Errorf("ShutdownTimeout %v: must be longer than ShutdownGrace %v", c.ShutdownTimeout, c.ShutdownGrace))
+	}
+	if err := c.LockExtension.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("LockExtension: %w", err))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("tasks config: %w", errors.Join(errs...))
@@ -208,6 +230,10 @@ type Worker struct {
 	obs Observer
 
 	running atomic.Bool
+	// locks keeps the running tasks' locks alive; created by Run, closed when it returns.
+	locks *lockext.Scheduler
+	// extend is each topic's lock extension settings, built once: a task adds its logger.
+	extend map[string]lockext.Config
 
 	mu          sync.Mutex
 	inflight    int
@@ -216,6 +242,7 @@ type Worker struct {
 	held        map[string]time.Time // ids reported as failed, locked for us until their retry timeout ends
 	heldPurgeAt int                  // held's size at which holdForRetry next drops expired entries
 	freed       chan struct{}        // a slot came free: poll again
+	reporting   chan struct{}        // one element per task reporting its result (ReportConcurrency)
 	handlers    sync.WaitGroup
 
 	stats   Stats
@@ -248,8 +275,27 @@ func New(c Engine, reg *Registry, cfg Config) (*Worker, error) {
 	if isNil(c) || reg == nil || len(reg.topics) == 0 {
 		return nil, errors.New("tasks: an engine client and a registry with at least one topic are required")
 	}
-	return &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
-		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1)}, nil
+	w := &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
+		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1),
+		reporting: make(chan struct{}, cfg.ReportConcurrency), extend: map[string]lockext.Config{}}
+	for _, t := range reg.topics {
+		w.extend[t.name] = w.extendConfig(t)
+	}
+	return w, nil
+}
+
+// extendConfig returns the lock extension settings of t's tasks. The callbacks are the
+// topic's, not the task's: no closures per task.
+func (w *Worker) extendConfig(t *topic) lockext.Config {
+	return lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime,
+		OnExtend: func(err error) {
+			w.obs.LockExtended(t.name, err)
+			if err != nil && !lockext.LostAnswer(err) {
+				w.obs.EngineError("extend_lock", err)
+			}
+		},
+		OnEnd: func(cause error) { w.obs.LockLost(t.name, lockLostReason(cause)) },
+	}
 }
 
 // WorkerID returns the id tasks are locked for.
@@ -290,6 +336,14 @@ func (w *Worker) Run(parent context.Context) error {
 	// ctx then ends with that cause, and the shutdown below runs as for parent's end.
 	ctx, stopRun := context.WithCancelCause(parent)
 	defer stopRun(nil)
+	// One scheduler keeps every running task's lock alive. Closed when Run returns: a
+	// handler still running after the shutdown timeout is left, and its lock runs out.
+	locks, err := lockext.NewScheduler(w.c, w.cfg.LockExtension)
+	if err != nil {
+		return err // validated by New
+	}
+	w.locks = locks
+	defer locks.Close()
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(ErrShutdown)
 	// pollCtx outlives ctx, so that a pending long poll ends on the engine's side and
@@ -585,11 +639,14 @@ func (w *Worker) start(workCtx context.Context, raw camunda7.LockedExternalTask,
 	inTopic, free := w.perTopic[t.name], w.cfg.MaxConcurrency-w.inflight
 	w.mu.Unlock()
 	w.obs.Slots(t.name, inTopic, free)
+	// The task is built here, so that the goroutine holds one copy of what was fetched.
+	task := newTask(raw, w.cfg.WorkerID, t.opts.Retry.Attempt(raw.Retries))
+	task.fetch = &t.fetch
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
-		defer w.release(t.name, raw.ID)
-		w.handle(workCtx, t, raw, sentAt)
+		defer w.release(t.name, task.ID())
+		w.handle(workCtx, t, task, sentAt)
 	}()
 }
 
@@ -714,61 +771,70 @@ func (w *Worker) release(topic, id string) {
 	}
 }
 
-// handle runs one task from lock to report.
-func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedExternalTask, sentAt time.Time) {
-	task := newTask(raw, w.cfg.WorkerID, t.opts.Retry.Attempt(raw.Retries))
-	task.fetch = t.fetch
-	log := w.log.With(
-		slog.String("topic", raw.TopicName),
-		slog.String("external_task_id", raw.ID),
-		slog.String("process_instance_id", raw.ProcessInstanceID),
-		slog.String("process_definition_key", raw.ProcessDefinitionKey),
-		slog.String("activity_id", raw.ActivityID),
-		slog.String("business_key", raw.BusinessKey),
-		slog.Int("attempt", task.Attempt()),
-	)
+// handle runs one task from lock to report. Its frame, and so the stack of a goroutine
+// whose handler waits, is kept small: what comes before and after the handler is in
+// functions of their own, whose frames are gone while it runs.
+func (w *Worker) handle(workCtx context.Context, t *topic, task *Task, sentAt time.Time) {
+	log := slog.New(newTaskHandler(w.log.Handler(), task))
 	// The task's span: its trace's root, ended (after the lock extender stops) with the
-	// outcome the branches below set.
-	workCtx, span := w.startTaskSpan(workCtx, raw, task.Attempt())
+	// outcome set below.
+	workCtx, span := w.startTaskSpan(workCtx, &task.raw, task.Attempt())
 	var outcome, class string
 	defer func() { endOutcomeSpan(span, outcome, class) }()
-	ext, err := lockext.Start(workCtx, w.c, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt},
-		lockext.Config{LockDuration: t.opts.LockDuration, MaxRunTime: t.opts.MaxRunTime, Logger: log,
-			OnExtend: func(err error) {
-				w.obs.LockExtended(raw.TopicName, err)
-				if err != nil && !lockext.LostAnswer(err) {
-					w.obs.EngineError("extend_lock", err)
-				}
-			},
-			OnEnd: func(cause error) { w.obs.LockLost(raw.TopicName, lockLostReason(cause)) },
-		})
-	if err != nil {
-		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err), slog.String("outcome", "unlocked"))
-		w.unlock(workCtx, raw.ID, log)
-		w.obs.Handled(raw.TopicName, "unlocked", "", 0)
-		outcome = "unlocked"
+	ext, outcome := w.keepLock(workCtx, t, task, sentAt, log)
+	if ext == nil {
 		return
 	}
 	defer ext.Stop() // after the report: the lock stays alive while the result is reported
-	if cause := ext.Lost(); cause != nil {
-		// Handed over late in a long poll, and the extension sent at once on arrival was
-		// refused: another worker has it, or it is gone. Nothing ran, nothing to report.
-		w.stats.LockLost.Add(1)
-		log.Warn("lock lost before the handler started; not running it", slog.String("outcome", "lock-lost"), slog.Any("cause", cause))
-		w.obs.Handled(raw.TopicName, "lock-lost", "", 0)
-		outcome = "lock-lost"
-		return
-	}
 
 	start := time.Now()
-	log.Debug("handler started")
+	log.Debug("handler started") // formats the task's fields only if Debug is on
 	hctx, tl := withTaskLog(ext.Context(), log)
 	sctx, hspan := startHandlerSpan(hctx) // the handler's ctx carries its span: its own spans nest under it
 	vars, herr := runHandler(sctx, t.handler, task)
 	endHandlerSpan(hspan, herr)
 	took := time.Since(start)
-	log = tl.get() // with what the handler added (AddLogAttrs)
+	// Waits here, with a small stack, for a turn to report (ReportConcurrency).
+	w.reporting <- struct{}{}
+	defer func() { <-w.reporting }()
+	// With what the handler added to its logger (AddLogAttrs).
+	outcome, class = w.settle(workCtx, t, task, ext, hctx, vars, herr, took, tl.get())
+}
 
+// keepLock starts keeping the task's lock alive. When the handler must not run, it
+// returns a nil extender and the task's outcome: the lock cannot be kept (the task is
+// unlocked), or it was lost before the handler started.
+func (w *Worker) keepLock(workCtx context.Context, t *topic, task *Task, sentAt time.Time, log *slog.Logger) (*lockext.Extender, string) {
+	raw := &task.raw
+	extCfg, ok := w.extend[t.name]
+	if !ok {
+		extCfg = w.extendConfig(t) // registered after New
+	}
+	extCfg.Logger = log
+	ext, err := w.locks.Start(workCtx, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt}, extCfg)
+	if err != nil {
+		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err), slog.String("outcome", "unlocked"))
+		w.unlock(workCtx, raw.ID, log)
+		w.obs.Handled(raw.TopicName, "unlocked", "", 0)
+		return nil, "unlocked"
+	}
+	if cause := ext.Lost(); cause != nil {
+		// Handed over late in a long poll, and the extension sent at once on arrival was
+		// refused: another worker has it, or it is gone. Nothing ran, nothing to report.
+		ext.Stop()
+		w.stats.LockLost.Add(1)
+		log.Warn("lock lost before the handler started; not running it", slog.String("outcome", "lock-lost"), slog.Any("cause", cause))
+		w.obs.Handled(raw.TopicName, "lock-lost", "", 0)
+		return nil, "lock-lost"
+	}
+	return ext, ""
+}
+
+// settle reports what the handler returned, unless its lock was lost or the shutdown
+// cancelled it, and returns the task's outcome and failure class.
+func (w *Worker) settle(workCtx context.Context, t *topic, task *Task, ext *lockext.Extender, hctx context.Context,
+	vars camunda7.Variables, herr error, took time.Duration, log *slog.Logger) (outcome, class string) {
+	raw := &task.raw
 	cause := context.Cause(hctx)
 	var lost *lockext.LockLostError
 	switch {
@@ -778,25 +844,24 @@ func (w *Worker) handle(workCtx context.Context, t *topic, raw camunda7.LockedEx
 		log.Warn("lock lost while the handler ran; result discarded", slog.String("outcome", "lock-lost"),
 			slog.Any("cause", cause), slog.Duration("took", took))
 		w.obs.Handled(raw.TopicName, "lock-lost", "", took)
-		outcome = "lock-lost"
 		if errors.Is(cause, camunda7.ErrTaskGone) {
 			w.taskGone(workCtx, task, cause, log)
 		}
-		return
+		return "lock-lost", ""
 	case hctx.Err() != nil && errors.Is(cause, ErrShutdown) && herr != nil:
 		// Cancelled by shutdown: hand the task back at once, without spending a retry.
 		log.Info("handler cancelled by shutdown; unlocking the task", slog.String("outcome", "unlocked"), slog.Duration("took", took))
 		ext.Stop() // an extension racing the unlock makes the engine refuse one of them
 		w.unlock(workCtx, raw.ID, log)
 		w.obs.Handled(raw.TopicName, "unlocked", "", took)
-		outcome = "unlocked"
-		return
+		return "unlocked", ""
 	case hctx.Err() != nil && herr != nil && cause != nil && !errors.Is(herr, cause):
 		herr = fmt.Errorf("%w (context ended: %w)", herr, cause)
 	}
 	rctx, rspan := startReportSpan(workCtx)
 	outcome, class = w.report(rctx, t, task, failure.Classify(herr), vars, took, log)
 	endReportSpan(rspan, outcome)
+	return outcome, class
 }
 
 // runHandler calls the handler, turning a panic into a failure.
