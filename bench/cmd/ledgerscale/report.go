@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/extworker/extworker/bench/harness"
 	"github.com/extworker/extworker/idempotency"
 )
 
@@ -231,23 +232,7 @@ func thousands(n int64) string {
 
 // machineInfo is the CPU model, its core count and the memory, from /proc.
 func machineInfo() string {
-	model := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	mem := ""
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		var kb int64
-		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
-			mem = fmt.Sprintf(", %.0f GiB memory", float64(kb)/(1<<20))
-		}
-	}
-	return fmt.Sprintf("%s, %d cores (nproc)%s, %s/%s; PostgreSQL, this program and other engineers' work all on this machine", model, runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH)
+	return harness.Machine("PostgreSQL, this program and other engineers' work")
 }
 
 func loadAvg() string {
