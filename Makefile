@@ -132,7 +132,7 @@ fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 
 # Benchmark against the official Java and JS clients (bench/README.md), then the effect
-# ledger at 10 million intents (bench-ledger, below). By hand only: about 10 minutes for
+# ledger at 10 million intents (bench-ledger, below). By hand only: about 14 minutes for
 # the clients, 11 to 20 for the ledger. BENCH_FLAGS= (empty) runs the issue's full instance
 # counts, which take longer.
 BENCH_FLAGS ?= -n1 300 -n2 200 -lat 30 -note "Scenarios 1 and 2 ran 300 and 200 instances instead of the 2,000 that issue \#7 names, to keep make bench near 10 minutes on this 2-core machine, where the engine under test completes about 100 tasks per second; make bench BENCH_FLAGS= runs the full counts."

@@ -23,7 +23,7 @@ const (
 	Extworker Client = "extworker" // bench/cmd/goworker, on package tasks
 	Java      Client = "java"      // bench/java-worker, on org.camunda.bpm:camunda-external-task-client
 	JS        Client = "js"        // bench/js-worker, on camunda-external-task-client-js
-	Raw       Client = "raw"       // bench/cmd/rawloop: one fetch and one complete per task (scenario 5 only)
+	Raw       Client = "raw"       // bench/cmd/rawloop: one fetch and one complete per task (scenarios 5 and 6 only)
 )
 
 // Options configure a benchmark run. Zero values take the documented defaults.
@@ -38,10 +38,10 @@ type Options struct {
 	// Runs is how often every scenario runs, the clients taking turns within each run.
 	// Default 5.
 	Runs int
-	// Scenarios to run, from 1 to 5. Default all five.
+	// Scenarios to run, from 1 to 6. Default all six.
 	Scenarios []int
-	// Clients to compare, from Extworker, Java and JS (Raw runs in scenario 5 whenever
-	// Extworker does). Default all three.
+	// Clients to compare, from Extworker, Java and JS (Raw runs in scenarios 5 and 6
+	// whenever Extworker does). Default all three.
 	Clients []Client
 	// N1 and N2 are the instances of scenarios 1 and 2. Default 2000 each.
 	N1, N2 int
@@ -59,6 +59,12 @@ type Options struct {
 	LatencySamples, LatencyWarmup int
 	// N5 is scenario 5's tasks per run, served by the stub engine. Default 20000.
 	N5 int
+	// N6 is scenario 6's instances per trial. Default N1.
+	N6 int
+	// RawConcurrency lists the raw loops of scenario 6 by their number of parallel
+	// fetch-complete loops; the one that serves the most is the yardstick. Default
+	// DefaultRawConcurrency.
+	RawConcurrency []int
 	// JavaBestMaxTasks is the Java client's maxTasks in its best configuration. Default 200.
 	JavaBestMaxTasks int
 	// AltConcurrency, if not 0, adds extworker with this MaxConcurrency to scenario 2:
@@ -99,7 +105,7 @@ func (o Options) WithDefaults() Options {
 		o.Runs = 5
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []int{1, 2, 3, 4, 5}
+		o.Scenarios = []int{1, 2, 3, 4, 5, 6}
 	}
 	if len(o.Clients) == 0 {
 		o.Clients = []Client{Extworker, Java, JS}
@@ -128,6 +134,12 @@ func (o Options) WithDefaults() Options {
 	if o.N5 == 0 {
 		o.N5 = 20000
 	}
+	if o.N6 == 0 {
+		o.N6 = o.N1
+	}
+	if len(o.RawConcurrency) == 0 {
+		o.RawConcurrency = slices.Clone(DefaultRawConcurrency)
+	}
 	if o.JavaBestMaxTasks == 0 {
 		o.JavaBestMaxTasks = 200
 	}
@@ -147,8 +159,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Runs %d: must be at least 1", o.Runs))
 	}
 	for _, s := range o.Scenarios {
-		if s < 1 || s > 5 {
-			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5", s))
+		if s < 1 || s > 6 {
+			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5, 6", s))
 		}
 	}
 	for _, c := range o.Clients {
@@ -156,9 +168,14 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("Clients: %q is not one of extworker, java, js", c))
 		}
 	}
-	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
+	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "N6": o.N6, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
 		if n < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", name, n))
+		}
+	}
+	for _, c := range o.RawConcurrency {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("RawConcurrency %d: must be at least 1", c))
 		}
 	}
 	if o.IOWait < 0 {
@@ -267,10 +284,15 @@ type Trial struct {
 	Latencies []time.Duration
 	P50, P99  time.Duration
 	// Fetches counts fetchAndLock calls: seen by the stub in scenario 5, reported by
-	// extworker itself in scenarios 1 and 2; 0 where unknown.
+	// extworker itself in scenarios 1 and 2 and by both workers in scenario 6; 0 where
+	// unknown.
 	Fetches int64
+	// EmptyFetches counts the raw loop's fetches that locked no task in scenario 6, and
+	// FailedFetches its fetches and completes the engine failed (5xx), sent again.
+	EmptyFetches  int64 `json:",omitempty"`
+	FailedFetches int64 `json:",omitempty"`
 	// EngineCPU is the engine's and PostgreSQL's CPU time from the worker's launch to
-	// the last task completed (scenarios 1, 2 and 4).
+	// the last task completed (scenarios 1, 2, 4 and 6).
 	EngineCPU time.Duration
 	// Intents is how many new intents the worker confirmed in the ledger (scenario 4,
 	// with the ledger; it must equal N).
@@ -503,6 +525,11 @@ func (h *harness) runAll(ctx context.Context) error {
 						return err
 					}
 				}
+			}
+		}
+		if h.o.runs(6) && h.o.has(Extworker) {
+			if err := h.engineCeilingRun(ctx, ext, run); err != nil {
+				return err
 			}
 		}
 		fmt.Fprintf(h.o.Progress, "bench: run %d of %d done after %v\n", run, h.o.Runs, time.Since(start).Round(time.Second))

@@ -42,6 +42,8 @@ func Merge(old, fresh *Results) *Results {
 			o.N4, o.LedgerDBURL = f.N4, f.LedgerDBURL
 		case 5:
 			o.N5 = f.N5
+		case 6:
+			o.N6, o.RawConcurrency = f.N6, f.RawConcurrency
 		}
 		if !slices.Contains(o.Scenarios, s) {
 			o.Scenarios = append(o.Scenarios, s)

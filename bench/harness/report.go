@@ -170,8 +170,12 @@ func Markdown(r *Results) string {
 		w("| %s | %s |\n", v[0], strings.ReplaceAll(v[1], "|", "\\|"))
 	}
 	w("| machine | %s |\n", r.Machine)
-	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine |\n\n",
-		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5)
+	s6 := "" // results from before scenario 6 have no N6
+	if o.N6 > 0 {
+		s6 = fmt.Sprintf("; scenario 6: %d", o.N6)
+	}
+	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine%s |\n\n",
+		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5, s6)
 	w("Configurations (each worker program is under `bench/`; options not named keep the client's defaults):\n\n| worker | configuration |\n|---|---|\n")
 	seen := map[string]bool{}
 	for _, s := range r.Series {
@@ -243,6 +247,7 @@ func Markdown(r *Results) string {
 		}
 		w("\n")
 	}
+	writeEngineCeiling(&b, r)
 	w("## Chart\n\n![Scenarios 1 to 3](scenarios.svg)\n\n")
 	w(`## How the numbers are taken
 
@@ -353,6 +358,7 @@ func writeGoals(b *strings.Builder, r *Results) {
 	} else {
 		row("Worker CPU per task within 2 times the raw HTTP loop's (scenario 5)", false, "", false)
 	}
+	writeEngineCeilingGoal(b, r)
 	fmt.Fprintln(b)
 }
 

@@ -71,6 +71,9 @@ func fakeResults() *Results {
 		r.add(4, withLedger, Trial{Run: run, N: 300, Wall: 4 * time.Second, TPS: 80 * (1 - 0.05*f), CPUWork: 300 * time.Millisecond, PeakRSS: 18 << 20, EngineCPU: 9 * time.Second, Intents: 300})
 		r.add(5, ext, Trial{Run: run, N: 20000, Wall: 4 * time.Second, TPS: 5000, CPUWork: 3800 * time.Millisecond, Fetches: 3400, PeakRSS: 16 << 20})
 		r.add(5, raw, Trial{Run: run, N: 20000, Wall: 3 * time.Second, TPS: 6000, CPUWork: 3200 * time.Millisecond, Fetches: 20000, PeakRSS: 15 << 20})
+		r.add(6, ext, Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 100, CPUWork: 180 * time.Millisecond, EngineCPU: 5400 * time.Millisecond, Fetches: 54})
+		r.add(6, rawEngineVariant(16), Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 90 + f, CPUWork: 150 * time.Millisecond, EngineCPU: 6 * time.Second, Fetches: 330, EmptyFetches: 30})
+		r.add(6, rawEngineVariant(64), Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 80, CPUWork: 150 * time.Millisecond, EngineCPU: 4500 * time.Millisecond, Fetches: 600, EmptyFetches: 300})
 	}
 	r.Profiles = []Profile{{Title: "Scenario 5", Top: "flat flat% ..."}}
 	return r
@@ -190,9 +193,9 @@ func TestWriteReportKeepsHandWrittenNotes(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	err := Options{Runs: -1, Scenarios: []int{6}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
+	err := Options{Runs: -1, Scenarios: []int{7}, Clients: []Client{"go"}, N1: -1, RawConcurrency: []int{0}}.WithDefaults().Validate()
 	require.Error(t, err)
-	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 6", `Clients: "go"`, "N1 -1"} {
+	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 7", `Clients: "go"`, "N1 -1", "RawConcurrency 0"} {
 		require.Contains(t, err.Error(), want)
 	}
 	require.NoError(t, Options{OutDir: "x"}.WithDefaults().Validate())

@@ -14,8 +14,9 @@ import (
 )
 
 // TestSmoke runs the whole harness once with tiny counts for extworker (in scenario 4
-// with and without the effect ledger on the test database) and, in scenario 5, the stub
-// engine and the raw loop: the programs build, start, report over stdout, work every
+// with and without the effect ledger on the test database), in scenario 5 the stub
+// engine and the raw loop, and in scenario 6 the raw loop on the real engine (one
+// configuration of it): the programs build, start, report over stdout, work every
 // task off the real engine, stop, and the report and chart come out. The
 // Java and JS workers need Maven and npm and are left to `make bench-smoke`. Nothing
 // here asserts a speed: performance belongs to the benchmark, not to the tests.
@@ -31,7 +32,7 @@ func TestSmoke(t *testing.T) {
 	res, err := Run(testenv.Context(t, 8*time.Minute), Options{
 		EngineURL: testenv.EngineURL(), EngineDBURL: testenv.EngineDBURL(), LedgerDBURL: testenv.DBURL(),
 		Runs: 1, Clients: []Client{Extworker},
-		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500,
+		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500, N6: 20, RawConcurrency: []int{16},
 		BinDir: t.TempDir(), OutDir: out, LogDir: t.TempDir(), Profile: true,
 		Note: "smoke test", Progress: &progress,
 	})
@@ -41,7 +42,7 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []struct {
 		scenario int
 		id       string
-	}{{1, "extworker"}, {2, "extworker"}, {3, "extworker"}, {4, "extworker"}, {4, "extworker-ledger"}, {5, "extworker"}, {5, "raw"}} {
+	}{{1, "extworker"}, {2, "extworker"}, {3, "extworker"}, {4, "extworker"}, {4, "extworker-ledger"}, {5, "extworker"}, {5, "raw"}, {6, "extworker"}, {6, "raw-c16"}} {
 		s := res.Find(want.scenario, want.id)
 		require.NotNil(t, s, "scenario %d %s", want.scenario, want.id)
 		require.Len(t, s.Trials, 1)
@@ -56,6 +57,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(20), res.Find(4, "extworker-ledger").Trials[0].Intents, "one new intent per task")
+	require.GreaterOrEqual(t, res.Find(6, "raw-c16").Trials[0].Fetches, int64(20), "the raw loop's REQUESTS line read")
 	require.Len(t, res.Profiles, 3)
 	for _, p := range res.Profiles {
 		require.Contains(t, p.Top, "flat%")
@@ -63,7 +65,7 @@ func TestSmoke(t *testing.T) {
 
 	md, err := os.ReadFile(filepath.Join(out, "RESULTS.md"))
 	require.NoError(t, err)
-	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 4", "| extworker, ledger |", "## Scenario 5", "| extworker |", "| raw HTTP loop |", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
+	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 4", "| extworker, ledger |", "## Scenario 5", "| extworker |", "| raw HTTP loop |", "## Scenario 6", "| raw HTTP loop, 16 loops |", "raw HTTP loop's + 10% (scenario 6)", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
 		require.Contains(t, string(md), want)
 	}
 	svg, err := os.ReadFile(filepath.Join(out, "scenarios.svg"))
