@@ -18,6 +18,8 @@
 //     task's logger, pruned hourly (EXTWORKER_LEDGER_RETENTION), and told about tasks the
 //     engine cancelled (their intents are flagged orphaned for an operator);
 //   - /metrics, /healthz and /readyz on EXTWORKER_HTTP_ADDR;
+//   - with EXTWORKER_CONSOLE_ADDR, the operator console (docs/console.md) on a listener of
+//     its own: intents in doubt, verdicts and the two-person rule, parked messages;
 //   - with EXTWORKER_AMQP_URL, the outbox relay: events handlers add in their transactions
 //     (package outbox) are published to RabbitMQ with publisher confirms; and the
 //     consumers Consume registers (package inbox): each message recorded before it is
@@ -49,6 +51,7 @@ import (
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/console"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/tracing"
 	"github.com/extworker/extworker/metrics"
@@ -80,6 +83,7 @@ type App struct {
 	consumers  []*inbox.Consumer
 	inboxPools []*pgxpool.Pool
 	inboxStats *metrics.InboxCollector // registered with the first consumer
+	console    *console.Server         // nil without EXTWORKER_CONSOLE_ADDR
 	errs       []error
 	// stopTracing flushes and stops the TracerProvider New installed; nil without one.
 	stopTracing func(context.Context) error
@@ -161,6 +165,13 @@ func (a *App) open(ctx context.Context) error {
 		a.promReg.MustRegister(collector)
 		a.pub = outbox.NewAMQPPublisher(a.cfg.AMQPURL)
 		a.relay = outbox.NewRelay(a.pool, a.pub, outbox.RelayConfig{Namespace: ns, Logger: a.logger, Observer: collector})
+	}
+	if a.cfg.ConsoleAddr != "" {
+		// Opened here, not in Run, so that an unreadable operators file or session key is
+		// a configuration error at start.
+		if a.console, err = console.Open(ctx, a.cfg, a.client, a.logger); err != nil {
+			return err
+		}
 	}
 	a.opsPool, err = daemon.OpenOpsPool(ctx, a.cfg.DatabaseURL)
 	return err
@@ -247,6 +258,7 @@ func (a *App) Consume(cfg inbox.Config, decide inbox.Decide) error {
 // Run serves the registered topics until ctx ends, then stops gracefully: it stops
 // fetching, lets running handlers finish within EXTWORKER_SHUTDOWN_GRACE, and returns
 // within EXTWORKER_SHUTDOWN_TIMEOUT. Meanwhile it serves /metrics, /healthz and /readyz
+// (and the operator console, with EXTWORKER_CONSOLE_ADDR)
 // and prunes the ledger hourly.
 func (a *App) Run(ctx context.Context) error {
 	if len(a.errs) > 0 {
@@ -260,6 +272,13 @@ func (a *App) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopOps()
+	if a.console != nil {
+		_, stopConsole, err := a.console.Start(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopConsole()
+	}
 	var background sync.WaitGroup
 	defer background.Wait()
 	for _, c := range a.consumers {
@@ -336,6 +355,9 @@ func (a *App) Close() {
 	}
 	if a.opsPool != nil {
 		a.opsPool.Close()
+	}
+	if a.console != nil {
+		a.console.Close()
 	}
 	for _, p := range a.inboxPools {
 		p.Close()

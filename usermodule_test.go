@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
@@ -158,11 +161,19 @@ func TestUserModule(t *testing.T) {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 	})
-	addr := freeAddr(t)
+	addr, consoleAddr := freeAddr(t), freeAddr(t)
+	// The operator console, on through the entry point as a user turns it on: an operators
+	// file and the console's own database login (docs/console.md).
+	hash, err := bcrypt.GenerateFromPassword([]byte("courier-ops-password"), bcrypt.MinCost)
+	require.NoError(t, err)
+	operators := filepath.Join(t.TempDir(), "operators")
+	require.NoError(t, os.WriteFile(operators, []byte("carol:"+string(hash)+"\n"), 0o600))
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "EXTWORKER_ENGINE_URL="+testenv.EngineURL(), "EXTWORKER_DATABASE_URL="+testenv.DBURL(),
 		"EXTWORKER_LEDGER_NAMESPACE="+key, "EXTWORKER_HTTP_ADDR="+addr, "EXTWORKER_LOG_LEVEL=warn", "COURIER_URL="+srv.URL,
-		"EXTWORKER_AMQP_URL="+testenv.AMQPURL(), "COURIER_EVENTS="+events, "COURIER_CLAIMS="+claims, "COURIER_CLAIM_PROCESS="+claimKey)
+		"EXTWORKER_AMQP_URL="+testenv.AMQPURL(), "COURIER_EVENTS="+events, "COURIER_CLAIMS="+claims, "COURIER_CLAIM_PROCESS="+claimKey,
+		"EXTWORKER_CONSOLE_ADDR="+consoleAddr, "EXTWORKER_CONSOLE_OPERATORS_FILE="+operators,
+		"EXTWORKER_CONSOLE_DATABASE_URL="+testenv.DBURLAs(testenv.ConsoleLogin))
 	var logs testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
@@ -266,6 +277,12 @@ func TestUserModule(t *testing.T) {
 	assert.Contains(t, metrics, "extworker_outbox_published_total 2")
 	assert.Contains(t, metrics, "extworker_outbox_unpublished 0")
 
+	// The console answers on its own address, not on the operations endpoint's, and only
+	// to an operator who logged in.
+	code, _ = get("/login")
+	assert.Equal(t, http.StatusNotFound, code, "no console on the operations endpoint")
+	checkConsole(t, "http://"+consoleAddr, "carol", "courier-ops-password")
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-exited:
@@ -273,6 +290,48 @@ func TestUserModule(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no exit within a minute of SIGTERM")
 	}
+}
+
+// checkConsole logs into the console at base as name: its pages need a login (a
+// redirect before), every answer carries the Content-Security-Policy, a wrong password is
+// refused, and the overview is served after the login.
+func checkConsole(t *testing.T, base, name, password string) {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path string, form url.Values) (*http.Response, string) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", base)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'", "%s %s", method, path)
+		return resp, string(b)
+	}
+	resp, _ := do(http.MethodGet, "/", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the overview before a login")
+	assert.Equal(t, "/login", resp.Header.Get("Location"))
+	csrf := func(page string) string {
+		m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+		require.NotNil(t, m, "a CSRF token in %q", page)
+		return m[1]
+	}
+	_, page := do(http.MethodGet, "/login", nil)
+	resp, _ = do(http.MethodPost, "/login", url.Values{"csrf": {csrf(page)}, "name": {name}, "password": {"not-" + password}})
+	assert.NotEqual(t, http.StatusSeeOther, resp.StatusCode, "a wrong password logs nobody in")
+	_, page = do(http.MethodGet, "/login", nil)
+	resp, _ = do(http.MethodPost, "/login", url.Values{"csrf": {csrf(page)}, "name": {name}, "password": {password}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the login")
+	resp, page = do(http.MethodGet, "/", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, page, "Overview")
+	assert.Contains(t, page, name, "the operator's name in the page")
 }
 
 // The same program exits 78 (ExitConfig) when the engine rejects its credentials, with

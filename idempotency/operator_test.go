@@ -172,6 +172,45 @@ func TestTwoPersonRule(t *testing.T) {
 	assert.Contains(t, all, "approved by bob (database user "+testenv.BobLogin+"): checked ch_right in the dashboard")
 }
 
+// The console's login (a member of extworker_console) serves every operator the console
+// authenticates: on it, operators are told apart by name only, so bob approves alice's
+// request through the same login, while alice (under any capitalisation) still cannot
+// approve her own. Outside the console a shared login still approves nothing.
+func TestTwoPersonRuleConsoleLogin(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t, idempotency.Config{})
+	cfg := idempotency.Config{Namespace: l.Namespace()}
+	console, err := idempotency.New(testenv.DBAs(t, testenv.ConsoleLogin), cfg)
+	require.NoError(t, err)
+	alice, _ := operators(t, l, cfg)
+	ctx := testenv.Context(t, time.Minute)
+
+	in := intent("CL-1", 25000)
+	held(t, l, in)
+	confirm := idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_console", Reason: "dashboard shows ch_console", Operator: "alice"}
+	res, err := console.Resolve(ctx, in.Scope, in.Key, confirm)
+	require.NoError(t, err)
+	require.NotNil(t, res.Pending)
+	assert.Equal(t, testenv.ConsoleLogin, res.Pending.RequestedDBUser)
+	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "ALICE", Reason: "mine, but approved anyway"})
+	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "the console compares names")
+	approved, err := console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "checked ch_console"})
+	require.NoError(t, err, "another operator name on the console's login is a second person")
+	assert.Equal(t, idempotency.StateConfirmed, approved.Row.State)
+	req, err := l.Resolution(ctx, res.Pending.ID)
+	require.NoError(t, err)
+	assert.Equal(t, testenv.ConsoleLogin, *req.DecidedDBUser)
+
+	// A login that is an operator but not the console's keeps the database-user rule.
+	in = intent("CL-2", 25000)
+	held(t, l, in)
+	res, err = alice.Resolve(ctx, in.Scope, in.Key, confirm)
+	require.NoError(t, err)
+	require.NotNil(t, res.Pending)
+	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "another name, alice's login"})
+	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "a shared operator login approves nothing")
+}
+
 // Under the threshold one operator resolves; a rejection never needs a second one; an
 // orphaned intent always does, whatever the verdict.
 func TestApprovalNeeded(t *testing.T) {

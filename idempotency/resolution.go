@@ -17,7 +17,9 @@ import (
 // Config.ApprovalThreshold or without an amount, and any verdict on an orphaned intent,
 // is recorded pending; the intent changes only when a different operator approves it.
 // Operators are told apart by name and by database user: each needs a login of their
-// own (docs/operators.md). Requests, approvals and rejections each append an event.
+// own (docs/operators.md), except on the operator console's login (ConsoleRole), which
+// authenticates operators itself and is trusted to name them. Requests, approvals and
+// rejections each append an event.
 
 // Resolution is an operator's verdict on an intent in doubt.
 type Resolution struct {
@@ -88,7 +90,7 @@ type Decision struct {
 // Errors of the two-person rule.
 var (
 	// ErrSelfApproval: the approver is the requester (same operator name, or same
-	// database user).
+	// database user outside the console's login).
 	ErrSelfApproval = errors.New("idempotency: a resolution is approved by a different operator")
 	// ErrNotPending: the resolution was already approved, rejected or went stale.
 	ErrNotPending = errors.New("idempotency: resolution not pending")
@@ -172,7 +174,8 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution)
 }
 
 // Approve applies a pending resolution on behalf of a second operator, who must differ
-// from the requester by name and by database user (ErrSelfApproval). If the intent has
+// from the requester by name and by database user (ErrSelfApproval; by name only on
+// the console's login, ConsoleRole). If the intent has
 // moved since the request, the resolution goes stale and is not applied
 // (ErrStaleResolution).
 func (l *Ledger) Approve(ctx context.Context, id int64, d Decision) (Resolved, error) {
@@ -240,17 +243,29 @@ func (l *Ledger) RejectResolution(ctx context.Context, id int64, d Decision) (Re
 	return l.Resolution(ctx, id)
 }
 
+// ConsoleRole is the database role of the operator console's login (docs/console.md).
+// The console has one login for every operator and attests who is logged in, so a
+// session whose user is a member of this role is told apart from the requester by
+// operator name only; everywhere else the two-person rule also compares database users.
+const ConsoleRole = "extworker_console"
+
 // decide runs fn on a pending resolution of this namespace, locked, in a transaction,
-// with the session's database user. approving refuses the requester (by name or
-// database user).
+// with the session's database user. approving refuses the requester: by name, and by
+// database user unless the session is the console's (ConsoleRole), whose one login
+// serves every operator it has authenticated.
 func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approving bool,
 	fn func(ctx context.Context, tx pgx.Tx, req *ResolutionRequest, me string) error) error {
 	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
 	defer cancel()
 	return pgx.BeginFunc(wctx, l.pool, func(tx pgx.Tx) error {
 		var me string
-		req, err := scanResolution(tx.QueryRow(wctx, `SELECT `+resolutionColumns+`, session_user FROM extworker_resolutions
-			WHERE id = $1 AND namespace = $2 FOR UPDATE`, id, l.cfg.Namespace), &me)
+		var console bool
+		// The role is looked up first, as migrations/00003's hold trigger does for
+		// extworker_operator: pg_has_role fails on a role that does not exist, and a
+		// ledger without a console has none.
+		req, err := scanResolution(tx.QueryRow(wctx, `SELECT `+resolutionColumns+`, session_user,
+				coalesce((SELECT pg_has_role(session_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = $3), false)
+			FROM extworker_resolutions WHERE id = $1 AND namespace = $2 FOR UPDATE`, id, l.cfg.Namespace, ConsoleRole), &me, &console)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: no resolution #%d in namespace %s", ErrNotFound, id, l.cfg.Namespace)
 		}
@@ -260,7 +275,7 @@ func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approving boo
 		if req.Status != ResolutionPending {
 			return fmt.Errorf("%w: resolution #%d is %s", ErrNotPending, id, req.Status)
 		}
-		if approving && (strings.EqualFold(req.RequestedBy, d.Operator) || req.RequestedDBUser == me) {
+		if approving && (strings.EqualFold(req.RequestedBy, d.Operator) || req.RequestedDBUser == me && !console) {
 			return fmt.Errorf("%w: resolution #%d was requested by %s (database user %s), and %s (database user %s) may not approve it; a second operator with a database login of their own does",
 				ErrSelfApproval, id, req.RequestedBy, req.RequestedDBUser, d.Operator, me)
 		}

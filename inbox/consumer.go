@@ -131,7 +131,10 @@ func (c *Consumer) deliver(ctx context.Context, pub *confirmer, d amqp.Delivery)
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
 	defer cancel()
 	m := Message{ID: d.MessageId, Type: d.Type, CorrelationID: d.CorrelationId, Body: d.Body}
-	out, err := c.Handle(hctx, m)
+	// The handling continues the trace the message carries. Its copies to the retry and
+	// dead-letter queues keep the headers, so a retried (or replayed) message's next
+	// handling continues the same trace.
+	out, err := c.Handle(deliveryContext(hctx, d), m)
 	if err != nil {
 		// The inbox could not record it: hand it back to come again after a pause.
 		c.cfg.Logger.Warn("inbox: recording a message failed; it comes back", "message_id", d.MessageId, "error", err)

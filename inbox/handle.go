@@ -51,18 +51,25 @@ const (
 //
 // Handle is the consumer without its transport: Run calls it for each delivery, and a
 // test or another transport may call it directly.
-func (c *Consumer) Handle(ctx context.Context, m Message) (Outcome, error) {
+//
+// Each message is a span, "inbox handle", with the engine's calls under it: a child of
+// ctx's span, which Run sets from the delivery's traceparent and tracestate headers (the
+// outbox's publish, under the trace of the task that added the event), or the root of a
+// trace of its own when the delivery carries none.
+func (c *Consumer) Handle(ctx context.Context, m Message) (out Outcome, err error) {
+	ctx, span := c.startHandleSpan(ctx, m)
+	defer func() { endHandleSpan(span, out, err) }()
 	c.stats.Received.Add(1)
 	digest := Digest(m.Body)
 	if m.ID == "" {
 		// Nothing to deduplicate by: recorded under its digest, and parked.
 		m.ID = "sha256:" + digest
-		out, err := c.record(ctx, m, digest, func(ctx context.Context, r *row) (Outcome, error) {
+		out, err = c.record(ctx, m, digest, func(ctx context.Context, r *row) (Outcome, error) {
 			return r.park(ctx, "the message has no message id: it cannot be deduplicated, so it is not acted on")
 		})
 		return c.count(out), err
 	}
-	out, err := c.record(ctx, m, digest, func(ctx context.Context, r *row) (Outcome, error) { return c.act(ctx, r) })
+	out, err = c.record(ctx, m, digest, func(ctx context.Context, r *row) (Outcome, error) { return c.act(ctx, r) })
 	return c.count(out), err
 }
 
@@ -233,9 +240,13 @@ func (r *row) retry(ctx context.Context, st State, reason string) (Outcome, erro
 // delivery has passed; then it parks it.
 func (r *row) early(ctx context.Context, reason string) (Outcome, error) {
 	if since := time.Since(r.receivedAt); since > r.c.cfg.EarlyWindow {
-		return r.park(ctx, fmt.Sprintf("early for %v, past the window of %v: %s", since.Round(time.Second), r.c.cfg.EarlyWindow, reason))
+		out, err := r.park(ctx, fmt.Sprintf("early for %v, past the window of %v: %s", since.Round(time.Second), r.c.cfg.EarlyWindow, reason))
+		out.Early = true
+		return out, err
 	}
-	return r.retry(ctx, StateFailedRetryable, "early: "+reason)
+	out, err := r.retry(ctx, StateFailedRetryable, "early: "+reason)
+	out.Early = true
+	return out, err
 }
 
 // failed maps an engine call's error that is not the engine's verdict on the message:

@@ -155,6 +155,9 @@ type Outcome struct {
 	Duplicate bool
 	// Late: the process had moved past the wait state; nothing was sent.
 	Late bool
+	// Early: no process instance waited for it yet (or the process is not deployed); it is
+	// retried, or parked once EarlyWindow has passed.
+	Early bool
 	// Conflict: the message id was known with another body; nothing was sent.
 	Conflict bool
 	// Reconciled: an earlier attempt had acted on it without recording it; the engine

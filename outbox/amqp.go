@@ -10,6 +10,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AMQPPublisher publishes to RabbitMQ (AMQP 0-9-1) with publisher confirms: Publish
@@ -29,8 +30,15 @@ type AMQPPublisher struct {
 // (amqp://user:password@host:5672/vhost, or amqps:// for TLS, verified).
 func NewAMQPPublisher(url string) *AMQPPublisher { return &AMQPPublisher{url: url} }
 
-// Publish sends e and waits for the broker's confirm.
+// Publish sends e and waits for the broker's confirm. The message carries the W3C trace
+// context of ctx's span, if any, in the traceparent and tracestate headers (with the
+// global propagator: none while traces are off).
 func (p *AMQPPublisher) Publish(ctx context.Context, e Event) error {
+	var headers amqp.Table
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		headers = amqp.Table{}
+		injectTraceContext(ctx, headers)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch, err := p.channel(ctx)
@@ -39,7 +47,7 @@ func (p *AMQPPublisher) Publish(ctx context.Context, e Event) error {
 	}
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, e.Exchange, e.RoutingKey, true, false, amqp.Publishing{
 		MessageId: e.MessageID, Type: e.Type, CorrelationId: e.CorrelationID, ContentType: "application/json",
-		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Body: e.Body,
+		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Headers: headers, Body: e.Body,
 	})
 	if err != nil {
 		p.reset()
@@ -124,6 +132,9 @@ func (p *AMQPPublisher) reset() {
 	}
 	p.conn, p.ch, p.returns = nil, nil, nil
 }
+
+// messagingSystem names the broker on the relay's spans (messaging.system).
+func (p *AMQPPublisher) messagingSystem() string { return "rabbitmq" }
 
 // Close closes the connection.
 func (p *AMQPPublisher) Close() error {

@@ -16,6 +16,10 @@
 //     at a time, across any number of relays;
 //   - the body is kept only until the broker confirms it; then only its digest stays.
 //
+// Traces: an event added in a traced context keeps its W3C trace context; the relay's
+// "outbox publish" span continues that trace, and the message carries it in the
+// traceparent and tracestate headers, for the consumer's trace to continue it in turn.
+//
 // The events table is extworker_outbox, in the ledger's database (package migrations).
 package outbox
 
@@ -66,6 +70,10 @@ type Querier interface {
 // Add adds e to namespace's outbox in tx, the transaction of the change it announces: it
 // is published if and only if tx commits. Adding the same event again (same message id
 // and body) does nothing; the same message id with another body is ErrConflict.
+//
+// When ctx carries a span (the ledger's confirm, under a task's trace) and traces are on,
+// its W3C trace context is kept with the event: the relay's publish continues that
+// trace, and the message carries it in its traceparent and tracestate headers.
 func Add(ctx context.Context, tx Querier, namespace string, e Event) error {
 	if err := e.validate(); err != nil {
 		return err
@@ -74,9 +82,11 @@ func Add(ctx context.Context, tx Querier, namespace string, e Event) error {
 		e.OrderingKey = e.MessageID
 	}
 	digest := Digest(e.Body)
-	tag, err := tx.Exec(ctx, `INSERT INTO extworker_outbox (namespace, message_id, ordering_key, exchange, routing_key, type, correlation_id, body, body_digest)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (namespace, message_id) DO NOTHING`,
-		namespace, e.MessageID, e.OrderingKey, e.Exchange, e.RoutingKey, e.Type, nz(e.CorrelationID), e.Body, digest)
+	traceparent, tracestate := traceContext(ctx)
+	tag, err := tx.Exec(ctx, `INSERT INTO extworker_outbox (namespace, message_id, ordering_key, exchange, routing_key, type, correlation_id, body, body_digest,
+			traceparent, tracestate)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (namespace, message_id) DO NOTHING`,
+		namespace, e.MessageID, e.OrderingKey, e.Exchange, e.RoutingKey, e.Type, nz(e.CorrelationID), e.Body, digest, traceparent, tracestate)
 	if err != nil {
 		return fmt.Errorf("outbox: add %s: %w", e.MessageID, err)
 	}

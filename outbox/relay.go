@@ -15,6 +15,11 @@ import (
 
 // Publisher sends one event and returns once the broker has taken responsibility for it
 // (a publisher confirm), or with why not. AMQPPublisher is the RabbitMQ one.
+//
+// The relay's ctx carries the span of the publish when the event was added in a trace,
+// and no span otherwise: a publisher sends its W3C trace context along, as
+// AMQPPublisher does in the traceparent and tracestate headers
+// (otel.GetTextMapPropagator().Inject).
 type Publisher interface {
 	Publish(ctx context.Context, e Event) error
 }
@@ -123,6 +128,8 @@ type pending struct {
 	id       int64
 	attempts int
 	e        Event
+	// traceparent and tracestate are the W3C trace context Add kept, "" without one.
+	traceparent, tracestate string
 }
 
 // PublishPending makes one pass: it takes the next unpublished event of each ordering key
@@ -134,7 +141,7 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 	published := 0
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT o.id, o.attempts, o.message_id, o.type, o.exchange, o.routing_key, o.ordering_key,
-				coalesce(o.correlation_id, ''), o.body
+				coalesce(o.correlation_id, ''), o.body, coalesce(o.traceparent, ''), coalesce(o.tracestate, '')
 			FROM extworker_outbox o
 			WHERE o.namespace = $1 AND o.published_at IS NULL AND o.next_attempt_at <= now()
 				AND NOT EXISTS (SELECT FROM extworker_outbox p WHERE p.namespace = o.namespace AND p.ordering_key = o.ordering_key
@@ -146,7 +153,7 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 		batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pending, error) {
 			var p pending
 			err := row.Scan(&p.id, &p.attempts, &p.e.MessageID, &p.e.Type, &p.e.Exchange, &p.e.RoutingKey, &p.e.OrderingKey,
-				&p.e.CorrelationID, &p.e.Body)
+				&p.e.CorrelationID, &p.e.Body, &p.traceparent, &p.tracestate)
 			return p, err
 		})
 		if err != nil {
@@ -154,9 +161,11 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 		}
 		for _, p := range batch {
 			failpoint.Inject(failpoint.OutboxBeforePublish)
-			pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+			pctx, span := r.startPublishSpan(ctx, p)
+			pctx, cancel := context.WithTimeout(pctx, r.cfg.PublishTimeout)
 			perr := r.pub.Publish(pctx, p.e)
 			cancel()
+			endPublishSpan(span, perr)
 			if perr != nil {
 				r.cfg.Observer.PublishFailed()
 				wait := r.backoff(p.attempts + 1)

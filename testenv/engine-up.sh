@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # engine-up.sh: build (when needed) and start an engine under test, then wait until
-# GET /engine-rest/version answers. Idempotent: an engine that already answers is left alone.
-# Several engines run side by side, one per port (make up starts three: 8080 without
-# authentication, 8081 with HTTP basic authentication on /engine-rest, and 8082 without
-# authentication on database camunda_faults, for the tests that SIGKILL and restart it).
+# GET /engine-rest/version answers, and print where its Cockpit is (/camunda/app/cockpit/).
+# Idempotent: an engine that already answers is left alone.
+# Several engines run side by side, one per port (make up starts four: 8080 without
+# authentication, 8081 with HTTP basic authentication on /engine-rest, 8082 without
+# authentication on database camunda_faults, for the tests that SIGKILL and restart it,
+# and 8083 on camunda_quiet, for the long-poll timing pins).
 #
-#   ENGINE=camunda7|operaton|cibseven   which engine to build and run (default camunda7)
+#   ENGINE=camunda7|camunda7-7.22|camunda7-7.20|operaton|cibseven
+#                                        which engine to build and run (default camunda7,
+#                                        Camunda 7.24.0; the older Camunda 7 releases CI
+#                                        checks run on databases of their own, suffixed
+#                                        _v722 and _v720, created here when missing: an
+#                                        engine does not run on a newer release's schema)
 #   ENGINE_PORT                          HTTP port (default 8080)
 #   ENGINE_DB                            its PostgreSQL database (default camunda)
 #   ENGINE_REST_AUTH=true                HTTP basic authentication on /engine-rest, with the user
@@ -29,8 +36,24 @@ mkdir -p "$run"
 name=engine; [ "$ENGINE_PORT" = 8080 ] || name="engine-$ENGINE_PORT"
 pidfile="$run/$name.pid"; log="$run/$name.log"
 
-case "$ENGINE" in camunda7|operaton|cibseven) ;; *)
-  echo "engine-up: ENGINE must be camunda7, operaton or cibseven, not '$ENGINE'" >&2; exit 2 ;;
+# profile: the Maven profile; mvn_props: the release within it; want: the version the
+# engine answers with. An engine that answers with another version (make up with another
+# ENGINE) is stopped and the right one started.
+mvn_props=()
+case "$ENGINE" in
+  camunda7)      profile=camunda7; want=7.24.0 ;;
+  camunda7-7.22) profile=camunda7; want=7.22.0; mvn_props=(-Dcamunda.version=7.22.0 -Dspring-boot.version=3.3.13) ;;
+  camunda7-7.20) profile=camunda7; want=7.20.0; mvn_props=(-Dcamunda.version=7.20.0 -Dspring-boot.version=3.1.12) ;;
+  operaton)      profile=operaton; want=2.1.3 ;;
+  cibseven)      profile=cibseven; want=2.2.0 ;;
+  *) echo "engine-up: ENGINE must be camunda7, camunda7-7.22, camunda7-7.20, operaton or cibseven, not '$ENGINE'" >&2; exit 2 ;;
+esac
+case "$ENGINE" in camunda7-7.*)
+  ENGINE_DB="${ENGINE_DB}_v7${ENGINE#camunda7-7.}"
+  as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+  if ! as_postgres psql -tA -p "${PG_PORT:-5432}" -d postgres -c "SELECT 1 FROM pg_database WHERE datname='$ENGINE_DB'" | grep -q 1; then
+    as_postgres createdb -p "${PG_PORT:-5432}" -O camunda "$ENGINE_DB"
+  fi ;;
 esac
 auth=()
 if [ "$ENGINE_REST_AUTH" = true ]; then
@@ -39,9 +62,28 @@ if [ "$ENGINE_REST_AUTH" = true ]; then
 fi
 answers() { curl -fsS -m 2 "${auth[@]}" "$url" 2>/dev/null; }
 
+# cockpit prints where the engine's Cockpit is and how to log in: demo / demo (a demo
+# credential of these local engines, application.yaml), or with REST authentication the
+# REST administrator, who replaces the demo user there (application-rest-auth.yaml). An
+# engine started from a build without the webapps has none: it says how to restart it.
+cockpit() {
+  local at="http://127.0.0.1:${ENGINE_PORT}/camunda/app/cockpit/default/" login="demo / demo"
+  [ "$ENGINE_REST_AUTH" = true ] && login="$ENGINE_ADMIN_USER, the REST administrator"
+  if curl -fsS -m 5 -o /dev/null "$at" 2>/dev/null; then
+    echo "engine-up: Cockpit: $at (login $login)"
+  else
+    echo "engine-up: no Cockpit on port $ENGINE_PORT (an engine started before the webapps were added): ENGINE_PORT=$ENGINE_PORT bash testenv/engine-down.sh, then make up"
+  fi
+}
+
 if v=$(answers); then
-  echo "engine-up: engine already answering at $url: $v"
-  exit 0
+  if [[ "$v" == *"\"$want\""* ]]; then
+    echo "engine-up: engine already answering at $url: $v"
+    cockpit
+    exit 0
+  fi
+  echo "engine-up: the engine on port $ENGINE_PORT is $v, not $ENGINE's $want: stopping it"
+  ENGINE_PORT="$ENGINE_PORT" "$here/engine-down.sh" --quiet || true
 fi
 
 need_pkgs=()
@@ -65,7 +107,7 @@ jar="$build/engine-under-test.jar"
   if [ $stale = 1 ]; then
     echo "engine-up: building the $ENGINE engine (Maven downloads are cached in ~/.m2)"
     t0=$(date +%s)
-    (cd "$here/engine" && mvn -B -q -P "$ENGINE" package -DskipTests "-Dengine.build.directory=$build")
+    (cd "$here/engine" && mvn -B -q -P "$profile" "${mvn_props[@]}" package -DskipTests "-Dengine.build.directory=$build")
     echo "engine-up: built in $(( $(date +%s) - t0 ))s"
   fi
 ) 9>"$run/build.lock"
@@ -93,3 +135,4 @@ until answers >/dev/null; do
   sleep 1
 done
 echo "engine-up: $ENGINE $(answers) ready in $(( $(date +%s) - t0 ))s at http://127.0.0.1:$ENGINE_PORT/engine-rest (REST authentication $ENGINE_REST_AUTH)"
+cockpit

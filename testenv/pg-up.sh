@@ -18,6 +18,10 @@ if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$ver main$"; then
   pg_createcluster "$ver" main --port "$PG_PORT" >/dev/null
 fi
 if ! pg_lsclusters -h | awk -v v="$ver" '$1==v && $2=="main" {print $4}' | grep -q online; then
+  # Four engines hold up to ten connections each, and the suite's packages run side by
+  # side with pools of their own (the console and inbox consumers too): the default 100
+  # runs out. Set before the start, so a running cluster is never restarted for it.
+  pg_conftool "$ver" main set max_connections 250
   pg_ctlcluster "$ver" main start
 fi
 
@@ -45,7 +49,8 @@ SQL
   fi
 done
 # The ledger's two roles (docs/operators.md), which `extworker migrate` grants to, and
-# logins the role tests connect as: a worker, and two operators for the two-person rule.
+# logins the role tests connect as: a worker, two operators for the two-person rule, and
+# the operator console's.
 as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<'SQL'
 DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_worker') THEN CREATE ROLE extworker_worker NOLOGIN; END IF;
@@ -58,6 +63,14 @@ DO $$ BEGIN
   END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_bob') THEN
     CREATE ROLE extworker_bob LOGIN PASSWORD 'extworker_bob' IN ROLE extworker_operator;
+  END IF;
+  -- The operator console's role and login (docs/console.md): one login for every
+  -- operator the console authenticates, told apart by operator name.
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_console') THEN
+    CREATE ROLE extworker_console NOLOGIN IN ROLE extworker_operator;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_console_app') THEN
+    CREATE ROLE extworker_console_app LOGIN PASSWORD 'extworker_console_app' IN ROLE extworker_console;
   END IF;
 END $$;
 SQL

@@ -150,8 +150,14 @@ func npmVersion(path string) string {
 	return p.Version
 }
 
-// machine is "<cpu model>, N cores, M GiB" from /proc.
+// machine describes this machine for a results file, with what ran on it.
 func machine() string {
+	return Machine("engine, PostgreSQL, driver and workers")
+}
+
+// Machine is "<cpu model>, N cores, M GiB memory, os/arch; <what> all on this machine",
+// from /proc, for the header of a results file (bench/results).
+func Machine(what string) string {
 	model := runtime.GOARCH
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(b))
@@ -169,5 +175,5 @@ func machine() string {
 			mem = fmt.Sprintf(", %.0f GiB memory", float64(kb)/(1<<20))
 		}
 	}
-	return fmt.Sprintf("%s, %d cores%s, %s/%s; engine, PostgreSQL, driver and workers all on this machine", model, runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("%s, %d cores%s, %s/%s; %s all on this machine", model, runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, what)
 }

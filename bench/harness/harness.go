@@ -23,7 +23,7 @@ const (
 	Extworker Client = "extworker" // bench/cmd/goworker, on package tasks
 	Java      Client = "java"      // bench/java-worker, on org.camunda.bpm:camunda-external-task-client
 	JS        Client = "js"        // bench/js-worker, on camunda-external-task-client-js
-	Raw       Client = "raw"       // bench/cmd/rawloop: one fetch and one complete per task (scenario 5 only)
+	Raw       Client = "raw"       // bench/cmd/rawloop: one fetch and one complete per task (scenarios 5 and 6 only)
 )
 
 // Options configure a benchmark run. Zero values take the documented defaults.
@@ -38,10 +38,10 @@ type Options struct {
 	// Runs is how often every scenario runs, the clients taking turns within each run.
 	// Default 5.
 	Runs int
-	// Scenarios to run, from 1 to 6. Default all six.
+	// Scenarios to run, from 1 to 7. Default all seven.
 	Scenarios []int
-	// Clients to compare, from Extworker, Java and JS (Raw runs in scenario 5 whenever
-	// Extworker does). Default all three.
+	// Clients to compare, from Extworker, Java and JS (Raw runs in scenarios 5 and 6
+	// whenever Extworker does). Default all three.
 	Clients []Client
 	// N1 and N2 are the instances of scenarios 1 and 2. Default 2000 each.
 	N1, N2 int
@@ -59,13 +59,19 @@ type Options struct {
 	LatencySamples, LatencyWarmup int
 	// N5 is scenario 5's tasks per run, served by the stub engine. Default 20000.
 	N5 int
-	// N6 is scenario 6's tasks in flight at once, each held for Hold6 with its lock
-	// (Lock6) kept alive meanwhile. Scenario 6 runs once, in the first run, extworker
+	// N6 is scenario 6's instances per trial. Default N1.
+	N6 int
+	// RawConcurrency lists the raw loops of scenario 6 by their number of parallel
+	// fetch-complete loops; the one that serves the most is the yardstick. Default
+	// DefaultRawConcurrency.
+	RawConcurrency []int
+	// N7 is scenario 7's tasks in flight at once, each held for Hold7 with its lock
+	// (Lock7) kept alive meanwhile. Scenario 7 runs once, in the first run, extworker
 	// only. Defaults 10000, 170s and 4m: every lock is extended at least twice (every 80s,
 	// spread up to 20s earlier), and the extensions ask the engine for about 145 a second,
 	// which the test environment's engine keeps up with.
-	N6           int
-	Hold6, Lock6 time.Duration
+	N7           int
+	Hold7, Lock7 time.Duration
 	// JavaBestMaxTasks is the Java client's maxTasks in its best configuration. Default 200.
 	JavaBestMaxTasks int
 	// AltConcurrency, if not 0, adds extworker with this MaxConcurrency to scenario 2:
@@ -106,7 +112,7 @@ func (o Options) WithDefaults() Options {
 		o.Runs = 5
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []int{1, 2, 3, 4, 5, 6}
+		o.Scenarios = []int{1, 2, 3, 4, 5, 6, 7}
 	}
 	if len(o.Clients) == 0 {
 		o.Clients = []Client{Extworker, Java, JS}
@@ -135,17 +141,23 @@ func (o Options) WithDefaults() Options {
 	if o.N5 == 0 {
 		o.N5 = 20000
 	}
+	if o.N6 == 0 {
+		o.N6 = o.N1
+	}
+	if len(o.RawConcurrency) == 0 {
+		o.RawConcurrency = slices.Clone(DefaultRawConcurrency)
+	}
 	if o.JavaBestMaxTasks == 0 {
 		o.JavaBestMaxTasks = 200
 	}
-	if o.N6 == 0 {
-		o.N6 = 10000
+	if o.N7 == 0 {
+		o.N7 = 10000
 	}
-	if o.Hold6 == 0 {
-		o.Hold6 = 170 * time.Second
+	if o.Hold7 == 0 {
+		o.Hold7 = 170 * time.Second
 	}
-	if o.Lock6 == 0 {
-		o.Lock6 = 4 * time.Minute
+	if o.Lock7 == 0 {
+		o.Lock7 = 4 * time.Minute
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -163,8 +175,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Runs %d: must be at least 1", o.Runs))
 	}
 	for _, s := range o.Scenarios {
-		if s < 1 || s > 6 {
-			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5, 6", s))
+		if s < 1 || s > 7 {
+			errs = append(errs, fmt.Errorf("Scenarios: %d is not one of 1, 2, 3, 4, 5, 6, 7", s))
 		}
 	}
 	for _, c := range o.Clients {
@@ -172,13 +184,18 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("Clients: %q is not one of extworker, java, js", c))
 		}
 	}
-	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "N6": o.N6, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
+	for name, n := range map[string]int{"N1": o.N1, "N2": o.N2, "N4": o.N4, "LatencySamples": o.LatencySamples, "LatencyWarmup": o.LatencyWarmup, "N5": o.N5, "N6": o.N6, "N7": o.N7, "JavaBestMaxTasks": o.JavaBestMaxTasks} {
 		if n < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", name, n))
 		}
 	}
-	if o.Lock6 < time.Second || o.Hold6 < 0 {
-		errs = append(errs, fmt.Errorf("Lock6 %v and Hold6 %v: need a lock of at least 1s and a hold not negative", o.Lock6, o.Hold6))
+	for _, c := range o.RawConcurrency {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("RawConcurrency %d: must be at least 1", c))
+		}
+	}
+	if o.Lock7 < time.Second || o.Hold7 < 0 {
+		errs = append(errs, fmt.Errorf("Lock7 %v and Hold7 %v: need a lock of at least 1s and a hold not negative", o.Lock7, o.Hold7))
 	}
 	if o.IOWait < 0 {
 		errs = append(errs, fmt.Errorf("IOWait %v: must not be negative", o.IOWait))
@@ -286,10 +303,15 @@ type Trial struct {
 	Latencies []time.Duration
 	P50, P99  time.Duration
 	// Fetches counts fetchAndLock calls: seen by the stub in scenario 5, reported by
-	// extworker itself in scenarios 1 and 2; 0 where unknown.
+	// extworker itself in scenarios 1, 2 and 7 and by both workers in scenario 6; 0
+	// where unknown.
 	Fetches int64
+	// EmptyFetches counts the raw loop's fetches that locked no task in scenario 6, and
+	// FailedFetches its fetches and completes the engine failed (5xx), sent again.
+	EmptyFetches  int64 `json:",omitempty"`
+	FailedFetches int64 `json:",omitempty"`
 	// EngineCPU is the engine's and PostgreSQL's CPU time from the worker's launch to
-	// the last task completed (scenarios 1, 2 and 4).
+	// the last task completed (scenarios 1, 2, 4, 6 and 7).
 	EngineCPU time.Duration
 	// Intents is how many new intents the worker confirmed in the ledger (scenario 4,
 	// with the ledger; it must equal N).
@@ -297,7 +319,7 @@ type Trial struct {
 	// Slots is where the worker's handler slots spent their time (scenarios 1, 2 and 4
 	// for extworker, and the JS client with maxParallelExecutions), or nil.
 	Slots *SlotUse `json:",omitempty"`
-	// InFlight is scenario 6's locks and extensions, or nil.
+	// InFlight is scenario 7's locks and extensions, or nil.
 	InFlight *InFlight `json:",omitempty"`
 }
 
@@ -526,8 +548,13 @@ func (h *harness) runAll(ctx context.Context) error {
 				}
 			}
 		}
-		if h.o.runs(6) && h.o.has(Extworker) && run == 1 { // once: it takes minutes
-			if err := h.trial(ctx, 6, ext, run, func() (Trial, error) { return h.inFlight(ctx, ext, run) }); err != nil {
+		if h.o.runs(6) && h.o.has(Extworker) {
+			if err := h.engineCeilingRun(ctx, ext, run); err != nil {
+				return err
+			}
+		}
+		if h.o.runs(7) && h.o.has(Extworker) && run == 1 { // once: it takes minutes
+			if err := h.trial(ctx, 7, ext, run, func() (Trial, error) { return h.inFlight(ctx, ext, run) }); err != nil {
 				return err
 			}
 		}

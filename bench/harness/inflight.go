@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// InFlight is what scenario 6 measured beyond a Trial's common fields: N6 tasks held in
-// flight at once, each for Hold6 with its lock (Lock6) kept alive by the worker's one
+// InFlight is what scenario 7 measured beyond a Trial's common fields: N7 tasks held in
+// flight at once, each for Hold7 with its lock (Lock7) kept alive by the worker's one
 // lock scheduler.
 type InFlight struct {
 	// Lock and Hold are the topic's lock duration and how long each handler held its task.
@@ -36,26 +36,26 @@ type InFlight struct {
 	Latency  time.Duration
 }
 
-// inFlight is one trial of scenario 6: N6 instances wait on the engine before the worker
-// starts with MaxConcurrency N6; it holds every task for Hold6 (locked for Lock6, so its
+// inFlight is one trial of scenario 7: N7 instances wait on the engine before the worker
+// starts with MaxConcurrency N7; it holds every task for Hold7 (locked for Lock7, so its
 // lock is extended at least twice), then completes it. Timed from the first handler to
 // the last task completed; the worker's LOCKS and EXTENDS lines say how the locks fared.
 func (h *harness) inFlight(ctx context.Context, v Variant, run int) (Trial, error) {
 	o := h.o
-	m, err := h.eng.deploy(ctx, fmt.Sprintf("s6-%s-%d", v.ID, run))
+	m, err := h.eng.deploy(ctx, fmt.Sprintf("s7-%s-%d", v.ID, run))
 	if err != nil {
 		return Trial{}, err
 	}
 	began := time.Now()
-	if err := h.eng.start(ctx, m.Key, o.N6, "f"); err != nil {
-		return Trial{}, fmt.Errorf("start %d instances: %w", o.N6, err)
+	if err := h.eng.start(ctx, m.Key, o.N7, "f"); err != nil {
+		return Trial{}, fmt.Errorf("start %d instances: %w", o.N7, err)
 	}
 	startTook := time.Since(began)
-	fmt.Fprintf(o.Progress, "bench: scenario 6: started %d instances in %v\n", o.N6, startTook.Round(100*time.Millisecond))
-	extra := []string{"-concurrency", strconv.Itoa(o.N6), "-hold", o.Hold6.String(), "-lock", o.Lock6.String(), "-warnings"}
+	fmt.Fprintf(o.Progress, "bench: scenario 7: started %d instances in %v\n", o.N7, startTook.Round(100*time.Millisecond))
+	extra := []string{"-concurrency", strconv.Itoa(o.N7), "-hold", o.Hold7.String(), "-lock", o.Lock7.String(), "-warnings"}
 	path, args, dir := h.command(v, o.EngineURL, m.Topic, "hold", false, extra)
 	engineBefore := sampleEngineCPU(o.EnginePID)
-	p, err := launch(v.Label, path, args, dir, h.logPath(6, v, run))
+	p, err := launch(v.Label, path, args, dir, h.logPath(7, v, run))
 	if err != nil {
 		return Trial{}, err
 	}
@@ -64,7 +64,7 @@ func (h *harness) inFlight(ctx context.Context, v Variant, run int) (Trial, erro
 		return Trial{}, err
 	}
 	// Fetching, holding, and completing at the engine's pace (about 100 a second here).
-	end, err := h.eng.drained(ctx, m.Topic, p, 2*time.Minute+o.Hold6+time.Duration(o.N6)*20*time.Millisecond)
+	end, err := h.eng.drained(ctx, m.Topic, p, 2*time.Minute+o.Hold7+time.Duration(o.N7)*20*time.Millisecond)
 	if err != nil {
 		return Trial{}, err
 	}
@@ -73,7 +73,7 @@ func (h *harness) inFlight(ctx context.Context, v Variant, run int) (Trial, erro
 	if err != nil {
 		return Trial{}, err
 	}
-	f := &InFlight{Lock: o.Lock6, Hold: o.Hold6, StartInstances: startTook}
+	f := &InFlight{Lock: o.Lock7, Hold: o.Hold7, StartInstances: startTook}
 	if l := p.final("LOCKS"); len(l) == 9 {
 		n := ints(l[1:])
 		f.Extended, f.ExtendFailed, f.Lost, f.Sent = n[0], n[1], n[2], n[3]
@@ -95,7 +95,7 @@ func (h *harness) inFlight(ctx context.Context, v Variant, run int) (Trial, erro
 			f.Latency = time.Duration(n[4]) * time.Millisecond / time.Duration(n[0])
 		}
 	}
-	t := Trial{N: o.N6, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS,
+	t := Trial{N: o.N7, Startup: p.firstAt.Sub(p.launched), Wall: end.Sub(p.firstAt), CPUTotal: u.CPU, PeakRSS: u.PeakRSS,
 		EngineCPU: engineUsed, Fetches: p.requests(), InFlight: f}
 	t.CPUWork = max(0, u.CPU-p.cpuAtFirst)
 	if t.Wall > 0 {

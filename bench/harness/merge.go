@@ -42,6 +42,10 @@ func Merge(old, fresh *Results) *Results {
 			o.N4, o.LedgerDBURL = f.N4, f.LedgerDBURL
 		case 5:
 			o.N5 = f.N5
+		case 6:
+			o.N6, o.RawConcurrency = f.N6, f.RawConcurrency
+		case 7:
+			o.N7, o.Hold7, o.Lock7 = f.N7, f.Hold7, f.Lock7
 		}
 		if !slices.Contains(o.Scenarios, s) {
 			o.Scenarios = append(o.Scenarios, s)

@@ -172,8 +172,16 @@ func Markdown(r *Results) string {
 		w("| %s | %s |\n", v[0], strings.ReplaceAll(v[1], "|", "\\|"))
 	}
 	w("| machine | %s |\n", r.Machine)
-	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine; scenario 6: %d in flight, held %v each, lock %v |\n\n",
-		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5, o.N6, o.Hold6, o.Lock6)
+	s6 := "" // results from before scenario 6 have no N6
+	if o.N6 > 0 {
+		s6 = fmt.Sprintf("; scenario 6: %d", o.N6)
+	}
+	s7 := "" // results from before scenario 7 have no N7
+	if o.N7 > 0 {
+		s7 = fmt.Sprintf("; scenario 7: %d in flight, held %v each, lock %v", o.N7, o.Hold7, o.Lock7)
+	}
+	w("| instances | scenario 1: %d; scenario 2: %d, each waiting %v; scenario 3: %d per run after %d warm-up; scenario 4: %d; scenario 5: %d tasks from the stub engine%s%s |\n\n",
+		o.N1, o.N2, o.IOWait, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5, s6, s7)
 	w("Configurations (each worker program is under `bench/`; options not named keep the client's defaults):\n\n| worker | configuration |\n|---|---|\n")
 	seen := map[string]bool{}
 	for _, s := range r.Series {
@@ -245,7 +253,8 @@ func Markdown(r *Results) string {
 		}
 		w("\n")
 	}
-	if ss := r.scenario(6); len(ss) > 0 {
+	writeEngineCeiling(&b, r)
+	if ss := r.scenario(7); len(ss) > 0 {
 		writeInFlight(&b, ss)
 	}
 	w("## Chart\n\n![Scenarios 1 to 3](scenarios.svg)\n\n")
@@ -267,7 +276,7 @@ func Markdown(r *Results) string {
 	return b.String()
 }
 
-// writeInFlight renders scenario 6: one trial, run once.
+// writeInFlight renders scenario 7: one trial, run once.
 func writeInFlight(b *strings.Builder, ss []*Series) {
 	sched := lockext.SchedulerConfig{}.WithDefaults() // goworker's
 	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
@@ -277,7 +286,7 @@ func writeInFlight(b *strings.Builder, ss []*Series) {
 			if f == nil {
 				continue
 			}
-			w("## Scenario 6: %d tasks in flight, each held %v with a %v lock kept alive (issue #16)\n\n", t.N, f.Hold, f.Lock)
+			w("## Scenario 7: %d tasks in flight, each held %v with a %v lock kept alive (issue #16)\n\n", t.N, f.Hold, f.Lock)
 			w("Run once (not in every run). All %d instances are started before the worker (it took %v); the worker (MaxConcurrency %d) fetches them, holds each for %v and completes it; one lock scheduler keeps all their locks alive, extending each every third of its lock (each extension spread up to %.0f %% of that earlier, paced at most %.0f times the average rate the tasks need, %d calls in flight at most). *Lateness* is how long after its due time an extension went out (one sent early counts 0); the lock would be lost only if the engine, not the local clock, said so.\n\n",
 				t.N, f.StartInstances.Round(time.Second), t.N, f.Hold, 100*sched.Spread, sched.Burst, sched.Concurrency)
 			w("| worker | most in flight | RSS MiB, all in flight | peak RSS MiB, with the completes | locks lost | extensions (failed) | extension lateness p50 / p99 / max ms | engine's extendLock rate /s (busiest second) | extendLock round trip ms | CPU s | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -378,6 +387,7 @@ func writeGoals(b *strings.Builder, r *Results) {
 	} else {
 		row("Worker CPU per task within 2 times the raw HTTP loop's (scenario 5)", false, "", false)
 	}
+	writeEngineCeilingGoal(b, r)
 	fmt.Fprintln(b)
 }
 

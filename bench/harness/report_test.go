@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,8 +72,11 @@ func fakeResults() *Results {
 		r.add(4, withLedger, Trial{Run: run, N: 300, Wall: 4 * time.Second, TPS: 80 * (1 - 0.05*f), CPUWork: 300 * time.Millisecond, PeakRSS: 18 << 20, EngineCPU: 9 * time.Second, Intents: 300})
 		r.add(5, ext, Trial{Run: run, N: 20000, Wall: 4 * time.Second, TPS: 5000, CPUWork: 3800 * time.Millisecond, Fetches: 3400, PeakRSS: 16 << 20})
 		r.add(5, raw, Trial{Run: run, N: 20000, Wall: 3 * time.Second, TPS: 6000, CPUWork: 3200 * time.Millisecond, Fetches: 20000, PeakRSS: 15 << 20})
+		r.add(6, ext, Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 100, CPUWork: 180 * time.Millisecond, EngineCPU: 5400 * time.Millisecond, Fetches: 54})
+		r.add(6, rawEngineVariant(16), Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 90 + f, CPUWork: 150 * time.Millisecond, EngineCPU: 6 * time.Second, Fetches: 330, EmptyFetches: 30})
+		r.add(6, rawEngineVariant(64), Trial{Run: run, N: 300, Wall: 3 * time.Second, TPS: 80, CPUWork: 150 * time.Millisecond, EngineCPU: 4500 * time.Millisecond, Fetches: 600, EmptyFetches: 300})
 	}
-	r.add(6, ext, Trial{Run: 1, N: 10000, Wall: 400 * time.Second, TPS: 25, CPUTotal: 30 * time.Second, PeakRSS: 140 << 20,
+	r.add(7, ext, Trial{Run: 1, N: 10000, Wall: 400 * time.Second, TPS: 25, CPUTotal: 30 * time.Second, PeakRSS: 140 << 20,
 		InFlight: &InFlight{Lock: 4 * time.Minute, Hold: 170 * time.Second, MaxInFlight: 10000, HeldRSS: 118 << 20, StartInstances: 90 * time.Second,
 			Extended: 25000, ExtendFailed: 12, Sent: 25012, LateP50: 0, LateP99: 1500 * time.Millisecond, LateMax: 3 * time.Second,
 			Answered: 25000, Rate: 140, Busiest: 410, Latency: 30 * time.Millisecond}})
@@ -95,7 +99,8 @@ func TestMarkdownHasEveryScenarioAndGoal(t *testing.T) {
 		"Pickup p50 under 50 ms | 9.00 ms | **yes** |",
 		"| extworker | 200 (200–200) | 50.0 | 100 (100–100) | 40.0 (40.0–40.0) | 10.0 (10.0–10.0) | 5.00 (5.00–5.00) | 50.0 (50.0–50.0) | 80.0 (80.0–80.0) |",
 		"scenarios.svg",
-		"## Scenario 6: 10000 tasks in flight, each held 2m50s with a 4m0s lock kept alive",
+		"## Scenario 7: 10000 tasks in flight, each held 2m50s with a 4m0s lock kept alive",
+		"; scenario 7: 10000 in flight, held 2m50s each, lock 4m0s |",
 		"| extworker | 10000 | 118 | 140 | 0 | 25000 (12) | 0 / 1500 / 3000 | 140 (410) | 30.0 | 30.0 | 400 |",
 	} {
 		require.Contains(t, md, want)
@@ -129,6 +134,31 @@ func TestMergeReplacesOnlyTheScenariosRunAgain(t *testing.T) {
 	require.Contains(t, md, "Effect ledger costs under 15% of no-op throughput (scenario 4) | 50.0% (50.0 vs 100 tasks/s; paired by run) | no |")
 	require.Contains(t, md, "## Scenario 1")
 	require.Len(t, old.Find(4, "extworker-ledger").Trials, 3, "old left alone")
+}
+
+// Scenario 7 run alone (once, extworker only) and merged into results from before it
+// existed brings its options along and renders beside the old scenarios.
+func TestMergeScenario7IntoOlderResults(t *testing.T) {
+	old := fakeResults()
+	old.Series = slices.DeleteFunc(old.Series, func(s *Series) bool { return s.Scenario == 7 })
+	old.Opts.Scenarios, old.Opts.N7, old.Opts.Hold7, old.Opts.Lock7 = []int{1, 2, 3, 4, 5, 6}, 0, 0, 0
+	require.NotContains(t, Markdown(old), "scenario 7")
+	fresh := &Results{Opts: Options{OutDir: "x", Scenarios: []int{7}, Clients: []Client{Extworker}, Runs: 1, N7: 500, Hold7: time.Minute, Lock7: 30 * time.Second}.WithDefaults(),
+		Started: time.Unix(1800000000, 0)}
+	ext, _, _, _, _, _ := variants(fresh.Opts)
+	fresh.add(7, ext, Trial{Run: 1, N: 500, Wall: 90 * time.Second, TPS: 5.6, PeakRSS: 30 << 20,
+		InFlight: &InFlight{Lock: 30 * time.Second, Hold: time.Minute, MaxInFlight: 500, HeldRSS: 25 << 20, Extended: 1500}})
+	m := Merge(old, fresh)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, m.Opts.Scenarios)
+	require.Equal(t, 500, m.Opts.N7)
+	require.Equal(t, time.Minute, m.Opts.Hold7)
+	require.Equal(t, 30*time.Second, m.Opts.Lock7)
+	require.Len(t, m.Find(6, "extworker").Trials, 3, "scenario 6 kept")
+	md := Markdown(m)
+	require.Contains(t, md, "scenario 6: 2000; scenario 7: 500 in flight, held 1m0s each, lock 30s |")
+	require.Contains(t, md, "## Scenario 6: the engine's ceiling")
+	require.Contains(t, md, "## Scenario 7: 500 tasks in flight, each held 1m0s with a 30s lock kept alive")
+	require.Contains(t, m.Opts.Note, "Scenario 7 ran separately")
 }
 
 func TestMarkdownWithOnlyExtworker(t *testing.T) {
@@ -196,9 +226,9 @@ func TestWriteReportKeepsHandWrittenNotes(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	err := Options{Runs: -1, Scenarios: []int{7}, Clients: []Client{"go"}, N1: -1}.WithDefaults().Validate()
+	err := Options{Runs: -1, Scenarios: []int{8}, Clients: []Client{"go"}, N1: -1, RawConcurrency: []int{0}, Lock7: time.Millisecond}.WithDefaults().Validate()
 	require.Error(t, err)
-	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 7", `Clients: "go"`, "N1 -1"} {
+	for _, want := range []string{"OutDir", "Runs -1", "Scenarios: 8", `Clients: "go"`, "N1 -1", "RawConcurrency 0", "Lock7 1ms"} {
 		require.Contains(t, err.Error(), want)
 	}
 	require.NoError(t, Options{OutDir: "x"}.WithDefaults().Validate())

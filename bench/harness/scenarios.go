@@ -66,7 +66,7 @@ func (h *harness) throughputThen(ctx context.Context, scenario int, v Variant, r
 		return Trial{}, fmt.Errorf("start %d instances: %w", n, err)
 	}
 	path, args, dir := h.command(v, h.o.EngineURL, m.Topic, mode, false, extra)
-	engineBefore := sampleEngineCPU(h.o.EnginePID)
+	engineBefore := h.engineCPU(scenario)
 	p, err := launch(v.Label, path, args, dir, h.logPath(scenario, v, run))
 	if err != nil {
 		return Trial{}, err
@@ -83,7 +83,7 @@ func (h *harness) throughputThen(ctx context.Context, scenario int, v Variant, r
 	if err != nil {
 		return Trial{}, err
 	}
-	engineUsed := sampleEngineCPU(h.o.EnginePID).since(engineBefore)
+	engineUsed := h.engineCPU(scenario).since(engineBefore)
 	u, err := p.stop(stopGrace)
 	if err != nil {
 		return Trial{}, err

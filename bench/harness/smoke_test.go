@@ -14,8 +14,10 @@ import (
 )
 
 // TestSmoke runs the whole harness once with tiny counts for extworker (in scenario 4
-// with and without the effect ledger on the test database) and, in scenario 5, the stub
-// engine and the raw loop: the programs build, start, report over stdout, work every
+// with and without the effect ledger on the test database), in scenario 5 the stub
+// engine and the raw loop, in scenario 6 the raw loop on the real engine (one
+// configuration of it), and in scenario 7 extworker holding every task in flight while
+// their short locks are extended: the programs build, start, report over stdout, work every
 // task off the real engine, stop, and the report and chart come out. The
 // Java and JS workers need Maven and npm and are left to `make bench-smoke`. Nothing
 // here asserts a speed: performance belongs to the benchmark, not to the tests.
@@ -31,7 +33,8 @@ func TestSmoke(t *testing.T) {
 	res, err := Run(testenv.Context(t, 8*time.Minute), Options{
 		EngineURL: testenv.EngineURL(), EngineDBURL: testenv.EngineDBURL(), LedgerDBURL: testenv.DBURL(),
 		Runs: 1, Clients: []Client{Extworker},
-		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500, N6: 20, Hold6: 7 * time.Second, Lock6: 3 * time.Second,
+		N1: 20, N2: 20, IOWait: 20 * time.Millisecond, LatencySamples: 3, LatencyWarmup: 2, N4: 20, N5: 500, N6: 20, RawConcurrency: []int{16},
+		N7: 20, Hold7: 7 * time.Second, Lock7: 3 * time.Second,
 		BinDir: t.TempDir(), OutDir: out, LogDir: t.TempDir(), Profile: true,
 		Note: "smoke test", Progress: &progress,
 	})
@@ -41,7 +44,7 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []struct {
 		scenario int
 		id       string
-	}{{1, "extworker"}, {2, "extworker"}, {3, "extworker"}, {4, "extworker"}, {4, "extworker-ledger"}, {5, "extworker"}, {5, "raw"}} {
+	}{{1, "extworker"}, {2, "extworker"}, {3, "extworker"}, {4, "extworker"}, {4, "extworker-ledger"}, {5, "extworker"}, {5, "raw"}, {6, "extworker"}, {6, "raw-c16"}} {
 		s := res.Find(want.scenario, want.id)
 		require.NotNil(t, s, "scenario %d %s", want.scenario, want.id)
 		require.Len(t, s.Trials, 1)
@@ -56,10 +59,11 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(20), res.Find(4, "extworker-ledger").Trials[0].Intents, "one new intent per task")
-	s6 := res.Find(6, "extworker")
-	require.NotNil(t, s6, "scenario 6")
-	require.Len(t, s6.Trials, 1)
-	f := s6.Trials[0].InFlight
+	require.GreaterOrEqual(t, res.Find(6, "raw-c16").Trials[0].Fetches, int64(20), "the raw loop's REQUESTS line read")
+	s7 := res.Find(7, "extworker")
+	require.NotNil(t, s7, "scenario 7")
+	require.Len(t, s7.Trials, 1)
+	f := s7.Trials[0].InFlight
 	require.NotNil(t, f)
 	require.Equal(t, int64(20), f.MaxInFlight, "all held at once")
 	require.Zero(t, f.Lost)
@@ -71,7 +75,7 @@ func TestSmoke(t *testing.T) {
 
 	md, err := os.ReadFile(filepath.Join(out, "RESULTS.md"))
 	require.NoError(t, err)
-	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 4", "| extworker, ledger |", "## Scenario 5", "## Scenario 6", "| extworker |", "| raw HTTP loop |", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
+	for _, want := range []string{"## Goals", "## Scenario 1", "## Scenario 4", "| extworker, ledger |", "## Scenario 5", "| extworker |", "| raw HTTP loop |", "## Scenario 6", "| raw HTTP loop, 16 loops |", "raw HTTP loop's + 10% (scenario 6)", "## Scenario 7", "Camunda 7 engine", "PostgreSQL", "smoke test"} {
 		require.Contains(t, string(md), want)
 	}
 	svg, err := os.ReadFile(filepath.Join(out, "scenarios.svg"))

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,9 +15,9 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/operate"
 )
 
 // This file is `extworker effects`: the operator's view of the effect ledger. It lists
@@ -237,36 +236,14 @@ func (e *effectsCmd) list(ctx context.Context, args []string) error {
 
 // ---- show
 
-// engineView is what the engine says about an intent's task.
-type engineView struct {
-	URL       string         `json:"url"`
-	TaskID    string         `json:"task_id,omitempty"`
-	Task      *taskJSON      `json:"task,omitempty"`
-	TaskGone  bool           `json:"task_gone,omitempty"`
-	Incidents []incidentJSON `json:"incidents,omitempty"`
-	Error     string         `json:"error,omitempty"`
-}
-
-type taskJSON struct {
-	ID                 string     `json:"id"`
-	TopicName          string     `json:"topic"`
-	WorkerID           string     `json:"worker_id,omitempty"`
-	Retries            *int       `json:"retries"`
-	LockExpirationTime *time.Time `json:"lock_expiration_time,omitempty"`
-	ErrorMessage       string     `json:"error_message,omitempty"`
-	ProcessInstanceID  string     `json:"process_instance_id"`
-	ActivityID         string     `json:"activity_id"`
-	Suspended          bool       `json:"suspended,omitempty"`
-}
-
-type incidentJSON struct {
-	ID        string    `json:"id"`
-	Type      string    `json:"type"`
-	Message   string    `json:"message,omitempty"`
-	At        time.Time `json:"at"`
-	Activity  string    `json:"activity_id,omitempty"`
-	Configure string    `json:"configuration,omitempty"`
-}
+// The engine's view of an intent and what resolving did there are package operate's,
+// shared with the operator console; the JSON forms are its types.
+type (
+	engineView   = operate.View
+	taskJSON     = operate.Task
+	incidentJSON = operate.Incident
+	engineAction = operate.Action
+)
 
 type showJSON struct {
 	Namespace     string           `json:"namespace"`
@@ -420,57 +397,15 @@ func findIntent(ctx context.Context, l *idempotency.Ledger, cmd, scope, key stri
 	return idempotency.Row{}, fmt.Errorf("effects %s: key %q exists in %d scopes (%s): choose one with --scope", cmd, key, len(rows), strings.Join(scopes, ", "))
 }
 
-// engineView asks the engine about the intent's task and its process instance's open
-// incidents. Engine trouble is recorded in the view, never returned: the ledger is
-// worth showing on its own.
-func (e *effectsCmd) engineView(ctx context.Context, row idempotency.Row) engineView {
-	v := engineView{URL: daemon.RedactURL(e.cfg.EngineURL), TaskID: strOf(row.TaskID)}
-	piID := strOf(row.ProcessInstanceID)
-	if v.TaskID == "" && piID == "" {
-		return v
-	}
-	c, err := daemon.NewClient(e.cfg, e.logger)
-	if err != nil {
-		v.Error = err.Error()
-		return v
-	}
-	if v.TaskID != "" {
-		t, err := c.ExternalTask(ctx, v.TaskID)
-		switch {
-		case errors.Is(err, camunda7.ErrTaskGone):
-			v.TaskGone = true
-		case err != nil:
-			v.Error = e.engineError(err)
-			return v // the incidents query would fail the same way
-		default:
-			v.Task = toTaskJSON(t)
-			if piID == "" {
-				piID = t.ProcessInstanceID
-			}
-		}
-	}
-	if piID != "" {
-		incs, err := admin.New(c).Incidents(ctx, url.Values{"processInstanceId": {piID}})
-		if err != nil {
-			v.Error = e.engineError(err)
-			return v
-		}
-		for _, in := range incs {
-			v.Incidents = append(v.Incidents, incidentJSON{ID: in.ID, Type: in.IncidentType, Message: in.IncidentMessage,
-				At: in.IncidentTimestamp.Time, Activity: in.ActivityID, Configure: in.Configuration})
-		}
-	}
-	return v
+// engine is the engine as package operate reaches it: the client is made when needed.
+func (e *effectsCmd) engine() operate.Engine {
+	return operate.Engine{URL: daemon.RedactURL(e.cfg.EngineURL), Dial: func() (*camunda7.Client, error) { return daemon.NewClient(e.cfg, e.logger) }}
 }
 
-// engineError describes an engine call's failure, saying "unreachable" when no answer
-// came back at all.
-func (e *effectsCmd) engineError(err error) string {
-	msg := err.Error()
-	if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown) || errors.Is(err, camunda7.ErrMalformedResponse) {
-		return "unreachable: " + msg
-	}
-	return msg
+// engineView asks the engine about the intent's task and its process instance's open
+// incidents (operate.Engine.View).
+func (e *effectsCmd) engineView(ctx context.Context, row idempotency.Row) engineView {
+	return e.engine().View(ctx, row)
 }
 
 func printIntent(w io.Writer, namespace string, r idempotency.Row, now time.Time) {
@@ -603,14 +538,6 @@ type resolveJSON struct {
 	Intent    intentJSON      `json:"intent"`
 	Pending   *resolutionJSON `json:"pending,omitempty"` // waiting for a second operator
 	Engine    *engineAction   `json:"engine,omitempty"`  // what was done in the engine, once applied
-}
-
-// engineAction is what resolve did in the engine.
-type engineAction struct {
-	// Action is retries_set, task_gone, no_task, not_needed or failed.
-	Action  string `json:"action"`
-	TaskID  string `json:"task_id,omitempty"`
-	Message string `json:"message"`
 }
 
 func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
@@ -873,51 +800,10 @@ func (e *effectsCmd) decide(ctx context.Context, cmd string, args []string) erro
 	return e.applied(ctx, "approve", l.Namespace(), res.Row, d.Operator, *asJSON)
 }
 
-// resumeTask gives the resolved intent's task a retry if it ran out of them (the handler
-// then completes, or declines, from the ledger without calling the provider). A task
-// that still has retries, or has never failed, resumes on its own and is left alone:
-// setting its retries would cut its remaining budget or race the worker holding it.
+// resumeTask gives the resolved intent's task a retry if it ran out of them
+// (operate.Engine.ResumeTask).
 func (e *effectsCmd) resumeTask(ctx context.Context, row idempotency.Row) engineAction {
-	taskID := strOf(row.TaskID)
-	if taskID == "" {
-		return engineAction{Action: "no_task", Message: "no task recorded for this intent; nothing to do in the engine"}
-	}
-	act := engineAction{TaskID: taskID}
-	gone := func() engineAction {
-		act.Action, act.Message = "task_gone", fmt.Sprintf("task %s gone; nothing to do in the engine", taskID)
-		return act
-	}
-	failed := func(what string, err error) engineAction {
-		act.Action = "failed"
-		act.Message = fmt.Sprintf("%s task %s at %s: %s; give the task a retry in Cockpit (or PUT /external-task/%s/retries {\"retries\":1})",
-			what, taskID, daemon.RedactURL(e.cfg.EngineURL), e.engineError(err), taskID)
-		return act
-	}
-	c, err := daemon.NewClient(e.cfg, e.logger)
-	if err != nil {
-		return failed("could not reach", err)
-	}
-	t, err := c.ExternalTask(ctx, taskID)
-	switch {
-	case errors.Is(err, camunda7.ErrTaskGone):
-		return gone()
-	case err != nil:
-		return failed("could not read", err)
-	case t.Retries != nil && *t.Retries > 0:
-		act.Action, act.Message = "not_needed", fmt.Sprintf("task %s still has %d retries; it resumes on its own, nothing to do in the engine", taskID, *t.Retries)
-		return act
-	case t.Retries == nil:
-		act.Action, act.Message = "not_needed", fmt.Sprintf("task %s has not failed (no retries set); it resumes on its own, nothing to do in the engine", taskID)
-		return act
-	}
-	if err := c.SetExternalTaskRetries(ctx, taskID, 1); err != nil {
-		if errors.Is(err, camunda7.ErrTaskGone) {
-			return gone()
-		}
-		return failed("could not set retries on", err)
-	}
-	act.Action, act.Message = "retries_set", fmt.Sprintf("retries set to 1 on task %s", taskID)
-	return act
+	return e.engine().ResumeTask(ctx, row)
 }
 
 // ---- prune
@@ -1024,16 +910,6 @@ type eventJSON struct {
 func toEventJSON(e idempotency.Event) eventJSON {
 	return eventJSON{ID: e.ID, At: e.At, FromState: e.FromState, ToState: string(e.ToState), Attempt: e.Attempt,
 		Actor: e.Actor, TaskID: e.TaskID, Reason: e.Reason, DBUser: e.DBUser}
-}
-
-func toTaskJSON(t *camunda7.ExternalTask) *taskJSON {
-	j := &taskJSON{ID: t.ID, TopicName: t.TopicName, WorkerID: t.WorkerID, Retries: t.Retries, ErrorMessage: t.ErrorMessage,
-		ProcessInstanceID: t.ProcessInstanceID, ActivityID: t.ActivityID, Suspended: t.Suspended}
-	if !t.LockExpirationTime.IsZero() {
-		lt := t.LockExpirationTime.Time
-		j.LockExpirationTime = &lt
-	}
-	return j
 }
 
 func printJSON(w io.Writer, v any) error {

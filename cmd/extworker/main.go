@@ -7,6 +7,7 @@
 //	extworker inbox list|show|replay   inspect consumed messages, replay parked ones
 //	extworker version print the engine's version (a connectivity check)
 //	extworker config  print the effective configuration, secrets masked (--json)
+//	extworker console hash-password NAME   a line for the operator console's operators file
 //
 // Workers are programs of their own, built on package extworker (examples/invoice is
 // one). Configuration comes from the same EXTWORKER_* variables (docs/configuration.md).
@@ -43,11 +44,17 @@ commands:
   inbox     list [--parked] | show SOURCE MESSAGE_ID | replay --queue Q (--all | MESSAGE_ID...)
   version   print the engine's version
   config    print the effective configuration, secrets masked [--json]
+  console   hash-password NAME: read a password on standard input, print NAME:bcrypt-hash
+            for EXTWORKER_CONSOLE_OPERATORS_FILE (docs/console.md)
 
 configuration: EXTWORKER_* environment variables (see docs/configuration.md)
 workers: programs built on package extworker (see README.md and examples/invoice)`
 
 func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "console" {
+		// It needs no configuration: it only hashes a password.
+		return runConsole(args[1:], stdin, stdout)
+	}
 	return daemon.Command(args, usage, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
 		switch args[0] {
 		case "migrate":

@@ -444,8 +444,38 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 			return fmt.Errorf("demo: %d charges for %d paid invoices, %d double charges", charges, paidInvoices, double)
 		}
 	}
-	fmt.Fprintln(out, "demo OK: incidents are visible in Cockpit or with GET /engine-rest/incident?processDefinitionKey="+demoProcessKey)
+	fmt.Fprintf(out, "demo OK: incidents are visible in Cockpit%s or with GET /engine-rest/incident?processDefinitionKey=%s\n",
+		cockpitHint(cfg.EngineURL), demoProcessKey)
 	return nil
+}
+
+// cockpitURL is where Cockpit shows the engine at engineURL, for an engine that serves
+// the webapps next to its REST API (the Spring Boot starters and Camunda Run do,
+// testenv/engine among them): the /engine-rest suffix replaced by
+// /camunda/app/cockpit/default/, without the URL's credentials (Cockpit has a login page
+// of its own). It is "" for a URL without that suffix, which says nothing of where the
+// webapps are.
+func cockpitURL(engineURL string) string {
+	u, err := url.Parse(engineURL)
+	if err != nil {
+		return ""
+	}
+	base, ok := strings.CutSuffix(strings.TrimSuffix(u.Path, "/"), "/engine-rest")
+	if !ok {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment, u.RawPath = nil, "", "", ""
+	u.Path = base + "/camunda/app/cockpit/default/"
+	return u.String()
+}
+
+// cockpitHint is " (<Cockpit's URL>)" for the demo's last line, or "" when the engine
+// URL does not say where Cockpit is.
+func cockpitHint(engineURL string) string {
+	if u := cockpitURL(engineURL); u != "" {
+		return " (" + u + ")"
+	}
+	return ""
 }
 
 // waitDemo waits until every instance has ended or holds an incident, and counts how.

@@ -116,6 +116,32 @@ type Config struct {
 	LogFormat string `envconfig:"LOG_FORMAT" default:"auto"` // auto (text on a terminal, else JSON), text, json
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info"`  // debug, info, warn, error
 
+	// The operator console (internal/console, docs/console.md): off unless ConsoleAddr is
+	// set, on a listener of its own, never the operations endpoint's.
+	ConsoleAddr string `envconfig:"CONSOLE_ADDR"`
+	// ConsoleOperatorsFile lists the operators who log in with a password, one
+	// name:bcrypt-hash per line (`extworker console hash-password`, or htpasswd -B).
+	ConsoleOperatorsFile string `envconfig:"CONSOLE_OPERATORS_FILE"`
+	// ConsoleAuthHeader instead trusts a reverse proxy that authenticated the operator to
+	// name them in this header (X-Forwarded-User, say); the console must then be reachable
+	// only through that proxy, which ConsoleTrustedProxies enforces by remote address.
+	ConsoleAuthHeader     string   `envconfig:"CONSOLE_AUTH_HEADER"`
+	ConsoleTrustedProxies []string `envconfig:"CONSOLE_TRUSTED_PROXIES"` // comma-separated CIDRs or addresses
+	// ConsoleSessionKeyFile holds the key that signs session cookies, shared by replicas
+	// behind one address; without it each process draws a random key, and its sessions
+	// end with it.
+	ConsoleSessionKeyFile string        `envconfig:"CONSOLE_SESSION_KEY_FILE"`
+	ConsoleSessionTTL     time.Duration `envconfig:"CONSOLE_SESSION_TTL" default:"8h"`
+	ConsoleTLSCertFile    string        `envconfig:"CONSOLE_TLS_CERT_FILE"`
+	ConsoleTLSKeyFile     string        `envconfig:"CONSOLE_TLS_KEY_FILE"`
+	// ConsoleDatabaseURL is the console's login to the ledger: a member of
+	// extworker_console (docs/console.md), which may take intents out of operator hold
+	// and is told apart from other operators by name. Empty: DatabaseURL.
+	ConsoleDatabaseURL string `envconfig:"CONSOLE_DATABASE_URL" secret:"url"`
+	// ConsoleCockpitURL is where the console links into Cockpit. Empty: the engine's
+	// address with /camunda in place of /engine-rest.
+	ConsoleCockpitURL string `envconfig:"CONSOLE_COCKPIT_URL"`
+
 	// fromFile maps a secret's variable (EXTWORKER_ENGINE_PASSWORD) to the file it was read
 	// from, for `extworker config`.
 	fromFile map[string]string
@@ -294,6 +320,7 @@ func (c Config) problems() []error {
 			errs = append(errs, fmt.Errorf("EXTWORKER_AMQP_URL %s: %w", RedactURL(c.AMQPURL), err))
 		}
 	}
+	errs = append(errs, c.consoleProblems()...)
 	if ok("EXTWORKER_APPROVAL_THRESHOLD") && c.ApprovalThreshold < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_APPROVAL_THRESHOLD %d: must not be negative", c.ApprovalThreshold))
 	}

@@ -253,16 +253,19 @@ func BPMN(m Model, o ModelOptions) string {
 }
 
 // Logins testenv/pg-up.sh creates beside the database owner: a member of the ledger's
-// worker role, and two members of its operator role (the two-person rule's two people).
-// Each one's password is its name.
+// worker role, two members of its operator role (the two-person rule's two people), and
+// the operator console's, a member of extworker_console (itself an operator role), which
+// serves every operator the console authenticates. Each one's password is its name.
 const (
-	WorkerLogin = "extworker_app"
-	AliceLogin  = "extworker_alice"
-	BobLogin    = "extworker_bob"
+	WorkerLogin  = "extworker_app"
+	AliceLogin   = "extworker_alice"
+	BobLogin     = "extworker_bob"
+	ConsoleLogin = "extworker_console_app"
 )
 
 // DBURLAs returns DBURL with login (and its password) in place of the owner's. The login
-// must be one of WorkerLogin, AliceLogin and BobLogin, which `make up` creates.
+// must be one of WorkerLogin, AliceLogin, BobLogin and ConsoleLogin, which `make up`
+// creates.
 func DBURLAs(login string) string {
 	u := DBURL()
 	at := strings.LastIndex(u, "@")

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -41,6 +42,14 @@ func TestUnavailableFailsInCI(t *testing.T) {
 		}
 		if ci == "" && (r.fatal || !r.skipped) {
 			t.Errorf("outside CI: fatal %v, skipped %v; want a skip", r.fatal, r.skipped)
+		}
+	}
+}
+
+func TestVersionParts(t *testing.T) {
+	for v, want := range map[string][]int{"7.24.0": {7, 24, 0}, "7.20.0-ee": {7, 20, 0}, "2.1.3": {2, 1, 3}, "x": nil} {
+		if got := versionParts(v); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("versionParts(%q) = %v, want %v", v, got, want)
 		}
 	}
 }

@@ -2,7 +2,8 @@
 // OTEL_* variables, and is off unless they ask for traces: then an SDK TracerProvider
 // exports spans over OTLP/HTTP (otlptracehttp, which reads the exporter's OTEL_EXPORTER_OTLP_*
 // variables itself) through a batch span processor, and becomes the global
-// TracerProvider the library packages (tasks, camunda7, idempotency) trace through.
+// TracerProvider the library packages (tasks, camunda7, idempotency, outbox, inbox) trace
+// through.
 //
 // Traces are on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is
 // set, or OTEL_TRACES_EXPORTER is otlp; OTEL_TRACES_EXPORTER=none (or OTEL_SDK_DISABLED=true)
@@ -158,7 +159,9 @@ func serviceName(name, attrs string) string {
 
 // Start installs, when s.On, an SDK TracerProvider exporting over OTLP/HTTP as the global
 // TracerProvider, and the W3C trace context as the global propagator (so that
-// httpeffect's provider requests carry traceparent). The exporter reads the
+// httpeffect's provider requests carry traceparent, the outbox keeps an event's trace
+// context and publishes it in the traceparent and tracestate headers, and the inbox
+// continues it). The exporter reads the
 // OTEL_EXPORTER_OTLP_* variables; it connects only when it first exports, so a collector
 // that is down costs the worker nothing but dropped spans, and export failures are
 // logged at warn level, at most once a minute. shutdown flushes the spans not yet

@@ -47,19 +47,21 @@ func run() error {
 	flag.IntVar(&o.LatencySamples, "lat", def.LatencySamples, "scenario 3 instances per run")
 	flag.IntVar(&o.LatencyWarmup, "lat-warmup", def.LatencyWarmup, "scenario 3 warm-up instances per run")
 	flag.IntVar(&o.N5, "n5", def.N5, "scenario 5 tasks per run (stub engine)")
-	flag.IntVar(&o.N6, "n6", def.N6, "scenario 6 tasks in flight at once (run once, extworker only)")
-	flag.DurationVar(&o.Hold6, "hold6", def.Hold6, "scenario 6: how long each handler holds its task")
-	flag.DurationVar(&o.Lock6, "lock6", def.Lock6, "scenario 6: the topic's lock duration, extended while the task is held")
+	flag.IntVar(&o.N6, "n6", 0, "scenario 6 instances per trial (0: as -n1)")
+	rawConcurrency := flag.String("raw-concurrency", joinInts(harness.DefaultRawConcurrency), "scenario 6's raw loops, by their parallel loops; the one serving the most is the yardstick")
+	flag.IntVar(&o.N7, "n7", def.N7, "scenario 7 tasks in flight at once (run once, extworker only)")
+	flag.DurationVar(&o.Hold7, "hold7", def.Hold7, "scenario 7: how long each handler holds its task")
+	flag.DurationVar(&o.Lock7, "lock7", def.Lock7, "scenario 7: the topic's lock duration, extended while the task is held")
 	flag.IntVar(&o.JavaBestMaxTasks, "java-max-tasks", def.JavaBestMaxTasks, "Java client's maxTasks in its best configuration")
 	flag.IntVar(&o.AltConcurrency, "alt-concurrency", 0, "also run extworker with this MaxConcurrency in scenario 2 (0: not)")
 	flag.IntVar(&o.AltLedgerPool, "alt-ledger-pool", 0, "also run scenario 4's ledger worker on a pool of this many connections (0: not)")
 	flag.BoolVar(&o.Profile, "profile", true, "add an unmeasured, CPU-profiled extworker trial in scenarios 1, 4 and 5")
 	flag.StringVar(&o.Note, "note", "", "a note for the top of RESULTS.md")
-	scenarios := flag.String("scenarios", "1,2,3,4,5,6", "scenarios to run")
+	scenarios := flag.String("scenarios", "1,2,3,4,5,6,7", "scenarios to run")
 	clients := flag.String("clients", "extworker,java,js", "workers to compare")
 	from := flag.String("from", "", "render RESULTS.md and scenarios.svg again from this results.json, running nothing")
 	merge := flag.Bool("merge", false, "merge the scenarios run into the results.json in -out, keeping its other scenarios, and render from the merged results")
-	smoke := flag.Bool("smoke", false, "tiny counts and one run, to check the harness works (overrides -runs, -n1, -n2, -lat, -n5, -n6, -hold6, -lock6)")
+	smoke := flag.Bool("smoke", false, "tiny counts and one run, to check the harness works (overrides -runs, -n1, -n2, -lat, -n5, -n6, -n7, -hold7, -lock7)")
 	flag.Parse()
 
 	if *from != "" {
@@ -76,12 +78,19 @@ func run() error {
 		}
 		o.Scenarios = append(o.Scenarios, n)
 	}
+	for _, s := range strings.Split(*rawConcurrency, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-raw-concurrency %q: %w", *rawConcurrency, err)
+		}
+		o.RawConcurrency = append(o.RawConcurrency, n)
+	}
 	for _, c := range strings.Split(*clients, ",") {
 		o.Clients = append(o.Clients, harness.Client(strings.TrimSpace(c)))
 	}
 	if *smoke {
-		o.Runs, o.N1, o.N2, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5 = 1, 50, 50, 5, 3, 50, 1000
-		o.N6, o.Hold6, o.Lock6 = 50, 7*time.Second, 3*time.Second
+		o.Runs, o.N1, o.N2, o.LatencySamples, o.LatencyWarmup, o.N4, o.N5, o.N6 = 1, 50, 50, 5, 3, 50, 1000, 50
+		o.N7, o.Hold7, o.Lock7 = 50, 7*time.Second, 3*time.Second
 		o.Note = "smoke run: tiny instance counts and one run; the numbers mean nothing."
 	}
 	o.Progress = os.Stdout
@@ -112,6 +121,15 @@ func run() error {
 	}
 	fmt.Printf("benchrun: wrote %s/RESULTS.md and %s/scenarios.svg in %v\n", o.OutDir, o.OutDir, time.Since(began).Round(time.Second))
 	return nil
+}
+
+// joinInts is ns as "16,64".
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // pidFile reads the pid `make up` wrote, or returns 0.

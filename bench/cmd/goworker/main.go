@@ -1,6 +1,6 @@
 // Command goworker is the benchmark's worker on extworker (package tasks): one topic, a
 // handler that completes each task at once (-mode noop), after waiting (-mode io), or
-// after holding it for long (-mode hold, scenario 6: -hold with -lock, its lock kept
+// after holding it for long (-mode hold, scenario 7: -hold with -lock, its lock kept
 // alive meanwhile), the runtime's defaults unless a flag says otherwise. With -ledger-db (scenario 4) the
 // handler first runs one intent through the effect ledger (idempotency.Ledger.Do: scope
 // bench.noop, key the task's process instance id, a Dispatch that returns at once), on a
@@ -80,7 +80,7 @@ func run() error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile here")
 	memProfile := flag.String("memprofile", "", "write a heap profile here at exit")
 	verbose := flag.Bool("v", false, "log the worker's records to stderr")
-	warnings := flag.Bool("warnings", false, "log the worker's warnings and errors to stderr (scenario 6: why a lock was lost)")
+	warnings := flag.Bool("warnings", false, "log the worker's warnings and errors to stderr (scenario 7: why a lock was lost)")
 	ledgerDB := flag.String("ledger-db", "", "run one effect-ledger intent per task on this PostgreSQL (migrated first); empty: no ledger")
 	ledgerNS := flag.String("ledger-namespace", "bench", "the ledger's namespace (a fresh one per trial keeps trials apart)")
 	ledgerPool := flag.Int("ledger-pool", 0, "the ledger pool's MaxConns (0: pgxpool's default, as cmd/extworker)")

@@ -1,0 +1,275 @@
+// Package console is the operator console: web pages, served by the production entry
+// point when EXTWORKER_CONSOLE_ADDR is set, on which operators see the effect ledger's
+// intents in doubt (unknown, held for an operator, orphaned) with their age, one intent's
+// event timeline beside the engine's view of its task, incident and process instance,
+// give verdicts, approve or reject other operators' verdicts (the two-person rule), and
+// see the inbox's parked and the outbox's pending messages. docs/console.md is its
+// manual.
+//
+// # Security model
+//
+// The console changes money-moving records, so it is built to be hard to misuse:
+//
+//   - Every request is authenticated, by one of two means: a login form checked against
+//     bcrypt hashes (Options.Operators) that sets a session cookie (HMAC-signed, HttpOnly,
+//     SameSite=Strict, Secure over TLS, expiring), or a reverse proxy's header naming the
+//     operator it authenticated (Options.AuthHeader), believed only from the proxy's
+//     addresses (Options.TrustedProxies). Failed logins are limited per name and per
+//     address, compare against a hash even for unknown names, and are logged without the
+//     password.
+//   - The operator named in the ledger is always the authenticated one, never a form
+//     field. The ledger attests nothing itself: the console's database login is a
+//     member of extworker_console, which the ledger trusts to name operators (the
+//     two-person rule then compares names), so that login belongs to the console alone.
+//   - Pages are read with GET, which never changes anything; every change is a POST whose
+//     form carries the session's CSRF token (compared in constant time) and whose Origin
+//     or Referer, when sent, is the console's own.
+//   - Every response forbids scripts, frames, plugins and foreign form targets
+//     (Content-Security-Policy), sniffing and cross-site referrers; pages are not cached.
+//     The pages are server-rendered html/template, which escapes everything from the
+//     ledger, the engine and the broker, and contain no JavaScript at all.
+package console
+
+import (
+	"bytes"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/operate"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static/console.css
+var staticFS embed.FS
+
+// Options are what the console is built from.
+type Options struct {
+	// Ledger is the effect ledger on the console's database login (a member of
+	// extworker_console; see the package documentation).
+	Ledger *idempotency.Ledger
+	// DB reads the inbox and the outbox; the console's login suffices.
+	DB *pgxpool.Pool
+	// Engine is where the console reads tasks and gives them their retry back.
+	Engine operate.Engine
+	// CockpitURL is the engine's web applications' root (http://host:8080/camunda): the
+	// console links to process instances there.
+	CockpitURL string
+
+	// Operators maps each operator's name (lower case) to their bcrypt hash: the login
+	// form's. Set this or AuthHeader.
+	Operators map[string][]byte
+	// AuthHeader is a reverse proxy's header naming the operator it authenticated,
+	// believed only from TrustedProxies.
+	AuthHeader     string
+	TrustedProxies []netip.Prefix
+
+	// SessionKey signs session cookies and CSRF tokens; nil draws a random one, so that
+	// sessions end with the process. Replicas behind one address share a key.
+	SessionKey []byte
+	// SessionTTL is how long a login lasts (default 8h).
+	SessionTTL time.Duration
+	// SecureCookies marks the cookies Secure: set it when the console is served over
+	// TLS (or behind a proxy that terminates it).
+	SecureCookies bool
+	// Notice, when not empty, is shown on every page: a problem with the console's setup
+	// that operators should know of (a database login that cannot resolve, say).
+	Notice string
+	Logger *slog.Logger
+}
+
+// handler is the console.
+type handler struct {
+	opts   Options
+	key    []byte
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+	limits limiter
+	now    func() time.Time
+}
+
+// New returns the console's handler.
+func New(o Options) (http.Handler, error) {
+	switch {
+	case o.Ledger == nil || o.DB == nil || o.Engine.Dial == nil:
+		return nil, errors.New("console: a ledger, a database pool and an engine are required")
+	case len(o.Operators) == 0 && o.AuthHeader == "":
+		return nil, errors.New("console: operators (a login form) or a proxy's authentication header is required")
+	case len(o.Operators) > 0 && o.AuthHeader != "":
+		return nil, errors.New("console: operators or a proxy's authentication header, not both")
+	case o.AuthHeader != "" && len(o.TrustedProxies) == 0:
+		return nil, errors.New("console: a proxy's authentication header is believed only from trusted proxies; none given")
+	}
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = 8 * time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{opts: o, key: o.SessionKey, now: time.Now}
+	if len(h.key) == 0 {
+		h.key = make([]byte, 32)
+		_, _ = rand.Read(h.key)
+	}
+	if err := h.parseTemplates(); err != nil {
+		return nil, err
+	}
+	h.routes()
+	return h, nil
+}
+
+// securityHeaders are on every response.
+var securityHeaders = map[string]string{
+	"Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+	"X-Content-Type-Options":  "nosniff",
+	"Referrer-Policy":         "same-origin",
+	"X-Frame-Options":         "DENY",
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for k, v := range securityHeaders {
+		w.Header().Set(k, v)
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *handler) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /static/console.css", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, staticFS, "static/console.css")
+	})
+	m.HandleFunc("GET /login", h.loginPage)
+	m.HandleFunc("POST /login", h.login)
+	m.HandleFunc("POST /logout", h.authed(h.logout))
+	m.HandleFunc("GET /{$}", h.authed(h.overview))
+	m.HandleFunc("GET /intent", h.authed(h.intent))
+	m.HandleFunc("POST /intent/resolve", h.authed(h.resolve))
+	m.HandleFunc("GET /resolutions", h.authed(h.resolutions))
+	m.HandleFunc("POST /resolutions/{id}/approve", h.authed(h.decide))
+	m.HandleFunc("POST /resolutions/{id}/reject", h.authed(h.decide))
+	m.HandleFunc("GET /inbox", h.authed(h.inboxPage))
+	m.HandleFunc("GET /outbox", h.authed(h.outboxPage))
+	h.mux = m
+}
+
+// authed runs next for an authenticated operator, with the CSRF check for a POST.
+// Without a login, a page read goes to the login form; anything else is refused.
+func (h *handler) authed(next func(http.ResponseWriter, *http.Request, identity)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := h.who(r)
+		if err != nil {
+			if r.Method == http.MethodGet && h.opts.AuthHeader == "" {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			h.opts.Logger.Warn("console: request refused: not authenticated", slog.String("remote", r.RemoteAddr),
+				slog.String("path", r.URL.Path), slog.String("why", err.Error()))
+			h.render(w, r, http.StatusUnauthorized, "error", identity{}, page{Title: "Not authenticated", Error: err.Error()})
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if err := h.checkCSRF(r, id.CSRF); err != nil {
+				h.opts.Logger.Warn("console: form refused", slog.String("operator", id.Operator), slog.String("remote", r.RemoteAddr),
+					slog.String("path", r.URL.Path), slog.String("why", err.Error()))
+				h.render(w, r, http.StatusForbidden, "error", id, page{Title: "Refused", Error: err.Error()})
+				return
+			}
+		}
+		next(w, r, id)
+	}
+}
+
+// page is what every template gets.
+type page struct {
+	Title  string
+	Me     identity
+	Notice string
+	// Error is shown plainly at the top; Done says what an action did.
+	Error string
+	Done  []string
+	Data  any
+}
+
+// funcs are the templates' helpers.
+func (h *handler) funcs() template.FuncMap {
+	return template.FuncMap{
+		"age": func(t time.Time) string { return age(h.now(), t) },
+		"ago": func(t time.Time) string { return ago(h.now(), t) },
+		"agop": func(t *time.Time) string {
+			if t == nil {
+				return "-"
+			}
+			return ago(h.now(), *t)
+		},
+		"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"whenp": func(t *time.Time) string {
+			if t == nil {
+				return "-"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"str":     deref,
+		"cockpit": h.cockpitInstance,
+		"verdict": verdictName,
+		"intentURL": func(scope, key string) string {
+			return "/intent?" + urlValues("scope", scope, "key", key)
+		},
+		"deref": func(p *int) int {
+			if p == nil {
+				return -1
+			}
+			return *p
+		},
+		"derefI64": func(p *int64) string {
+			if p == nil {
+				return "-"
+			}
+			return fmt.Sprint(*p)
+		},
+	}
+}
+
+func (h *handler) parseTemplates() error {
+	h.pages = map[string]*template.Template{}
+	base, err := template.New("layout.html").Funcs(h.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/partials.html")
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"login", "error", "overview", "intent", "resolutions", "inbox", "outbox"} {
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return fmt.Errorf("console: template %s: %w", name, err)
+		}
+		h.pages[name] = t
+	}
+	return nil
+}
+
+// render writes a page; pages are never cached. The page is rendered whole before it
+// is sent, so that a template's failure is an error page, not half a page that looks
+// complete.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, id identity, p page) {
+	p.Me, p.Notice = id, h.opts.Notice
+	w.Header().Set("Cache-Control", "no-store")
+	var buf bytes.Buffer
+	if err := h.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		h.opts.Logger.Error("console: rendering a page failed", slog.String("page", name), slog.String("path", r.URL.Path), slog.Any("error", err))
+		http.Error(w, "the console could not render this page; its log says why", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
