@@ -78,7 +78,7 @@
 // Burst times the average rate. Everything else is as for one task: the same cadence,
 // retries, loss semantics and causes; the package-level Start runs one task on a
 // scheduler of its own that neither spreads nor paces. With 10,000 tasks in flight
-// against the test engine, bench/ scenario 6 reports the peak RSS, the locks lost, how
+// against the test engine, bench/ scenario 7 reports the peak RSS, the locks lost, how
 // late extensions went out and the engine's extendLock rate.
 //
 // # Why the context ends
