@@ -231,6 +231,34 @@ func ReadBacklog(ctx context.Context, pool *pgxpool.Pool, namespace string) (Bac
 	return b, nil
 }
 
+// Unpublished is an event waiting to be published, as an operator sees it. Its body is
+// not read: it is business data, and an operator needs to know what is stuck, not what
+// it says.
+type Unpublished struct {
+	ID                       int64
+	MessageID, Type          string
+	Exchange, RoutingKey     string
+	CreatedAt, NextAttemptAt time.Time
+	Attempts                 int
+	LastError                string
+}
+
+// ReadUnpublished reads at most limit of namespace's unpublished events, oldest first
+// (the operator console's outbox page).
+func ReadUnpublished(ctx context.Context, pool *pgxpool.Pool, namespace string, limit int) ([]Unpublished, error) {
+	rows, err := pool.Query(ctx, `SELECT id, message_id, type, exchange, routing_key, created_at, next_attempt_at, attempts,
+			coalesce(last_error, '')
+		FROM extworker_outbox WHERE namespace = $1 AND published_at IS NULL ORDER BY id LIMIT $2`, namespace, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unpublished: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unpublished, error) {
+		var u Unpublished
+		err := r.Scan(&u.ID, &u.MessageID, &u.Type, &u.Exchange, &u.RoutingKey, &u.CreatedAt, &u.NextAttemptAt, &u.Attempts, &u.LastError)
+		return u, err
+	})
+}
+
 // Prune deletes the events published more than olderThan ago (their bodies are gone
 // already; the rows are the record of what was published), in batches, and returns how
 // many it deleted. Unpublished events are never pruned.

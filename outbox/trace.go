@@ -30,11 +30,7 @@ const spanPublish = "outbox publish"
 // tracestate are kept: baggage, which a propagator may add, can carry anything and is
 // neither stored nor sent.
 func traceContext(ctx context.Context) (traceparent, tracestate *string) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return nil, nil
-	}
-	c := propagation.MapCarrier{}
-	otel.GetTextMapPropagator().Inject(ctx, c)
+	c := w3c(ctx)
 	if c[HeaderTraceparent] == "" {
 		return nil, nil
 	}
@@ -45,16 +41,26 @@ func traceContext(ctx context.Context) (traceparent, tracestate *string) {
 // propagator writes it, into headers: what a Publisher sends along (AMQPPublisher does).
 // It writes nothing when ctx has no span or traces are off.
 func injectTraceContext(ctx context.Context, headers map[string]any) {
+	for k, v := range w3c(ctx) {
+		headers[k] = v
+	}
+}
+
+// w3c is the traceparent and tracestate of ctx's span, as the global propagator writes
+// them, and nothing else (no baggage); empty without a span or with traces off.
+func w3c(ctx context.Context) map[string]string {
+	out := map[string]string{}
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return
+		return out
 	}
 	c := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, c)
 	for _, k := range []string{HeaderTraceparent, HeaderTracestate} {
 		if v := c[k]; v != "" {
-			headers[k] = v
+			out[k] = v
 		}
 	}
+	return out
 }
 
 // messagingSystem is what a Publisher of this package says it publishes to (the

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/inbox"
@@ -390,37 +387,9 @@ func (h *handler) inboxPage(w http.ResponseWriter, r *http.Request, id identity)
 	h.render(w, r, http.StatusOK, "inbox", id, p)
 }
 
-// outboxRow is an event waiting to be published. Its body is not read: it is business
-// data, and an operator needs to know what is stuck, not what it says.
-type outboxRow struct {
-	ID                       int64
-	MessageID, Type          string
-	Exchange, RoutingKey     string
-	CreatedAt, NextAttemptAt time.Time
-	Attempts                 int
-	LastError                string
-}
-
-// pendingOutbox reads the outbox's unpublished events of the ledger's namespace, oldest
-// first. Package outbox has no listing of its own; this is a read of its table (the
-// operator role may read it; migrations/00004_outbox.sql).
-func (h *handler) pendingOutbox(ctx context.Context) ([]outboxRow, error) {
-	rows, err := h.opts.DB.Query(ctx, `SELECT id, message_id, type, exchange, routing_key, created_at, next_attempt_at, attempts,
-			coalesce(last_error, '')
-		FROM extworker_outbox WHERE namespace = $1 AND published_at IS NULL ORDER BY id LIMIT $2`, h.opts.Ledger.Namespace(), queueLimit)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxRow, error) {
-		var o outboxRow
-		err := r.Scan(&o.ID, &o.MessageID, &o.Type, &o.Exchange, &o.RoutingKey, &o.CreatedAt, &o.NextAttemptAt, &o.Attempts, &o.LastError)
-		return o, err
-	})
-}
-
 func (h *handler) outboxPage(w http.ResponseWriter, r *http.Request, id identity) {
 	var p page
-	rows, err := h.pendingOutbox(r.Context())
+	rows, err := outbox.ReadUnpublished(r.Context(), h.opts.DB, h.opts.Ledger.Namespace(), queueLimit)
 	if err != nil {
 		p.Error = err.Error()
 	}
