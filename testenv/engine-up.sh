@@ -50,10 +50,7 @@ case "$ENGINE" in
 esac
 case "$ENGINE" in camunda7-7.*)
   ENGINE_DB="${ENGINE_DB}_v7${ENGINE#camunda7-7.}"
-  as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
-  if ! as_postgres psql -tA -p "${PG_PORT:-5432}" -d postgres -c "SELECT 1 FROM pg_database WHERE datname='$ENGINE_DB'" | grep -q 1; then
-    as_postgres createdb -p "${PG_PORT:-5432}" -O camunda "$ENGINE_DB"
-  fi ;;
+  bash "$here/pg-up.sh" "$ENGINE_DB" >/dev/null ;;
 esac
 auth=()
 if [ "$ENGINE_REST_AUTH" = true ]; then

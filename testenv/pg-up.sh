@@ -35,7 +35,10 @@ pg_isready -h 127.0.0.1 -p "$PG_PORT" >/dev/null || { echo "pg-up: PostgreSQL di
 # REST authentication on, in "camunda_auth"; the third one's, which fault tests kill and
 # restart, in "camunda_faults"; the fourth one's, which only the long-poll timing pins use,
 # in "camunda_quiet"); the worker's ledger in "extworker".
-for spec in camunda:camunda:camunda camunda:camunda:camunda_auth camunda:camunda:camunda_faults camunda:camunda:camunda_quiet extworker:extworker:extworker; do
+# Arguments name more engine databases (engine-up.sh's for the older Camunda releases).
+specs=(camunda:camunda:camunda camunda:camunda:camunda_auth camunda:camunda:camunda_faults camunda:camunda:camunda_quiet extworker:extworker:extworker)
+for db in "$@"; do specs+=("camunda:camunda:$db"); done
+for spec in "${specs[@]}"; do
   IFS=: read -r role pass db <<<"$spec"
   as_postgres psql -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<SQL
 DO \$\$ BEGIN
