@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,7 +52,7 @@ func TestFromEmptyTwiceInARow(t *testing.T) {
 	applied, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
 	assert.Equal(t, migrations.Versions(), applied)
-	assert.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7}, migrations.Versions(), "the files this binary embeds")
+	assert.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8}, migrations.Versions(), "the files this binary embeds")
 	applied, err = migrations.Up(ctx, db)
 	require.NoError(t, err)
 	assert.Empty(t, applied, "nothing to do the second time")
@@ -194,4 +196,83 @@ func TestEventsAppendOnlyForEveryRole(t *testing.T) {
 
 	_, err = alice.Exec(ctx, `UPDATE extworker_intents SET state = 'confirmed', provider_ref = 'ch_1' WHERE id = $1`, id)
 	require.NoError(t, err, "an operator settles a held intent")
+}
+
+// TestOneKeyIndex: migration 00008 moves the unique constraint onto (namespace,
+// intent_key, scope) and drops migration 00007's key index, on a ledger that already
+// holds intents: the constraint still refuses a duplicate and still serves ON CONFLICT
+// on (namespace, scope, intent_key), a lookup by key alone reads the constraint's
+// index, and Down puts both indexes back.
+func TestOneKeyIndex(t *testing.T) {
+	t.Parallel()
+	db := open(t, emptySchema(t))
+	ctx := testenv.Context(t, time.Minute)
+	// The files themselves (this package's directory), to migrate to a version before the last.
+	p, err := goose.NewProvider(goose.DialectPostgres, db, os.DirFS("."),
+		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 7)
+	require.NoError(t, err)
+	insert := `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state)
+		VALUES ('ns', $1, $2, 'd', 'p', 'confirmed')`
+	for _, sk := range [][2]string{{"a", "K1"}, {"b", "K1"}, {"a", "K2"}} {
+		_, err := db.ExecContext(ctx, insert, sk[0], sk[1])
+		require.NoError(t, err)
+	}
+	constraintIndex := func() string {
+		var def string
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT pg_get_indexdef(conindid) FROM pg_constraint
+			WHERE conname = 'extworker_intents_unique' AND conrelid = 'extworker_intents'::regclass`).Scan(&def))
+		return def
+	}
+	keyIndex := func() bool {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes
+			WHERE indexname = 'extworker_intents_key' AND schemaname = current_schema()`).Scan(&n))
+		return n == 1
+	}
+	require.Contains(t, constraintIndex(), "(namespace, scope, intent_key)")
+	require.True(t, keyIndex())
+
+	applied, err := migrations.Up(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{8}, applied)
+	assert.Contains(t, constraintIndex(), "UNIQUE INDEX extworker_intents_unique ON")
+	assert.Contains(t, constraintIndex(), "(namespace, intent_key, scope)")
+	assert.False(t, keyIndex(), "extworker_intents_key is gone")
+	var invalid int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_index WHERE indrelid = 'extworker_intents'::regclass AND NOT indisvalid`).Scan(&invalid))
+	assert.Zero(t, invalid, "no invalid index left behind")
+
+	_, err = db.ExecContext(ctx, insert, "b", "K1")
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe, "a duplicate intent is refused")
+	assert.Equal(t, "23505", pe.Code)
+	res, err := db.ExecContext(ctx, insert+` ON CONFLICT (namespace, scope, intent_key) DO NOTHING`, "a", "K2")
+	require.NoError(t, err, "the constraint still serves ON CONFLICT on its columns in the ledger's order")
+	n, _ := res.RowsAffected()
+	assert.Zero(t, n)
+
+	// On three rows PostgreSQL would scan the table; without that choice, the plan shows
+	// the index a lookup by key alone reads.
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `SET enable_seqscan = off`)
+	require.NoError(t, err)
+	var plan strings.Builder
+	rows, err := conn.QueryContext(ctx, `EXPLAIN SELECT id FROM extworker_intents WHERE namespace = 'ns' AND intent_key = 'K1'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan.WriteString(line + "\n")
+	}
+	require.NoError(t, rows.Err())
+	assert.Contains(t, plan.String(), "extworker_intents_unique", "a lookup by key alone reads the constraint's index")
+
+	_, err = p.DownTo(ctx, 7)
+	require.NoError(t, err)
+	assert.Contains(t, constraintIndex(), "(namespace, scope, intent_key)")
+	assert.True(t, keyIndex(), "Down puts extworker_intents_key back")
 }

@@ -185,9 +185,11 @@ func redact(u string) string {
 	return u
 }
 
-// scaleIndexes are the indexes migration 00007 adds for a ledger at scale; both ledgers
-// must have them, valid, or the run measures a schema the product no longer has.
-var scaleIndexes = []string{"extworker_intents_key", "extworker_intents_prunable"}
+// scaleIndexes are the indexes a ledger at scale has since migrations 00007 and 00008:
+// both ledgers must have them, valid, or the run measures a schema the product no
+// longer has. extworker_intents_unique must be on (namespace, intent_key, scope)
+// (migration 00008, which also dropped 00007's extworker_intents_key).
+var scaleIndexes = []string{"extworker_intents_prunable", "extworker_intents_unique"}
 
 // indexInfo is one index of the two ledger tables, as pg_index has it.
 type indexInfo struct {
@@ -218,8 +220,8 @@ func (d *ledgerDB) indexes(ctx context.Context) ([]indexInfo, error) {
 	return out, err
 }
 
-// checkIndexes fails unless every index of the ledger tables is valid and ready and
-// migration 00007's indexes are among them.
+// checkIndexes fails unless every index of the ledger tables is valid and ready and the
+// schema is migration 00008's (scaleIndexes).
 func (d *ledgerDB) checkIndexes(ctx context.Context) ([]indexInfo, error) {
 	idx, err := d.indexes(ctx)
 	if err != nil {
@@ -234,7 +236,13 @@ func (d *ledgerDB) checkIndexes(ctx context.Context) ([]indexInfo, error) {
 	}
 	for _, name := range scaleIndexes {
 		if !have[name] {
-			return nil, fmt.Errorf("%s: index %s (migration 00007) is missing", d.name, name)
+			return nil, fmt.Errorf("%s: index %s is missing", d.name, name)
+		}
+	}
+	for _, ix := range idx {
+		if ix.Name == "extworker_intents_unique" && !strings.Contains(ix.Def, "(namespace, intent_key, scope)") ||
+			ix.Name == "extworker_intents_key" {
+			return nil, fmt.Errorf("%s: not the schema of migration 00008: %s", d.name, ix.Def)
 		}
 	}
 	return idx, nil

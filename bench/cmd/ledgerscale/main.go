@@ -44,6 +44,7 @@ type options struct {
 	reseed     bool
 	note       string
 	eventsEach int
+	doPrune    bool
 }
 
 func main() {
@@ -60,7 +61,7 @@ func run() error {
 	flag.StringVar(&o.emptyDB, "empty-db", "extworker_scale_empty", "the empty ledger's database (created afresh every run)")
 	flag.Int64Var(&o.rows, "rows", 10_000_000, "intents to seed")
 	flag.IntVar(&o.eventsEach, "events", 3, "events seeded per intent (a real settled intent has 3: recorded, dispatched, settled)")
-	flag.IntVar(&o.n, "n", 2000, "samples per operation and ledger")
+	flag.IntVar(&o.n, "n", 5000, "samples per operation and ledger")
 	flag.DurationVar(&o.opBudget, "op-budget", 3*time.Minute, "at most this long per operation and ledger (a slow query stops with fewer samples, which the table shows)")
 	flag.DurationVar(&o.retention, "retention", 60*24*time.Hour, "the prune's retention: the seeded intents span 90 days, so 60 days prunes about a third")
 	flag.DurationVar(&o.pruneFor, "prune-for", 15*time.Minute, "stop the prune after this long (its throughput is reported either way)")
@@ -68,6 +69,7 @@ func run() error {
 	flag.DurationVar(&o.baseline, "baseline", 30*time.Second, "how long the claimers run without a prune, for comparison")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for ledger-<rows>.md")
 	flag.BoolVar(&o.keep, "keep", false, "keep both databases at the end (the seeded one is reused by the next run with the same -rows)")
+	flag.BoolVar(&o.doPrune, "prune", true, "prune the seeded ledger after the measurements (-prune=false keeps it as seeded, for another run with -keep)")
 	flag.BoolVar(&o.reseed, "reseed", false, "seed again even if -db already holds a seeded ledger of -rows intents")
 	flag.StringVar(&o.note, "note", "", "a note for the results file (what else ran on the machine)")
 	flag.Parse()
@@ -101,8 +103,8 @@ func run() error {
 		return err
 	}
 	defer empty.close()
-	// Both ledgers' schema is migrations.Up's, with migration 00007's indexes (built
-	// CONCURRENTLY there, so an interrupted build would leave them INVALID and unused):
+	// Both ledgers' schema is migrations.Up's, with migrations 00007's and 00008's indexes
+	// (built CONCURRENTLY there, so an interrupted build would leave them INVALID and unused):
 	// measure nothing unless every index is there and valid.
 	for _, d := range []*ledgerDB{empty, seeded} {
 		idx, err := d.checkIndexes(ctx)
@@ -114,16 +116,19 @@ func run() error {
 		}
 	}
 
+	rep.memBefore = memInfo()
 	if err := measure(ctx, o, empty, seeded, rep); err != nil {
 		return err
 	}
 	progress("EXPLAIN ANALYZE of the queries that grow with the ledger")
 	rep.explains = explainSlow(ctx, seeded, o.retention)
-	if err := seeded.markPruned(ctx); err != nil {
-		return err
-	}
-	if err := prune(ctx, o, seeded, &rep.prune, o.pruneFor); err != nil {
-		return err
+	if o.doPrune {
+		if err := seeded.markPruned(ctx); err != nil {
+			return err
+		}
+		if err := prune(ctx, o, seeded, &rep.prune, o.pruneFor); err != nil {
+			return err
+		}
 	}
 	rep.loadAfter = loadAvg()
 	rep.finished = time.Now().UTC()

@@ -22,12 +22,13 @@ const (
 	opNewClaim   = "  of which record + dispatch mark (the claim)"
 	opNewConfirm = "  of which confirm"
 	opReplay     = "replay of a confirmed intent: Do"
+	opReplayNew  = "  replay of one from the last hour (a redelivery)"
 	opList       = "effects list --state unknown (limit 100)"
 	opShowScope  = "effects show KEY --scope S"
 	opShowKey    = "effects show KEY (no scope)"
 )
 
-var opOrder = []string{opNew, opNewClaim, opNewConfirm, opReplay, opList, opShowScope, opShowKey}
+var opOrder = []string{opNew, opNewClaim, opNewConfirm, opReplay, opReplayNew, opList, opShowScope, opShowKey}
 
 // sample is one operation's latencies on one ledger.
 type sample struct {
@@ -102,20 +103,35 @@ func (s *side) newEffect(ctx context.Context, key string, record bool) error {
 // days, so mostly not in any cache) on the seeded ledger, one of its own new ones on
 // the empty ledger. For replays it must be confirmed.
 func (s *side) pick(confirmed bool) (scope, key string, request map[string]any) {
+	return s.pickIn(0, confirmed)
+}
+
+// pickRecent is pick among the seeded intents of the last of the 90 days' hours (the
+// newest 1/2160 of them, 4,630 of 10 M): what a redelivery replays, an intent recorded
+// minutes before by the same task's earlier attempt.
+func (s *side) pickRecent() (scope, key string, request map[string]any) {
+	return s.pickIn(s.rows-max(s.rows/(90*24), 100), true)
+}
+
+func (s *side) pickIn(from int64, confirmed bool) (scope, key string, request map[string]any) {
 	if !s.seeded {
 		k := s.newKeys[s.rng.IntN(len(s.newKeys))]
 		return "payment.collect", k, newRequest(k)
 	}
+	from = max(from, 0)
 	for {
-		i := s.rng.Int64N(s.rows)
+		i := from + s.rng.Int64N(s.rows-from)
 		if !confirmed || seedState(i) == idempotency.StateConfirmed {
 			return seedScope(i), seedKey(i), seedRequest(i)
 		}
 	}
 }
 
-func (s *side) replay(ctx context.Context) (time.Duration, error) {
+func (s *side) replay(ctx context.Context, recent bool) (time.Duration, error) {
 	scope, key, req := s.pick(true)
+	if recent {
+		scope, key, req = s.pickRecent()
+	}
 	eff := idempotency.Effect{Dispatch: func(context.Context, string) (idempotency.Result, error) {
 		return idempotency.Result{}, errors.New("a replay called the provider")
 	}}
@@ -245,7 +261,8 @@ func measure(ctx context.Context, o options, empty, seeded *ledgerDB, rep *repor
 		{opNew, func(s *side, i int, record bool) error {
 			return s.newEffect(ctx, fmt.Sprintf("NEW-%s-%06d", s.runID, len(s.newKeys)), record)
 		}},
-		{opReplay, timed(opReplay, func(s *side) (time.Duration, error) { return s.replay(ctx) })},
+		{opReplay, timed(opReplay, func(s *side) (time.Duration, error) { return s.replay(ctx, false) })},
+		{opReplayNew, timed(opReplayNew, func(s *side) (time.Duration, error) { return s.replay(ctx, true) })},
 		{opList, timed(opList, func(s *side) (time.Duration, error) { return s.listUnknown(ctx) })},
 		{opShowScope, timed(opShowScope, func(s *side) (time.Duration, error) { return s.show(ctx, true) })},
 		{opShowKey, timed(opShowKey, func(s *side) (time.Duration, error) { return s.show(ctx, false) })},

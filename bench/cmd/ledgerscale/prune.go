@@ -238,17 +238,19 @@ func sampleWaits(ctx context.Context, pool *pgxpool.Pool, stop <-chan struct{}, 
 }
 
 // explainSlow runs EXPLAIN (ANALYZE, BUFFERS) on the seeded ledger for the queries that
-// were slow at 10 M intents before migration 00007 and the List rewrite: List by key
-// without a scope (findIntent's), List of unknowns, and one batch of the prune's victims.
+// were slow at 10 M intents before migration 00007 and the List rewrite, and for the
+// lookup by scope and key that migration 00008 moved onto the unique index: Get, List
+// by key without a scope (findIntent's), List of unknowns, one batch of the prune's victims.
 // The SQL is what idempotency sends (operator.go's List builds its WHERE from the
 // filters that are set, one state compared with =; migration 00003's extworker_prune),
 // with the values the measured calls use; it is run in a transaction rolled back at
 // once, so the prune's FOR UPDATE locks nothing for long and nothing changes.
 func explainSlow(ctx context.Context, d *ledgerDB, retention time.Duration) []explained {
 	const (
-		listByKey = `SELECT * FROM extworker_intents WHERE namespace = $1 AND intent_key = $2 ORDER BY updated_at DESC LIMIT $3`
-		listState = `SELECT * FROM extworker_intents WHERE namespace = $1 AND state = $2 ORDER BY updated_at DESC LIMIT $3`
-		victims   = `SELECT id FROM extworker_intents
+		listByKey  = `SELECT * FROM extworker_intents WHERE namespace = $1 AND intent_key = $2 ORDER BY updated_at DESC LIMIT $3`
+		getByScope = `SELECT * FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3`
+		listState  = `SELECT * FROM extworker_intents WHERE namespace = $1 AND state = $2 ORDER BY updated_at DESC LIMIT $3`
+		victims    = `SELECT id FROM extworker_intents
 		WHERE namespace = $1 AND state IN ('confirmed', 'rejected', 'reconciled', 'compensated')
 			AND orphaned_at IS NULL AND updated_at < now() - $2::bigint * interval '1 microsecond'
 		ORDER BY updated_at LIMIT 1000 FOR UPDATE SKIP LOCKED`
@@ -258,6 +260,7 @@ func explainSlow(ctx context.Context, d *ledgerDB, retention time.Duration) []ex
 		what, sql string
 		args      []any
 	}{
+		{"Get by scope and key (a replay's read-back, effects show KEY --scope S)", getByScope, []any{namespace, seedScope(242), key}},
 		{"List by key without a scope (effects show KEY)", listByKey, []any{namespace, key, 1000}},
 		{"List of unknowns (effects list --state unknown)", listState, []any{namespace, "unknown", 100}},
 		{"one prune batch's victims (extworker_prune)", victims, []any{namespace, retention.Microseconds()}},

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,11 +25,15 @@ type report struct {
 	machine, pgVersion    string
 	pgSettings            string
 	loadBefore, loadAfter string
-	seed                  seedInfo
-	empty, seeded         map[string]*sample
-	explains              []explained
-	prune                 pruneInfo
-	indexes               []indexInfo
+	// memBefore is the machine's memory as the measurements start: whether the seeded
+	// database can sit in the operating system's page cache decides what a lookup that
+	// misses shared_buffers costs (a copy from memory, or a read from the disk).
+	memBefore     string
+	seed          seedInfo
+	empty, seeded map[string]*sample
+	explains      []explained
+	prune         pruneInfo
+	indexes       []indexInfo
 	// interrupted counts the measured operations a server restart or a terminated
 	// session interrupted (not recorded, run again).
 	interrupted int
@@ -51,7 +56,8 @@ func (r *report) markdown() string {
 	p("| PostgreSQL | %s, on the same machine; %s (the shared test server's settings, unchanged) |\n", r.pgVersion, r.pgSettings)
 	p("| Go | %s |\n", runtime.Version())
 	p("| extworker | %s |\n", gitDescribe())
-	p("| load average (1, 5, 15 min) | before the run %s; after it %s |\n\n", r.loadBefore, r.loadAfter)
+	p("| load average (1, 5, 15 min) | before the run %s; after it %s |\n", r.loadBefore, r.loadAfter)
+	p("| memory as the measurements started | %s (/proc/meminfo) |\n\n", r.memBefore)
 
 	s := r.seed
 	p("## The seeded ledger\n\n")
@@ -81,7 +87,7 @@ func (r *report) markdown() string {
 	p("On disk: database %s; `extworker_intents` %s, `extworker_intent_events` %s, their indexes %s.\n\n",
 		bytesText(s.DBBytes), bytesText(s.Intents), bytesText(s.EventsB), bytesText(s.IndexesB))
 	if len(r.indexes) > 0 {
-		p("Indexes of the %s ledger after the seeding (the migrations' schema, migration 00007's `extworker_intents_key` and `extworker_intents_prunable` among them; "+
+		p("Indexes of the %s ledger after the seeding (the migrations' schema, migration 00007's `extworker_intents_prunable` and 00008's `extworker_intents_unique` on (namespace, intent_key, scope) among them; "+
 			"checked valid and ready in `pg_index` on both ledgers before anything was measured):\n\n| index | size | definition |\n|---|---:|---|\n", label)
 		for _, ix := range r.indexes {
 			def := ix.Def
@@ -97,7 +103,8 @@ func (r *report) markdown() string {
 
 	p("## Latency\n\n")
 	p("Milliseconds. A new side effect uses a new key; replays and shows pick a random seeded intent anywhere in the 90 days on the %s ledger "+
-		"(mostly not cached) and one of the run's new intents on the empty one. `effects show` is what the command asks the ledger "+
+		"(mostly not in shared_buffers) and one of the run's new intents on the empty one; the indented replay row picks among the seeded intents of the last hour "+
+		"(what a redelivery replays). `effects show` is what the command asks the ledger "+
 		"(the intent, its events, its compensation, its resolutions; not the engine). Goal: %s latency at most %.1f× the empty ledger's at p50 and at p99.\n\n", label, label, goal)
 	p("| operation | n (empty / %s) | p50 empty | p50 %s | ×  | p99 empty | p99 %s | × | max %s | goal ≤ %.1f× |\n", label, label, label, label, goal)
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
@@ -124,10 +131,14 @@ func (r *report) markdown() string {
 
 	pr := &r.prune
 	p("## Prune\n\n")
-	p("`Ledger.Prune` with a retention of %v (batches of 1,000 intents, each batch one call of `extworker_prune`, its own transaction) on the %s ledger, "+
-		"after the measurements above, while %d goroutines kept recording new side effects (each a whole Do, as above) in the same namespace on a pool of their own. "+
-		"Before it, the same claimers ran %v without a prune.\n\n", days(pr.Retention), label, o.claimers, o.baseline)
-	r.pruneTable(&b, pr)
+	if !o.doPrune {
+		p("Not run (`-prune=false`).\n\n")
+	} else {
+		p("`Ledger.Prune` with a retention of %v (batches of 1,000 intents, each batch one call of `extworker_prune`, its own transaction) on the %s ledger, "+
+			"after the measurements above, while %d goroutines kept recording new side effects (each a whole Do, as above) in the same namespace on a pool of their own. "+
+			"Before it, the same claimers ran %v without a prune.\n\n", days(pr.Retention), label, o.claimers, o.baseline)
+		r.pruneTable(&b, pr)
+	}
 	p("## Plans on the %s ledger\n\n", label)
 	p("`EXPLAIN (ANALYZE, BUFFERS)` of the queries that were slow at 10 M intents before migration 00007 and the rewrite of `List` (the SQL `idempotency` now sends, " +
 		"with the values the measured calls use), before the prune.\n\n")
@@ -233,6 +244,24 @@ func thousands(n int64) string {
 // machineInfo is the CPU model, its core count and the memory, from /proc.
 func machineInfo() string {
 	return harness.Machine("PostgreSQL, this program and other engineers' work")
+}
+
+// memInfo is the memory total, available and in the page cache, from /proc/meminfo.
+func memInfo() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown"
+	}
+	v := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, rest, ok := strings.Cut(line, ":")
+		if f := strings.Fields(rest); ok && len(f) > 0 {
+			if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				v[k] = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	return fmt.Sprintf("total %s, available %s, page cache %s", v["MemTotal"], v["MemAvailable"], v["Cached"])
 }
 
 func loadAvg() string {
