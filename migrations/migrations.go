@@ -27,6 +27,10 @@ const VersionTable = "extworker_schema_migrations"
 // ErrNotMigrated means the database lacks migrations this binary needs.
 var ErrNotMigrated = errors.New("the ledger database is not migrated: run `extworker migrate`")
 
+// ErrInvalidIndex means one of the ledger's indexes is INVALID, left by a concurrent
+// index build that did not finish: Up fails with it until the index is dropped.
+var ErrInvalidIndex = errors.New("invalid index")
+
 // Versions lists the migrations this binary carries, in order: what Up applies to an
 // empty database.
 func Versions() []int64 {
@@ -66,10 +70,44 @@ func Up(ctx context.Context, db *sql.DB) ([]int64, error) {
 	for _, r := range res {
 		applied = append(applied, r.Source.Version)
 	}
+	if err := checkIndexes(ctx, db); err != nil {
+		return applied, err
+	}
 	if _, err := Grant(ctx, db); err != nil {
 		return applied, err
 	}
 	return applied, nil
+}
+
+// checkIndexes fails if one of the ledger's indexes is INVALID: what a failed or
+// interrupted CREATE INDEX CONCURRENTLY (migrations 00007 and 00008) leaves behind, and
+// what a second run of the migration, with its IF NOT EXISTS, would otherwise pass over
+// while PostgreSQL never uses the index.
+func checkIndexes(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT i.relname FROM pg_index x
+		JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+		WHERE NOT x.indisvalid AND t.relname LIKE 'extworker\_%' AND t.relnamespace = current_schema()::regnamespace
+		ORDER BY i.relname`)
+	if err != nil {
+		return fmt.Errorf("migrations: check the indexes: %w", err)
+	}
+	defer rows.Close()
+	var invalid []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("migrations: check the indexes: %w", err)
+		}
+		invalid = append(invalid, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrations: check the indexes: %w", err)
+	}
+	if len(invalid) > 0 {
+		return fmt.Errorf("migrations: %w: %s (a CREATE INDEX CONCURRENTLY failed or was interrupted); drop each with DROP INDEX CONCURRENTLY and migrate again",
+			ErrInvalidIndex, strings.Join(invalid, ", "))
+	}
+	return nil
 }
 
 // Roles the ledger's grants are for, when a DBA has created them (docs/operators.md).

@@ -276,3 +276,33 @@ func TestOneKeyIndex(t *testing.T) {
 	assert.Contains(t, constraintIndex(), "(namespace, scope, intent_key)")
 	assert.True(t, keyIndex(), "Down puts extworker_intents_key back")
 }
+
+// TestUpRefusesAnInvalidIndex: an index that a failed CREATE INDEX CONCURRENTLY left
+// INVALID makes Up fail, naming it, instead of passing over it (the migrations' IF NOT
+// EXISTS would); once it is dropped, Up succeeds.
+func TestUpRefusesAnInvalidIndex(t *testing.T) {
+	t.Parallel()
+	db := open(t, emptySchema(t))
+	ctx := testenv.Context(t, time.Minute)
+	_, err := migrations.Up(ctx, db)
+	require.NoError(t, err)
+	for _, k := range []string{"K1", "K2"} {
+		_, err := db.ExecContext(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state)
+			VALUES ('ns', 'a', $1, 'd', 'p', 'confirmed')`, k)
+		require.NoError(t, err)
+	}
+	// Unique on a column the two intents share: the concurrent build fails and leaves the
+	// index behind, INVALID, as an interrupted one does.
+	_, err = db.ExecContext(ctx, `CREATE UNIQUE INDEX CONCURRENTLY extworker_intents_left_over ON extworker_intents (scope)`)
+	require.Error(t, err)
+
+	_, err = migrations.Up(ctx, db)
+	require.ErrorIs(t, err, migrations.ErrInvalidIndex)
+	assert.Contains(t, err.Error(), "extworker_intents_left_over")
+	assert.Contains(t, err.Error(), "DROP INDEX CONCURRENTLY")
+
+	_, err = db.ExecContext(ctx, `DROP INDEX CONCURRENTLY extworker_intents_left_over`)
+	require.NoError(t, err)
+	_, err = migrations.Up(ctx, db)
+	require.NoError(t, err)
+}

@@ -140,7 +140,7 @@ func (r *report) markdown() string {
 		r.pruneTable(&b, pr)
 	}
 	p("## Plans on the %s ledger\n\n", label)
-	p("`EXPLAIN (ANALYZE, BUFFERS)` of the queries that were slow at 10 M intents before migration 00007 and the rewrite of `List` (the SQL `idempotency` now sends, " +
+	p("`EXPLAIN (ANALYZE, BUFFERS)` of the lookup by scope and key (on the unique index since migration 00008) and of the queries that were slow at 10 M intents before migration 00007 and the rewrite of `List` (the SQL `idempotency` now sends, " +
 		"with the values the measured calls use), before the prune.\n\n")
 	for _, e := range r.explains {
 		p("%s:\n\n```\n%s\n```\n\n", e.What, e.Plan)
