@@ -11,7 +11,7 @@
 //
 // The two databases are its own (-db, -empty-db), created when missing and dropped at
 // the end unless -keep; a seeded database kept with -keep is reused by the next run with
-// the same -rows (until a prune has changed it).
+// the same -rows (until a prune has changed it: -prune=false measures without pruning).
 package main
 
 import (
