@@ -48,31 +48,34 @@ type options struct {
 }
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerscale:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(args []string) error {
 	var o options
-	flag.StringVar(&o.baseURL, "db-url", "postgres://extworker:extworker@127.0.0.1:5432/", "PostgreSQL server and user; the database name is replaced by -db and -empty-db")
-	flag.StringVar(&o.db, "db", "extworker_scale", "the seeded ledger's database (created when missing)")
-	flag.StringVar(&o.emptyDB, "empty-db", "extworker_scale_empty", "the empty ledger's database (created afresh every run)")
-	flag.Int64Var(&o.rows, "rows", 10_000_000, "intents to seed")
-	flag.IntVar(&o.eventsEach, "events", 3, "events seeded per intent (a real settled intent has 3: recorded, dispatched, settled)")
-	flag.IntVar(&o.n, "n", 5000, "samples per operation and ledger")
-	flag.DurationVar(&o.opBudget, "op-budget", 3*time.Minute, "at most this long per operation and ledger (a slow query stops with fewer samples, which the table shows)")
-	flag.DurationVar(&o.retention, "retention", 60*24*time.Hour, "the prune's retention: the seeded intents span 90 days, so 60 days prunes about a third")
-	flag.DurationVar(&o.pruneFor, "prune-for", 15*time.Minute, "stop the prune after this long (its throughput is reported either way)")
-	flag.IntVar(&o.claimers, "claimers", 4, "goroutines claiming new intents during the prune and the baseline before it")
-	flag.DurationVar(&o.baseline, "baseline", 30*time.Second, "how long the claimers run without a prune, for comparison")
-	flag.StringVar(&o.out, "out", "bench/results", "directory for ledger-<rows>.md")
-	flag.BoolVar(&o.keep, "keep", false, "keep both databases at the end (the seeded one is reused by the next run with the same -rows)")
-	flag.BoolVar(&o.doPrune, "prune", true, "prune the seeded ledger after the measurements (-prune=false keeps it as seeded, for another run with -keep)")
-	flag.BoolVar(&o.reseed, "reseed", false, "seed again even if -db already holds a seeded ledger of -rows intents")
-	flag.StringVar(&o.note, "note", "", "a note for the results file (what else ran on the machine)")
-	flag.Parse()
+	fs := flag.NewFlagSet("ledgerscale", flag.ContinueOnError)
+	fs.StringVar(&o.baseURL, "db-url", "postgres://extworker:extworker@127.0.0.1:5432/", "PostgreSQL server and user; the database name is replaced by -db and -empty-db")
+	fs.StringVar(&o.db, "db", "extworker_scale", "the seeded ledger's database (created when missing)")
+	fs.StringVar(&o.emptyDB, "empty-db", "extworker_scale_empty", "the empty ledger's database (created afresh every run)")
+	fs.Int64Var(&o.rows, "rows", 10_000_000, "intents to seed")
+	fs.IntVar(&o.eventsEach, "events", 3, "events seeded per intent (a real settled intent has 3: recorded, dispatched, settled)")
+	fs.IntVar(&o.n, "n", 5000, "samples per operation and ledger")
+	fs.DurationVar(&o.opBudget, "op-budget", 3*time.Minute, "at most this long per operation and ledger (a slow query stops with fewer samples, which the table shows)")
+	fs.DurationVar(&o.retention, "retention", 60*24*time.Hour, "the prune's retention: the seeded intents span 90 days, so 60 days prunes about a third")
+	fs.DurationVar(&o.pruneFor, "prune-for", 15*time.Minute, "stop the prune after this long (its throughput is reported either way)")
+	fs.IntVar(&o.claimers, "claimers", 4, "goroutines claiming new intents during the prune and the baseline before it")
+	fs.DurationVar(&o.baseline, "baseline", 30*time.Second, "how long the claimers run without a prune, for comparison")
+	fs.StringVar(&o.out, "out", "bench/results", "directory for ledger-<rows>.md")
+	fs.BoolVar(&o.keep, "keep", false, "keep both databases at the end (the seeded one is reused by the next run with the same -rows)")
+	fs.BoolVar(&o.doPrune, "prune", true, "prune the seeded ledger after the measurements (-prune=false keeps it as seeded, for another run with -keep)")
+	fs.BoolVar(&o.reseed, "reseed", false, "seed again even if -db already holds a seeded ledger of -rows intents")
+	fs.StringVar(&o.note, "note", "", "a note for the results file (what else ran on the machine)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if o.rows < 1000 || o.n < 10 || o.eventsEach < 1 {
 		return fmt.Errorf("-rows must be at least 1000, -n at least 10, -events at least 1")
 	}

@@ -128,10 +128,11 @@ func (s *side) pickIn(from int64, confirmed bool) (scope, key string, request ma
 }
 
 func (s *side) replay(ctx context.Context, recent bool) (time.Duration, error) {
-	scope, key, req := s.pick(true)
+	pick := func() (string, string, map[string]any) { return s.pick(true) }
 	if recent {
-		scope, key, req = s.pickRecent()
+		pick = s.pickRecent
 	}
+	scope, key, req := pick()
 	eff := idempotency.Effect{Dispatch: func(context.Context, string) (idempotency.Result, error) {
 		return idempotency.Result{}, errors.New("a replay called the provider")
 	}}
