@@ -132,6 +132,9 @@ func run(args []string) error {
 		if err := prune(ctx, o, seeded, &rep.prune, o.pruneFor); err != nil {
 			return err
 		}
+		if err := measureAfterPrune(ctx, o, rep); err != nil {
+			return err
+		}
 	}
 	rep.loadAfter = loadAvg()
 	rep.finished = time.Now().UTC()

@@ -41,6 +41,8 @@ func TestSmoke(t *testing.T) {
 	assert.Contains(t, report, "`extworker_intents_unique` |", "the seeded ledger's indexes are listed")
 	assert.Contains(t, report, "btree (namespace, intent_key, scope)")
 	assert.Contains(t, report, "intents/s**", "the prune's throughput")
+	after := report[strings.Index(report, "## Prune"):]
+	assert.Contains(t, after, "| "+opNew+" | 20 / 20 |", "new side effects measured again after the prune")
 	assert.Contains(t, report, "Index Scan using extworker_intents_unique", "the plans are the seeded ledger's")
 	assert.NotContains(t, report, "EXPLAIN failed")
 

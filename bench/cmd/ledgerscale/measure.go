@@ -244,10 +244,8 @@ func measure(ctx context.Context, o options, empty, seeded *ledgerDB, rep *repor
 			return err
 		}
 	}
-	const block, warm = 20, 20
-	type opFn func(s *side, i int, record bool) error
 	timed := func(op string, f func(s *side) (time.Duration, error)) opFn {
-		return func(s *side, _ int, record bool) error {
+		return func(s *side, record bool) error {
 			d, err := f(s)
 			if err == nil && record {
 				s.add(op, d)
@@ -255,25 +253,59 @@ func measure(ctx context.Context, o options, empty, seeded *ledgerDB, rep *repor
 			return err
 		}
 	}
-	ops := []struct {
-		name string
-		f    opFn
-	}{
-		{opNew, func(s *side, i int, record bool) error {
-			return s.newEffect(ctx, fmt.Sprintf("NEW-%s-%06d", s.runID, len(s.newKeys)), record)
-		}},
+	ops := []namedOp{
+		{opNew, func(s *side, record bool) error { return s.newEffect(ctx, s.nextKey(), record) }},
 		{opReplay, timed(opReplay, func(s *side) (time.Duration, error) { return s.replay(ctx, false) })},
 		{opReplayNew, timed(opReplayNew, func(s *side) (time.Duration, error) { return s.replay(ctx, true) })},
 		{opList, timed(opList, func(s *side) (time.Duration, error) { return s.listUnknown(ctx) })},
 		{opShowScope, timed(opShowScope, func(s *side) (time.Duration, error) { return s.show(ctx, true) })},
 		{opShowKey, timed(opShowKey, func(s *side) (time.Duration, error) { return s.show(ctx, false) })},
 	}
+	if err := takeTurns(ctx, o, sides, ops, rep); err != nil {
+		return err
+	}
+	rep.empty, rep.seeded = sides[0].samples, sides[1].samples
+	rep.sides = sides
+	return nil
+}
+
+// measureAfterPrune records new side effects again on both ledgers once the prune has
+// turned a third of the seeded one into tombstones, which every new intent's claim
+// checks (its INSERT's NOT EXISTS on extworker_intent_tombstones).
+func measureAfterPrune(ctx context.Context, o options, rep *report) error {
+	sides := rep.sides
+	for _, s := range sides {
+		s.samples, s.spent = map[string]*sample{}, map[string]time.Duration{}
+		s.runID += "p"
+	}
+	ops := []namedOp{{opNew, func(s *side, record bool) error { return s.newEffect(ctx, s.nextKey(), record) }}}
+	if err := takeTurns(ctx, o, sides, ops, rep); err != nil {
+		return err
+	}
+	rep.emptyAfter, rep.seededAfter = sides[0].samples, sides[1].samples
+	return nil
+}
+
+// nextKey is the key of the side's next new side effect.
+func (s *side) nextKey() string { return fmt.Sprintf("NEW-%s-%06d", s.runID, len(s.newKeys)) }
+
+// opFn runs an operation once on a side, recording its latency when record.
+type opFn func(s *side, record bool) error
+
+type namedOp struct {
+	name string
+	f    opFn
+}
+
+// takeTurns runs each of ops -n times on each side, warmed up, in blocks that take turns.
+func takeTurns(ctx context.Context, o options, sides []*side, ops []namedOp, rep *report) error {
+	const block, warm = 20, 20
 	for _, op := range ops {
 		progress("measuring %q, %d times on each ledger", op.name, o.n)
 		// run is one operation; one the server's going away interrupted is waited out and
 		// not recorded.
-		run := func(s *side, i int, record bool) (bool, error) {
-			err := op.f(s, i, record)
+		run := func(s *side, record bool) (bool, error) {
+			err := op.f(s, record)
 			if interruption(err) {
 				rep.interrupted++
 				progress("  %s: interrupted (%v); waiting for PostgreSQL", s.label, err)
@@ -285,8 +317,8 @@ func measure(ctx context.Context, o options, empty, seeded *ledgerDB, rep *repor
 			return err == nil, err
 		}
 		for _, s := range sides {
-			for i := range warm {
-				if _, err := run(s, i, false); err != nil {
+			for range warm {
+				if _, err := run(s, false); err != nil {
 					return err
 				}
 			}
@@ -301,7 +333,7 @@ func measure(ctx context.Context, o options, empty, seeded *ledgerDB, rep *repor
 				busy = true
 				t := time.Now()
 				for j := 0; j < block && done[s] < o.n; j++ {
-					ok, err := run(s, done[s], true)
+					ok, err := run(s, true)
 					if err != nil {
 						return err
 					}
@@ -320,12 +352,14 @@ func measure(ctx context.Context, o options, empty, seeded *ledgerDB, rep *repor
 		}
 		for _, s := range sides {
 			if done[s] < o.n {
+				if s.samples[op.name] == nil {
+					s.samples[op.name] = &sample{}
+				}
 				s.samples[op.name].stopped = true
 				progress("  %s: stopped after %d samples (-op-budget %v)", s.label, done[s], o.opBudget)
 			}
 		}
 	}
-	rep.empty, rep.seeded = sides[0].samples, sides[1].samples
 	return nil
 }
 
