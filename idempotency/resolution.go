@@ -361,9 +361,22 @@ func (l *Ledger) Resolutions(ctx context.Context, f ResolutionFilter) ([]Resolut
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := l.pool.Query(ctx, `SELECT `+resolutionColumns+` FROM extworker_resolutions
-		WHERE namespace = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR scope = $3) AND ($4 = '' OR intent_key = $4)
-		ORDER BY id DESC LIMIT $5`, l.cfg.Namespace, string(f.Status), f.Scope, f.Key, f.Limit)
+	// Only the filters that are set become conditions, as in List: an intent's requests
+	// are then an index scan on extworker_resolutions_key, not a read of every request of
+	// the namespace.
+	where, args := []string{"namespace = $1"}, []any{l.cfg.Namespace}
+	add := func(column, v string) {
+		if v != "" {
+			args = append(args, v)
+			where = append(where, fmt.Sprintf("%s = $%d", column, len(args)))
+		}
+	}
+	add("status", string(f.Status))
+	add("scope", f.Scope)
+	add("intent_key", f.Key)
+	args = append(args, f.Limit)
+	rows, err := l.pool.Query(ctx, `SELECT `+resolutionColumns+` FROM extworker_resolutions WHERE `+strings.Join(where, " AND ")+
+		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("resolutions: %w", err)
 	}

@@ -202,7 +202,8 @@ func TestEventsAppendOnlyForEveryRole(t *testing.T) {
 // intent_key, scope) and drops migration 00007's key index, on a ledger that already
 // holds intents: the constraint still refuses a duplicate and still serves ON CONFLICT
 // on (namespace, scope, intent_key), a lookup by key alone reads the constraint's
-// index, and Down puts both indexes back.
+// index, an intent's resolution requests have an index of their own, and Down puts the
+// schema back as it was.
 func TestOneKeyIndex(t *testing.T) {
 	t.Parallel()
 	db := open(t, emptySchema(t))
@@ -270,11 +271,24 @@ func TestOneKeyIndex(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	assert.Contains(t, plan.String(), "extworker_intents_unique", "a lookup by key alone reads the constraint's index")
+	plan.Reset()
+	rows, err = conn.QueryContext(ctx, `EXPLAIN SELECT id FROM extworker_resolutions WHERE namespace = 'ns' AND intent_key = 'K1' ORDER BY id DESC LIMIT 100`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan.WriteString(line + "\n")
+	}
+	require.NoError(t, rows.Err())
+	assert.Contains(t, plan.String(), "extworker_resolutions_key", "an intent's resolution requests are read from their own index")
 
 	_, err = p.DownTo(ctx, 7)
 	require.NoError(t, err)
 	assert.Contains(t, constraintIndex(), "(namespace, scope, intent_key)")
 	assert.True(t, keyIndex(), "Down puts extworker_intents_key back")
+	var n8 int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname = 'extworker_resolutions_key' AND schemaname = current_schema()`).Scan(&n8))
+	assert.Zero(t, n8, "Down drops extworker_resolutions_key")
 }
 
 // TestUpRefusesAnInvalidIndex: an index that a failed CREATE INDEX CONCURRENTLY left

@@ -79,7 +79,8 @@ func (r *report) markdown() string {
 	for _, st := range states {
 		p("| %s | %s | %.2f %% |\n", st, thousands(s.States[st]), 100*float64(s.States[st])/float64(s.Rows))
 	}
-	p("\n%s events (%d per intent: recorded, dispatched, settled). ", thousands(s.Events), s.Events/max(s.Rows, 1))
+	p("\n%s events (%d per intent: recorded, dispatched, settled); %s resolution requests (approved for each reconciled intent, pending for each held one). ",
+		thousands(s.Events), s.Events/max(s.Rows, 1), thousands(s.Resolutions))
 	{
 		p("Seeding took %v: COPY of both tables at once %v (%s intents/s), building the secondary indexes %v (dropped for the COPY and built again from their own definitions), VACUUM ANALYZE %v. ",
 			s.Total.Round(time.Second), s.Copy.Round(time.Second), thousands(int64(float64(s.Rows)/s.Copy.Seconds())), s.Indexes.Round(time.Second), s.Vacuum.Round(time.Second))

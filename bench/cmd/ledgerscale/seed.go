@@ -89,6 +89,7 @@ func uuidOf(n uint64) string {
 type seedInfo struct {
 	Reused                              bool
 	Rows, Events                        int64
+	Resolutions                         int64
 	States                              map[idempotency.State]int64
 	Copy, Indexes, Vacuum, Total        time.Duration
 	Interrupted                         int // COPY chunks and index builds run again after a server restart
@@ -120,6 +121,7 @@ func (s *server) ensureSeeded(ctx context.Context, o options, rep *report) (*led
 			rep.seed = seedInfo{Reused: true, Rows: rows, Events: events, Total: sec(secs), Copy: sec(copySecs), Indexes: sec(indexSecs),
 				Vacuum: sec(vacuumSecs), Interrupted: interrupted, States: seedStates(o.rows)}
 			rep.seed.DBBytes, rep.seed.Intents, rep.seed.EventsB, rep.seed.IndexesB = d.size(ctx)
+			_ = d.pool.QueryRow(ctx, `SELECT count(*) FROM extworker_resolutions`).Scan(&rep.seed.Resolutions)
 			return d, nil
 		}
 		d.close()
@@ -256,10 +258,31 @@ func seed(ctx context.Context, d *ledgerDB, o options) (seedInfo, error) {
 		return info, err
 	}
 	info.Indexes = time.Since(t)
-	progress("indexes built in %v; VACUUM ANALYZE", info.Indexes.Round(time.Second))
+	// The operators' resolution requests: one approved for every reconciled intent (an
+	// operator's verdict, approved by a second), one pending for every held one.
+	if err := retrying(ctx, d.pool, "seed resolutions", &info.Interrupted, func() error {
+		_, err := d.pool.Exec(ctx, `TRUNCATE extworker_resolutions`)
+		if err == nil {
+			err = d.pool.QueryRow(ctx, `WITH r AS (
+				INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict, provider_ref,
+					reason, requested_by, requested_at, status, decided_by, decided_db_user, decided_at, decision_reason)
+				SELECT id, namespace, scope, intent_key, 'unknown', attempt, 'confirmed', 'ch_' || intent_key,
+					'found at the provider', 'alice', updated_at - interval '1 hour',
+					CASE WHEN state = 'reconciled' THEN 'approved' ELSE 'pending' END,
+					CASE WHEN state = 'reconciled' THEN 'bob' END, CASE WHEN state = 'reconciled' THEN 'extworker' END,
+					CASE WHEN state = 'reconciled' THEN updated_at END, CASE WHEN state = 'reconciled' THEN 'agreed' END
+				FROM extworker_intents WHERE state IN ('reconciled', 'operator_hold') ORDER BY id
+				RETURNING 1)
+				SELECT count(*) FROM r`).Scan(&info.Resolutions)
+		}
+		return err
+	}); err != nil {
+		return info, err
+	}
+	progress("indexes built in %v, %d resolutions; VACUUM ANALYZE", info.Indexes.Round(time.Second), info.Resolutions)
 	t = time.Now()
 	if err := retrying(ctx, d.pool, "VACUUM ANALYZE", &info.Interrupted, func() error {
-		_, err := d.pool.Exec(ctx, `VACUUM (ANALYZE) extworker_intents, extworker_intent_events`)
+		_, err := d.pool.Exec(ctx, `VACUUM (ANALYZE) extworker_intents, extworker_intent_events, extworker_resolutions`)
 		return err
 	}); err != nil {
 		return info, err
