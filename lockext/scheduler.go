@@ -169,12 +169,12 @@ func (s *Scheduler) gap() time.Duration {
 	return min(time.Duration(float64(time.Second)/(s.cfg.Burst*s.need)), minPaceGap)
 }
 
-// schedule queues e's next extension. nominal is when it is due; it goes out up to
-// Spread × Interval earlier. s.mu must be held.
-func (s *Scheduler) schedule(e *Extender, nominal time.Time) {
+// schedule queues e's next extension. nominal is when it is due; with spread it goes
+// out up to Spread × Interval earlier. s.mu must be held.
+func (s *Scheduler) schedule(e *Extender, nominal time.Time, spread bool) {
 	e.nominal = nominal
 	e.at = nominal
-	if s.cfg.Spread > 0 {
+	if spread && s.cfg.Spread > 0 {
 		e.at = nominal.Add(-time.Duration(rand.Float64() * s.cfg.Spread * float64(e.cfg.Interval)))
 	}
 	if !e.maxAt.IsZero() {
@@ -318,9 +318,9 @@ func (s *Scheduler) call(e *Extender, ctx context.Context, sentAt time.Time) {
 		s.forget(e)
 		e.ended = cause != nil
 	case err == nil:
-		s.schedule(e, sentAt.Add(e.cfg.Interval))
+		s.schedule(e, sentAt.Add(e.cfg.Interval), true)
 	default:
-		s.schedule(e, time.Now().Add(e.backoff))
+		s.schedule(e, time.Now().Add(e.backoff), true)
 	}
 	s.mu.Unlock()
 
@@ -368,16 +368,7 @@ func (s *Scheduler) Start(parent context.Context, t Task, cfg Config) (*Extender
 	e.counted = true
 	s.live++
 	s.need += 1 / cfg.Interval.Seconds()
-	if late {
-		// Not spread: the handler waits for it.
-		e.nominal, e.at = due, due
-		heap.Push(&s.queue, e)
-		if e.index == 0 {
-			s.poke()
-		}
-	} else {
-		s.schedule(e, due)
-	}
+	s.schedule(e, due, !late) // a late task's is not spread: its handler waits for it
 	s.mu.Unlock()
 	if late {
 		<-e.ready

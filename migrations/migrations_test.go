@@ -261,26 +261,23 @@ func TestOneKeyIndex(t *testing.T) {
 	defer conn.Close()
 	_, err = conn.ExecContext(ctx, `SET enable_seqscan = off`)
 	require.NoError(t, err)
-	var plan strings.Builder
-	rows, err := conn.QueryContext(ctx, `EXPLAIN SELECT id FROM extworker_intents WHERE namespace = 'ns' AND intent_key = 'K1'`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan.WriteString(line + "\n")
+	explain := func(query string) string {
+		rows, err := conn.QueryContext(ctx, "EXPLAIN "+query)
+		require.NoError(t, err)
+		defer rows.Close()
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err())
+		return plan.String()
 	}
-	require.NoError(t, rows.Err())
-	assert.Contains(t, plan.String(), "extworker_intents_unique", "a lookup by key alone reads the constraint's index")
-	plan.Reset()
-	rows, err = conn.QueryContext(ctx, `EXPLAIN SELECT id FROM extworker_resolutions WHERE namespace = 'ns' AND intent_key = 'K1' ORDER BY id DESC LIMIT 100`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan.WriteString(line + "\n")
-	}
-	require.NoError(t, rows.Err())
-	assert.Contains(t, plan.String(), "extworker_resolutions_key", "an intent's resolution requests are read from their own index")
+	assert.Contains(t, explain(`SELECT id FROM extworker_intents WHERE namespace = 'ns' AND intent_key = 'K1'`),
+		"extworker_intents_unique", "a lookup by key alone reads the constraint's index")
+	assert.Contains(t, explain(`SELECT id FROM extworker_resolutions WHERE namespace = 'ns' AND intent_key = 'K1' ORDER BY id DESC LIMIT 100`),
+		"extworker_resolutions_key", "an intent's resolution requests are read from their own index")
 
 	_, err = p.DownTo(ctx, 7)
 	require.NoError(t, err)

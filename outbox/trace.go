@@ -47,12 +47,13 @@ func injectTraceContext(ctx context.Context, headers map[string]any) {
 }
 
 // w3c is the traceparent and tracestate of ctx's span, as the global propagator writes
-// them, and nothing else (no baggage); empty without a span or with traces off.
+// them, and nothing else (no baggage); nil without a span (nothing allocated for an
+// event or a publish that is not traced), empty with traces off.
 func w3c(ctx context.Context) map[string]string {
-	out := map[string]string{}
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return out
+		return nil
 	}
+	out := map[string]string{}
 	c := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, c)
 	for _, k := range []string{HeaderTraceparent, HeaderTracestate} {

@@ -232,7 +232,7 @@ type Worker struct {
 	running atomic.Bool
 	// locks keeps the running tasks' locks alive; created by Run, closed when it returns.
 	locks *lockext.Scheduler
-	// extend is each topic's lock extension settings, built once: a task adds its logger.
+	// extend is each topic's lock extension settings, built by Run: a task adds its logger.
 	extend map[string]lockext.Config
 
 	mu          sync.Mutex
@@ -277,10 +277,7 @@ func New(c Engine, reg *Registry, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
 		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1),
-		reporting: make(chan struct{}, cfg.ReportConcurrency), extend: map[string]lockext.Config{}}
-	for _, t := range reg.topics {
-		w.extend[t.name] = w.extendConfig(t)
-	}
+		reporting: make(chan struct{}, cfg.ReportConcurrency)}
 	return w, nil
 }
 
@@ -344,6 +341,12 @@ func (w *Worker) Run(parent context.Context) error {
 	}
 	w.locks = locks
 	defer locks.Close()
+	// Each topic's lock extension settings, built once the registry is complete (topics
+	// may be registered until Run): a task adds only its logger.
+	w.extend = make(map[string]lockext.Config, len(w.reg.topics))
+	for _, t := range w.reg.topics {
+		w.extend[t.name] = w.extendConfig(t)
+	}
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(ErrShutdown)
 	// pollCtx outlives ctx, so that a pending long poll ends on the engine's side and
@@ -806,10 +809,7 @@ func (w *Worker) handle(workCtx context.Context, t *topic, task *Task, sentAt ti
 // unlocked), or it was lost before the handler started.
 func (w *Worker) keepLock(workCtx context.Context, t *topic, task *Task, sentAt time.Time, log *slog.Logger) (*lockext.Extender, string) {
 	raw := &task.raw
-	extCfg, ok := w.extend[t.name]
-	if !ok {
-		extCfg = w.extendConfig(t) // registered after New
-	}
+	extCfg := w.extend[t.name]
 	extCfg.Logger = log
 	ext, err := w.locks.Start(workCtx, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt}, extCfg)
 	if err != nil {

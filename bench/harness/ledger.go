@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/migrations"
 )
 
@@ -27,22 +27,33 @@ type ledgerDB struct {
 func openLedgerDB(ctx context.Context, dbURL string) (*ledgerDB, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := OpenLedgerPool(ctx, dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("ledger database: %w", err)
 	}
+	return &ledgerDB{pool: pool}, nil
+}
+
+// OpenLedgerPool opens a pool with pgxpool's defaults (what a worker gets) on the ledger
+// database at dbURL, checks that it answers and applies the migrations; errors name the
+// URL without its password.
+func OpenLedgerPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ledger database at %s: %w (run `make up`)", redact(dbURL), err)
+		return nil, fmt.Errorf("%s: %w (run `make up`)", daemon.RedactURL(dbURL), err)
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	_, err = migrations.Up(ctx, db)
 	db.Close()
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ledger database at %s: %w", redact(dbURL), err)
+		return nil, fmt.Errorf("migrate %s: %w", daemon.RedactURL(dbURL), err)
 	}
-	return &ledgerDB{pool: pool}, nil
+	return pool, nil
 }
 
 // namespace returns a ledger namespace no earlier trial used.
@@ -68,15 +79,6 @@ func (l *ledgerDB) close(ctx context.Context, progress io.Writer) {
 		return
 	}
 	fmt.Fprintf(progress, "bench: deleted %d ledger intents of %d namespaces\n", tag.RowsAffected(), len(l.namespaces))
-}
-
-// redact hides a database URL's password.
-func redact(dbURL string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // ledgerThroughput is one scenario-4 trial: scenario 1's measurement, the worker given

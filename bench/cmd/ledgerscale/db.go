@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/extworker/extworker/bench/harness"
 	"github.com/extworker/extworker/idempotency"
-	"github.com/extworker/extworker/migrations"
+	"github.com/extworker/extworker/internal/daemon"
 )
 
 // namespace is the ledger namespace of both databases: one namespace, as the issue's
@@ -39,7 +39,7 @@ func newServer(base string) (*server, error) {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL at %s: %w (run `make pg-up`)", redact(base), err)
+		return nil, fmt.Errorf("PostgreSQL at %s: %w (run `make pg-up`)", daemon.RedactURL(base), err)
 	}
 	return &server{base: base, admin: pool, cfg: pool.Config().ConnConfig}, nil
 }
@@ -128,20 +128,9 @@ type ledgerDB struct {
 }
 
 func openLedgerDB(ctx context.Context, dbURL string) (*ledgerDB, error) {
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := harness.OpenLedgerPool(ctx, dbURL)
 	if err != nil {
 		return nil, err
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("%s: %w", redact(dbURL), err)
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	_, err = migrations.Up(ctx, db)
-	db.Close()
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrate %s: %w", redact(dbURL), err)
 	}
 	l, err := idempotency.New(pool, idempotency.Config{Namespace: namespace})
 	if err != nil {
@@ -174,15 +163,6 @@ func (d *ledgerDB) size(ctx context.Context) (db, intents, events, indexes int64
 		pg_table_size('extworker_intents'), pg_table_size('extworker_intent_events'),
 		pg_indexes_size('extworker_intents') + pg_indexes_size('extworker_intent_events')`).Scan(&db, &intents, &events, &indexes)
 	return
-}
-
-func redact(u string) string {
-	if i := strings.Index(u, "@"); i > 0 {
-		if j := strings.Index(u, "://"); j > 0 && j < i {
-			return u[:j+3] + "…" + u[i:]
-		}
-	}
-	return u
 }
 
 // scaleIndexes are the indexes a ledger at scale has since migrations 00007 and 00008:

@@ -110,8 +110,7 @@ func (r *report) markdown() string {
 		"(mostly not in shared_buffers) and one of the run's new intents on the empty one; the indented replay row picks among the seeded intents of the last hour "+
 		"(what a redelivery replays). `effects show` is what the command asks the ledger "+
 		"(the intent, its events, its compensation, its resolutions; not the engine). Goal: %s latency at most %.1f× the empty ledger's at p50 and at p99.\n\n", label, label, goal)
-	p("| operation | n (empty / %s) | p50 empty | p50 %s | ×  | p99 empty | p99 %s | × | max %s | goal ≤ %.1f× |\n", label, label, label, label, goal)
-	latencyRows(&b, opOrder, r.empty, r.seeded)
+	latencyTable(&b, label, opOrder, r.empty, r.seeded)
 	if r.interrupted > 0 {
 		p("\n%d operation(s) interrupted by the server going away (another suite restarting PostgreSQL, or ending sessions); they were waited out and run again, not recorded.\n", r.interrupted)
 	}
@@ -129,8 +128,7 @@ func (r *report) markdown() string {
 		if r.seededAfter != nil {
 			p("New side effects once the prune is over, measured as above on both ledgers: the %s ledger then holds a third of its intents as tombstones "+
 				"(`extworker_intent_tombstones`), which every new intent's claim checks.\n\n", label)
-			p("| operation | n (empty / %s) | p50 empty | p50 %s | ×  | p99 empty | p99 %s | × | max %s | goal ≤ %.1f× |\n", label, label, label, label, goal)
-			latencyRows(&b, []string{opNew, opNewClaim, opNewConfirm}, r.emptyAfter, r.seededAfter)
+			latencyTable(&b, label, []string{opNew, opNewClaim, opNewConfirm}, r.emptyAfter, r.seededAfter)
 			p("\n")
 		}
 	}
@@ -295,9 +293,10 @@ func (s *server) settings(ctx context.Context) string {
 	return strings.Join(parts, ", ")
 }
 
-// latencyRows writes the latency table's rows (after its header) for ops.
-func latencyRows(b *strings.Builder, ops []string, empty, seeded map[string]*sample) {
+// latencyTable writes a latency table of ops, the seeded ledger named label.
+func latencyTable(b *strings.Builder, label string, ops []string, empty, seeded map[string]*sample) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("| operation | n (empty / %s) | p50 empty | p50 %s | ×  | p99 empty | p99 %s | × | max %s | goal ≤ %.1f× |\n", label, label, label, label, goal)
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, op := range ops {
 		e, z := statsOf(empty[op]), statsOf(seeded[op])
