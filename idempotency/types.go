@@ -26,6 +26,12 @@ const (
 	StateOperatorHold State = "operator_hold"
 )
 
+// VerdictClose is an operator's closing verdict on an orphaned intent (Resolution.As):
+// the orphan has been dealt with outside the ledger (compensated, refunded by hand, or
+// accepted), so it leaves the orphan queue. The intent keeps its state; it is never a
+// state an intent takes. Like every verdict on an orphan it needs a second operator.
+const VerdictClose State = "closed"
+
 // Terminal reports whether no attempt will ever change the intent again (only an
 // operator can): Do returns what a terminal intent settled as (the recorded outcome, the
 // recorded decline, or ErrCompensated) and never dispatches it again.
