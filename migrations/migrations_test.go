@@ -52,7 +52,9 @@ func TestFromEmptyTwiceInARow(t *testing.T) {
 	applied, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
 	assert.Equal(t, migrations.Versions(), applied)
-	assert.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8}, migrations.Versions(), "the files this binary embeds")
+	for i, v := range migrations.Versions() {
+		assert.Equal(t, int64(i+1), v, "the files this binary embeds are numbered 1, 2, 3, ... without gaps")
+	}
 	applied, err = migrations.Up(ctx, db)
 	require.NoError(t, err)
 	assert.Empty(t, applied, "nothing to do the second time")
@@ -133,7 +135,8 @@ func TestConcurrentMigrations(t *testing.T) {
 // TestEventsAppendOnlyForEveryRole: the worker role's (and the operator role's, and the
 // owner's) attempt to update or delete an intent's event fails against real PostgreSQL;
 // the worker appends events and moves intents, but never takes one out of operator hold
-// and never records a resolution; an operator does both.
+// and never records a resolution; nor does an operator with plain SQL (roles_test.go has
+// the whole matrix).
 func TestEventsAppendOnlyForEveryRole(t *testing.T) {
 	t.Parallel()
 	url := emptySchema(t)
@@ -195,7 +198,7 @@ func TestEventsAppendOnlyForEveryRole(t *testing.T) {
 	assert.ErrorContains(t, err, "permission denied", "the worker role deletes no intent (prune goes through extworker_prune)")
 
 	_, err = alice.Exec(ctx, `UPDATE extworker_intents SET state = 'confirmed', provider_ref = 'ch_1' WHERE id = $1`, id)
-	require.NoError(t, err, "an operator settles a held intent")
+	assert.ErrorContains(t, err, "permission denied", "an operator settles a held intent only through extworker_resolve and extworker_decide")
 }
 
 // TestOneKeyIndex: migration 00008 moves the unique constraint onto (namespace,
@@ -237,7 +240,8 @@ func TestOneKeyIndex(t *testing.T) {
 
 	applied, err := migrations.Up(ctx, db)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{8}, applied)
+	require.NotEmpty(t, applied)
+	assert.Equal(t, int64(8), applied[0])
 	assert.Contains(t, constraintIndex(), "UNIQUE INDEX extworker_intents_unique ON")
 	assert.Contains(t, constraintIndex(), "(namespace, intent_key, scope)")
 	assert.False(t, keyIndex(), "extworker_intents_key is gone")
