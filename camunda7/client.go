@@ -258,7 +258,7 @@ type call struct {
 	body         any // marshalled as JSON; a RawBody is sent as it is
 	out          any // JSON answer target; *string takes a text/plain answer
 	timeout      time.Duration
-	taskEndpoint bool // a 404 means the task is gone; a lock message means the lock is lost
+	taskEndpoint bool // the engine's "does not exist" means the task is gone; a lock message means the lock is lost
 }
 
 // RawBody is a request body that is not JSON (a multipart deployment), sent as it is.
@@ -473,10 +473,16 @@ func decodeAnswer(k call, status int, ctype string, data []byte) error {
 }
 
 // answerError turns a non-2xx answer into an *Error (the engine's, or a 4xx without an
-// engine body) or a *ResponseError (a 5xx that is not the engine's: outcome unknown).
+// engine body) or a *ResponseError (a 5xx that is not the engine's: outcome unknown; or
+// a 404 on a task endpoint that is not the engine's answer about the task: not acted on,
+// to send again).
 func answerError(k call, status int, ctype string, data []byte) error {
 	var dto exceptionDto
-	if isJSON(ctype) && json.Unmarshal(data, &dto) == nil && dto.Type != "" {
+	engine := isJSON(ctype) && json.Unmarshal(data, &dto) == nil && dto.Type != ""
+	if foreign404(k.taskEndpoint, status, engine, dto.Type, dto.Message) {
+		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, Snippet: snippet(data), Err: errForeign404}
+	}
+	if engine {
 		return newError(k.op, k.taskEndpoint, status, dto.Type, dto.Message, dto.Code)
 	}
 	if status >= 400 && status < 500 {

@@ -32,7 +32,8 @@
 // Errors fall in three kinds, and the difference matters for what a caller may do next:
 //
 //   - *Error: the engine answered with an error. Nothing happened; errors.Is matches
-//     ErrTaskGone (404: completed, cancelled or deleted), ErrLockLost (locked by
+//     ErrTaskGone (the engine's own answer that the task does not exist: completed,
+//     cancelled or deleted), ErrLockLost (locked by
 //     another worker, unlocked, or an expired lock being extended), ErrLockExpired
 //     (only the last: extendLock after the lock ran out and before anyone else took
 //     the task, which Lock can then take back), ErrSuspended, ErrOptimisticLock,
@@ -45,6 +46,15 @@
 //     out before doing anything that could act twice.
 //
 // SafeToRetry tells the first two from the third, like pgconn.SafeToRetry.
+//
+// "Task gone" is decided by one function (taskGoneAnswer) from the engine's JSON error
+// body alone: a 404 whose type is the engine's (RestException, InvalidRequestException,
+// NotFoundException) and whose message is "External task with id <id> does not exist"
+// (or "Cannot find external task with id <id>"), and errorDetails' 500 quirk. Any other
+// 404 on an external-task endpoint (Tomcat's or nginx's HTML page while /engine-rest is
+// being redeployed, an empty body, JSON of another shape or message) says nothing about
+// the task: it is a *ResponseError that matches ErrNotSent (and ErrMalformedResponse),
+// so callers send it again; it never cancels a handler or drops a result.
 //
 // ErrThrottled matches a 429 or 413, as a proxy in front of the engine answers when it
 // rations requests: an *Error, or a *ResponseError when its body could not be read, and
@@ -61,6 +71,7 @@
 // lock or retry timeout running out wakes nothing: a pending poll gets such a task at
 // the next wake-up or at its own timeout, locked from that moment; a poll the client
 // abandoned still locks the next task, for lockDuration; a complete with an unparsable
-// Date variable is a 400 that leaves the lock alone; errorDetails is text/plain and an
-// unknown id there is a 500, not a 404.
+// Date variable is a 400 that leaves the lock alone; every per-task call on an unknown
+// id is a 404 RestException "External task with id <id> does not exist", except
+// errorDetails, which is text/plain and answers an unknown id with a 500.
 package camunda7

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,10 +18,17 @@ import (
 // relies on: a request that certainly did not leave may be retried blindly, a request
 // that left with no answer may have taken effect and must be resolved, not repeated.
 var (
-	// ErrNotFound matches any 404 answer.
+	// ErrNotFound matches a 404 answer (an *Error). On an external-task endpoint only the
+	// engine's own answer that the task does not exist is one (then ErrTaskGone matches
+	// too); any other 404 there is a *ResponseError matching ErrNotSent.
 	ErrNotFound = errors.New("camunda7: not found")
-	// ErrTaskGone matches a 404 from an external-task endpoint: the task was completed
-	// (by anyone), cancelled by a boundary event, or its process instance was deleted.
+	// ErrTaskGone matches the engine's own answer, on an external-task endpoint, that the
+	// task does not exist: the task was completed (by anyone), cancelled by a boundary
+	// event, or its process instance was deleted. Only the engine's JSON error body with
+	// its message naming the task counts (taskGoneAnswer lists them; the conformance
+	// suite pins them): a 404 from anything else in front of the engine (a proxy's or a
+	// servlet container's HTML page while the engine is redeployed, an empty body, JSON of
+	// another shape) says nothing about the task, and matches ErrNotSent instead.
 	ErrTaskGone = errors.New("camunda7: external task does not exist")
 	// ErrLockLost matches a 400 from complete, failure, bpmnError, extendLock or lock that
 	// says the task is locked by another worker (or by nobody, after an unlock), or that
@@ -52,7 +60,9 @@ var (
 
 	// ErrNotSent matches a request that certainly never reached the engine: the connection
 	// could not be made, the request could not be written in full, or the context ended
-	// first. Retrying it cannot cause a second effect.
+	// first; or it reached no part of the engine that could act on it: a 404 on an
+	// external-task endpoint that is not the engine's answer about the task (a
+	// *ResponseError; see ErrTaskGone). Retrying it cannot cause a second effect.
 	ErrNotSent = errors.New("camunda7: request not sent")
 	// ErrOutcomeUnknown matches a request that was sent but whose answer was lost or
 	// unreadable (timeout, reset, a proxy's error page, a truncated body). The engine may
@@ -143,7 +153,7 @@ func classify(taskEndpoint bool, status int, typ, msg string, code *int) error {
 		return ErrThrottled
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return ErrUnauthorized
-	case status == http.StatusNotFound && taskEndpoint:
+	case taskEndpoint && taskGoneAnswer(status, typ, msg):
 		return ErrTaskGone
 	case status == http.StatusNotFound:
 		return ErrNotFound
@@ -161,6 +171,51 @@ func classify(taskEndpoint bool, status int, typ, msg string, code *int) error {
 		return ErrBadRequest
 	}
 	return nil
+}
+
+// goneAnswers are the engine's answers that an external task does not exist: the status,
+// the exception types it comes under, and how the message, which names the task, begins
+// and ends. The conformance suite pins them (TestConformanceUnknownTaskAnswers,
+// TestConformanceTaskGone).
+var goneAnswers = []struct {
+	status         int
+	types          []string
+	prefix, suffix string
+}{
+	// complete, failure, bpmnError, extendLock, lock, unlock, get, retries, priority.
+	{http.StatusNotFound, []string{"RestException", "InvalidRequestException", "NotFoundException"}, "External task with id ", " does not exist"},
+	// The engine's own NotFoundException, as some releases and forks pass it on.
+	{http.StatusNotFound, []string{"RestException", "InvalidRequestException", "NotFoundException"}, "Cannot find external task with id ", ""},
+	// errorDetails: a 500, the engine's quirk (docs/engine-facts.md).
+	{http.StatusInternalServerError, []string{"NullValueException"}, "No external task found with id ", ": externalTask is null"},
+}
+
+// taskGoneAnswer reports whether an engine error body (status, exception type, message)
+// on an external-task endpoint is the engine's answer that the task does not exist. It
+// is the one place that decides "task gone": nothing but these answers ends a lock or
+// drops a result.
+func taskGoneAnswer(status int, typ, msg string) bool {
+	for _, g := range goneAnswers {
+		if status == g.status && slices.Contains(g.types, typ) && len(msg) > len(g.prefix)+len(g.suffix) &&
+			strings.HasPrefix(msg, g.prefix) && strings.HasSuffix(msg, g.suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// errForeign404 is the cause of a *ResponseError for a 404 on an external-task endpoint
+// that is not the engine's answer about the task.
+var errForeign404 = errors.New("a 404 that is not the engine's answer about the task (a proxy's or servlet container's page, " +
+	"as while the engine is redeployed): nothing was done, send it again")
+
+// foreign404 reports whether an answer on an endpoint is a 404 that is not the engine's
+// own answer that the task does not exist: taskEndpoint, status 404, and engine false
+// (the body is not the engine's JSON error) or typ and msg not one of goneAnswers. Such
+// an answer says nothing about the task, so it is a refusal to send again (ErrNotSent),
+// never ErrTaskGone.
+func foreign404(taskEndpoint bool, status int, engine bool, typ, msg string) bool {
+	return taskEndpoint && status == http.StatusNotFound && !(engine && taskGoneAnswer(status, typ, msg))
 }
 
 // TransportError is a request that got no HTTP answer. Sent tells whether the request
@@ -218,12 +273,15 @@ func (e *ResponseError) Error() string {
 func (e *ResponseError) Unwrap() error { return e.Err }
 
 // Is matches ErrMalformedResponse always, ErrOutcomeUnknown unless the status was a
-// 4xx (which no engine or proxy sends after acting on a request), and ErrThrottled for
-// a 429 or 413.
+// 4xx (which no engine or proxy sends after acting on a request), ErrThrottled for
+// a 429 or 413, and ErrNotSent for a 404 on an external-task endpoint that was not the
+// engine's answer about the task.
 func (e *ResponseError) Is(target error) bool {
 	switch target {
 	case ErrMalformedResponse:
 		return true
+	case ErrNotSent:
+		return e.Err == errForeign404
 	case ErrOutcomeUnknown:
 		return e.StatusCode < 400 || e.StatusCode >= 500
 	case ErrThrottled:

@@ -64,7 +64,10 @@ func TestClassify(t *testing.T) {
 
 		{"404 task, code 0", true, 404, "RestException", "External task with id 1 does not exist", code0, ErrTaskGone},
 		{"404 task, code null", true, 404, "RestException", "External task with id 1 does not exist", nil, ErrTaskGone},
-		{"404 task, no engine body", true, 404, "", "Not Found", nil, ErrTaskGone},
+		{"404 task, no engine body (answerError makes it a *ResponseError)", true, 404, "", "Not Found", nil, ErrNotFound},
+		{"404 task, the engine's answer for a path it does not serve", true, 404, "NotFoundException", "HTTP 404 Not Found", nil, ErrNotFound},
+		{"500 errorDetails of an unknown task", true, 500, "NullValueException", "No external task found with id 1: externalTask is null", code0, ErrTaskGone},
+		{"500 no-task message on a non-task endpoint", false, 500, "NullValueException", "No external task found with id 1: externalTask is null", code0, nil},
 		{"404 elsewhere", false, 404, "RestException", "No matching process definition with key: x and no tenant-id", nil, ErrNotFound},
 
 		{"401 no body", false, 401, "", "Unauthorized", nil, ErrUnauthorized},

@@ -348,10 +348,9 @@ func (c *Client) ExternalTaskErrorDetails(ctx context.Context, taskID string) (s
 		return "", invalid(op, "task id is empty")
 	}
 	var s string
+	// The engine's quirk, "No external task found with id ...: externalTask is null", is
+	// one of the answers classify reads as ErrTaskGone (taskGoneAnswer).
 	err := c.do(ctx, call{op: op, method: http.MethodGet, path: taskPath(taskID, "errorDetails"), out: &s, taskEndpoint: true})
-	if e, ok := err.(*Error); ok && e.StatusCode == http.StatusInternalServerError && e.Type == "NullValueException" {
-		e.kind = ErrTaskGone // the engine's quirk: "No external task found with id ...: externalTask is null"
-	}
 	return s, err
 }
 

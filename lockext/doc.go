@@ -89,9 +89,11 @@
 //     (camunda7.ErrTaskGone: completed elsewhere, cancelled, instance deleted) or that
 //     the lock is not ours (camunda7.ErrLockLost: another worker holds it, or it was
 //     unlocked). Nothing else ends a lock: transient errors (not sent, outcome unknown,
-//     5xx, suspended, unauthorized) are retried with doubling backoff up to Interval,
-//     and an expired lock nobody took is locked again. The handler's work may now be
-//     done by someone else: it should stop, and its result will likely be refused.
+//     5xx, suspended, unauthorized, and a 404 that is not the engine's own answer, such
+//     as Tomcat's or nginx's HTML page while the engine is redeployed) are retried with
+//     doubling backoff up to Interval, and an expired lock nobody took is locked again.
+//     The handler's work may now be done by someone else: it should stop, and its
+//     result will likely be refused.
 //   - ErrMaxRunTime: Config.MaxRunTime passed since Start. Extending stops, so the lock
 //     runs out and another worker may take the task: a stuck handler cannot hold it
 //     forever.

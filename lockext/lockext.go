@@ -181,7 +181,8 @@ func (e *LockLostError) Is(target error) bool { return target == ErrLockLost }
 // such as complete) proves the lock is gone: the task no longer exists, or another
 // worker (or nobody) holds it. An expired lock of one's own (camunda7.ErrLockExpired)
 // is not lost: nobody else has taken the task, and Lock takes it again. Everything else
-// (not sent, unknown outcome, 5xx, suspended, unauthorized) might pass.
+// (not sent, unknown outcome, 5xx, suspended, unauthorized, a 404 that is not the
+// engine's answer about the task) might pass.
 func LostAnswer(err error) bool {
 	if errors.Is(err, camunda7.ErrLockExpired) {
 		return false

@@ -87,8 +87,11 @@
 //     outcome is never retried blindly); a deferred attempt (failure.Deferred) is
 //     reported with its retries unchanged, as outcome deferred. Reports use their own
 //     timeout, resend what certainly did not arrive (or was throttled, honouring
-//     Retry-After) and resolve a lost answer by asking the engine, for up to
-//     Config.ReportRetryFor, so a report outlasts an engine restart; the lock is kept
+//     Retry-After, or met a 404 that is not the engine's answer about the task, such as
+//     a proxy's page while the engine is redeployed: only the engine's own "does not
+//     exist" drops a result as lock-lost) and resolve a lost answer by asking the
+//     engine, for up to Config.ReportRetryFor, so a report outlasts an engine restart
+//     or redeploy; the lock is kept
 //     alive and the task is not run again meanwhile. A complete the engine refuses (4xx)
 //     becomes an incident with the engine's message; one it rolls back (5xx), a
 //     retryable failure.
