@@ -192,8 +192,11 @@ type Row struct {
 	LastDispatchedAt  *time.Time
 	OrphanedAt        *time.Time
 	OrphanReason      *string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	// OrphanClosedAt is when two operators closed the orphan (VerdictClose): it has
+	// left the orphan queue.
+	OrphanClosedAt *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 	// AbandonedAttempts counts the attempts that took the intent and ended without
 	// releasing it (a worker died, or lost its lock mid-dispatch): only these count
 	// towards Config.MaxAttempts.
@@ -206,7 +209,8 @@ type Row struct {
 
 const rowColumns = `id, namespace, scope, intent_key, request_digest, provider_key, state, attempt, lease_owner, lease_until,
 	dispatches, reconciliations, provider_ref, result, error_code, error_message, task_id, process_instance_id, business_key,
-	first_dispatched_at, last_dispatched_at, orphaned_at, orphan_reason, created_at, updated_at, abandoned_attempts, amount, compensates_id`
+	first_dispatched_at, last_dispatched_at, orphaned_at, orphan_reason, created_at, updated_at, abandoned_attempts, amount, compensates_id,
+	orphan_closed_at`
 
 func scanRow(r pgx.Row) (Row, error) { return scanRowAnd(r) }
 
@@ -216,7 +220,7 @@ func scanRowAnd(r pgx.Row, extra ...any) (Row, error) {
 	err := r.Scan(append([]any{&x.ID, &x.Namespace, &x.Scope, &x.Key, &x.Digest, &x.ProviderKey, &x.State, &x.Attempt, &x.LeaseOwner, &x.LeaseUntil,
 		&x.Dispatches, &x.Reconciliations, &x.ProviderRef, &x.Result, &x.ErrorCode, &x.ErrorMessage, &x.TaskID, &x.ProcessInstanceID,
 		&x.BusinessKey, &x.FirstDispatchedAt, &x.LastDispatchedAt, &x.OrphanedAt, &x.OrphanReason, &x.CreatedAt, &x.UpdatedAt,
-		&x.AbandonedAttempts, &x.Amount, &x.CompensatesID}, extra...)...)
+		&x.AbandonedAttempts, &x.Amount, &x.CompensatesID, &x.OrphanClosedAt}, extra...)...)
 	return x, err
 }
 

@@ -99,6 +99,8 @@ func newLedger(t testing.TB, cfg idempotency.Config) (*idempotency.Ledger, *pgxp
 	cfg.Namespace = testenv.Unique("ns")
 	l, err := idempotency.New(pool, cfg)
 	require.NoError(t, err)
+	// The database enforces the threshold: record it, as extworker migrate does.
+	require.NoError(t, idempotency.SetApprovalThreshold(context.Background(), pool, cfg.Namespace, cfg.ApprovalThreshold))
 	return l, pool
 }
 

@@ -36,7 +36,7 @@ type Filter struct {
 	Scope     string
 	Key       string
 	OlderThan time.Duration // last change at least this long ago
-	Orphaned  bool          // only intents flagged orphaned (MarkOrphaned)
+	Orphaned  bool          // only intents flagged orphaned (MarkOrphaned) and not closed (VerdictClose)
 	Limit     int           // default 100
 }
 
@@ -88,7 +88,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
 		add("updated_at <= now() - $%d::interval", f.OlderThan)
 	}
 	if f.Orphaned {
-		where = append(where, "orphaned_at IS NOT NULL")
+		where = append(where, "orphaned_at IS NOT NULL AND orphan_closed_at IS NULL")
 	}
 	args = append(args, f.Limit)
 	rows, err := l.pool.Query(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE `+strings.Join(where, " AND ")+

@@ -63,10 +63,14 @@ func TestNotSentAttemptsDoNotExhaustMaxAttempts(t *testing.T) {
 }
 
 // operators returns ledgers on the namespace of l as the two operator logins make up
-// creates: two people, each with a database user of their own.
+// creates: two people, each with a database user of their own, registered as alice and
+// bob; cfg.ApprovalThreshold is recorded for the namespace, as extworker migrate does.
 func operators(t *testing.T, l *idempotency.Ledger, cfg idempotency.Config) (alice, bob *idempotency.Ledger) {
 	t.Helper()
 	cfg.Namespace = l.Namespace()
+	owner := testenv.DB(t)
+	testenv.RegisterOperators(t, owner)
+	require.NoError(t, idempotency.SetApprovalThreshold(context.Background(), owner, cfg.Namespace, cfg.ApprovalThreshold))
 	open := func(login string) *idempotency.Ledger {
 		ol, err := idempotency.New(testenv.DBAs(t, login), cfg)
 		require.NoError(t, err)
@@ -121,9 +125,11 @@ func TestTwoPersonRule(t *testing.T) {
 	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "alice", Reason: "looks right to me"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "nobody approves their own")
 	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "another name, same login"})
-	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "a second name on the requester's login is not a second person")
-	_, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "Alice", Reason: "another login, the requester's name"})
+	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity, "a login acts under its person's name only")
+	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Reason: "no name given: the login's person"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval)
+	_, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "Alice", Reason: "another login, the requester's name"})
+	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity)
 
 	rejected, err := bob.RejectResolution(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "ch_manual belongs to another invoice"})
 	require.NoError(t, err)
@@ -173,16 +179,18 @@ func TestTwoPersonRule(t *testing.T) {
 }
 
 // The console's login (a member of extworker_console) serves every operator the console
-// authenticates: on it, operators are told apart by name only, so bob approves alice's
-// request through the same login, while alice (under any capitalisation) still cannot
-// approve her own. Outside the console a shared login still approves nothing.
+// authenticates: on it, the ledger takes the person the console names, who must be
+// registered, so bob approves alice's request through the same login, while alice (under
+// any capitalisation) still cannot approve her own. A person is one person across the
+// console and the CLI (issue 23, item 2): alice requests in the console and cannot
+// approve with her own login, whatever name she gives; nor the reverse.
 func TestTwoPersonRuleConsoleLogin(t *testing.T) {
 	t.Parallel()
 	l, _ := newLedger(t, idempotency.Config{})
 	cfg := idempotency.Config{Namespace: l.Namespace()}
 	console, err := idempotency.New(testenv.DBAs(t, testenv.ConsoleLogin), cfg)
 	require.NoError(t, err)
-	alice, _ := operators(t, l, cfg)
+	alice, bob := operators(t, l, cfg)
 	ctx := testenv.Context(t, time.Minute)
 
 	in := intent("CL-1", 25000)
@@ -193,22 +201,36 @@ func TestTwoPersonRuleConsoleLogin(t *testing.T) {
 	require.NotNil(t, res.Pending)
 	assert.Equal(t, testenv.ConsoleLogin, res.Pending.RequestedDBUser)
 	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "ALICE", Reason: "mine, but approved anyway"})
-	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "the console compares names")
+	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "the console names the person")
+	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "mallory", Reason: "a name nobody registered"})
+	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity, "the console names registered operators only")
+	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "console request, CLI approval under another name"})
+	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity)
+	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Reason: "console request, CLI approval on her own login"})
+	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "alice in the console is alice on her login")
 	approved, err := console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "checked ch_console"})
-	require.NoError(t, err, "another operator name on the console's login is a second person")
+	require.NoError(t, err, "another registered person on the console's login is a second person")
 	assert.Equal(t, idempotency.StateConfirmed, approved.Row.State)
 	req, err := l.Resolution(ctx, res.Pending.ID)
 	require.NoError(t, err)
 	assert.Equal(t, testenv.ConsoleLogin, *req.DecidedDBUser)
+	assert.Equal(t, testenv.Bob, *req.DecidedBy)
 
-	// A login that is an operator but not the console's keeps the database-user rule.
+	// The reverse: requested with alice's login, approved in the console.
 	in = intent("CL-2", 25000)
 	held(t, l, in)
-	res, err = alice.Resolve(ctx, in.Scope, in.Key, confirm)
+	res, err = alice.Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_cli", Reason: "seen"})
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending)
+	assert.Equal(t, testenv.Alice, res.Pending.RequestedBy, "the login's person, not a name typed in")
+	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "alice", Reason: "CLI request, console approval"})
+	assert.ErrorIs(t, err, idempotency.ErrSelfApproval)
 	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "another name, alice's login"})
-	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "a shared operator login approves nothing")
+	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity, "a login acts as its person only")
+	approved, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "carol, console only"})
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateConfirmed, approved.Row.State)
+	_ = bob
 }
 
 // Under the threshold one operator resolves; a rejection never needs a second one; an
@@ -217,6 +239,8 @@ func TestApprovalNeeded(t *testing.T) {
 	t.Parallel()
 	l, pool := newLedger(t, idempotency.Config{ApprovalThreshold: 5000})
 	alice, bob := operators(t, l, idempotency.Config{ApprovalThreshold: 5000})
+	alicePreview, _ := alice.ApprovalNeeded(idempotency.Row{Amount: new(int64(1000))}, idempotency.StateConfirmed)
+	assert.False(t, alicePreview, "the preview agrees with the database's threshold")
 	ctx := testenv.Context(t, time.Minute)
 
 	small := intent("AN-1", 1000)
@@ -338,7 +362,7 @@ func TestWorkerRoleCannotResolve(t *testing.T) {
 	require.NoError(t, err)
 	_, err = wl.Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_forged",
 		Reason: "trust me", Operator: "mallory"})
-	assert.ErrorContains(t, err, "may not settle intent")
+	assert.ErrorContains(t, err, "permission denied for function extworker_resolve")
 	in.Amount = 0
 	in2 := intent("WR-3", 100)
 	held(t, worker, in2)

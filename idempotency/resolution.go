@@ -99,7 +99,10 @@ var (
 	ErrStaleResolution = errors.New("idempotency: intent changed since the resolution was requested")
 )
 
-// ApprovalNeeded reports whether verdict as on r needs a second operator, and why.
+// ApprovalNeeded reports whether verdict as on r would need a second operator under this
+// ledger's Config.ApprovalThreshold, and why: a preview for listings. The database
+// decides (extworker_resolve, with the threshold `extworker migrate` recorded for the
+// namespace; SetApprovalThreshold).
 func (l *Ledger) ApprovalNeeded(r Row, as State) (bool, string) {
 	switch {
 	case r.OrphanedAt != nil:
@@ -115,209 +118,145 @@ func (l *Ledger) ApprovalNeeded(r Row, as State) (bool, string) {
 }
 
 // Resolve records an operator's verdict on an intent held for an operator (or still
-// unknown), after the operator has checked with the provider. When ApprovalNeeded, the
-// verdict is stored pending (Resolved.Pending) and the intent is left as it is until a
-// different operator approves it; otherwise it is applied at once. Once applied, the next
-// attempt of its task completes (or declines) from the ledger without calling the
-// provider, or, for a retry, sends it again.
+// unknown), after the operator has checked with the provider, or closes an orphan
+// (VerdictClose). The database decides, in extworker_resolve: when a second person is
+// needed the verdict is stored pending (Resolved.Pending) and the intent is left as it is
+// until a different person approves it; otherwise it is applied at once. Once applied,
+// the next attempt of its task completes (or declines) from the ledger without calling
+// the provider, or, for a retry, sends it again.
+//
+// The person is the database's to say: the operator registered for the session's login
+// (res.Operator, when given, must be their name), or, on the console's login only, the
+// registered operator res.Operator names.
 func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution) (Resolved, error) {
-	res.Operator, res.Reason = strings.TrimSpace(res.Operator), strings.TrimSpace(res.Reason)
-	switch {
-	case res.As != StateConfirmed && res.As != StateRejected && res.As != StatePrepared:
-		return Resolved{}, fmt.Errorf("resolve: the verdict must be confirmed, rejected or retry (prepared), not %q", res.As)
-	case res.Operator == "" || res.Reason == "":
-		return Resolved{}, errors.New("resolve: an operator and a reason are required")
-	case res.As == StateConfirmed && res.ProviderRef == "":
-		return Resolved{}, errors.New("resolve: confirming needs the provider's reference")
-	}
 	values, err := json.Marshal(res.Values)
 	if err != nil {
 		return Resolved{}, fmt.Errorf("resolve: values: %w", err)
 	}
+	if res.Values == nil {
+		values = nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
+	defer cancel()
+	var id int64
+	var status, why string
+	err = l.pool.QueryRow(wctx, `SELECT resolution_id, status, why FROM extworker_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		l.cfg.Namespace, scope, key, string(res.As), res.ProviderRef, values, res.ErrorCode, res.Reason, res.Operator).Scan(&id, &status, &why)
+	if err != nil {
+		if isUniqueViolation(err) {
+			err = fmt.Errorf("a resolution is already pending for this intent; approve or reject it first (extworker effects resolutions)")
+		}
+		return Resolved{}, fmt.Errorf("resolve %s/%s: %w", scope, key, operatorError(err))
+	}
 	r, err := l.Get(ctx, scope, key)
+	if err != nil || status != string(ResolutionPending) {
+		return Resolved{Row: r}, err
+	}
+	req, err := l.Resolution(ctx, id)
+	return Resolved{Row: r, Pending: &req}, err
+}
+
+// Approve applies a pending resolution on behalf of a second person, who must differ
+// from the requester (ErrSelfApproval): the database compares the people
+// (extworker_decide), and the database users too outside the console's login. If the
+// intent has moved since the request, the resolution goes stale and is not applied
+// (ErrStaleResolution). d.Operator names the person as in Resolve.
+func (l *Ledger) Approve(ctx context.Context, id int64, d Decision) (Resolved, error) {
+	req, err := l.decide(ctx, id, d, true)
 	if err != nil {
 		return Resolved{}, err
 	}
-	if r.State != StateOperatorHold && r.State != StateUnknown {
-		return Resolved{Row: r}, fmt.Errorf("resolve: intent %s/%s is %s; only unknown or held intents are resolved by an operator", scope, key, r.State)
+	r, err := l.Get(ctx, req.Scope, req.Key)
+	if err == nil && req.Status == ResolutionStale {
+		err = fmt.Errorf("%w: resolution #%d was asked of %s/%s when it was %s at attempt %d; it is %s at attempt %d now, so it was not applied; look again and resolve anew",
+			ErrStaleResolution, id, req.Scope, req.Key, req.FromState, req.Attempt, r.State, r.Attempt)
 	}
-	req := ResolutionRequest{IntentID: r.ID, Scope: scope, Key: key, FromState: r.State, Attempt: r.Attempt, As: res.As,
-		ProviderRef: nz(res.ProviderRef), Values: values, ErrorCode: nz(res.ErrorCode), Reason: res.Reason, RequestedBy: res.Operator}
-	a := &attempt{l: l, in: Intent{Scope: scope, Key: key, Task: TaskRef{Actor: "operator:" + res.Operator}}, row: r}
-	if need, why := l.ApprovalNeeded(r, res.As); need {
-		err := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, `INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict,
-					provider_ref, result, error_code, reason, requested_by)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id, requested_db_user, requested_at, status`,
-				r.ID, l.cfg.Namespace, scope, key, r.State, r.Attempt, res.As, req.ProviderRef, values, req.ErrorCode, res.Reason, res.Operator).
-				Scan(&req.ID, &req.RequestedDBUser, &req.RequestedAt, &req.Status); err != nil {
-				return err
-			}
-			return a.event(ctx, tx, r.ID, r.State, r.State, r.Attempt,
-				fmt.Sprintf("resolution #%d requested: %s; waits for a second operator (%s): %s", req.ID, req.VerdictText(), why, res.Reason))
-		})
-		if err != nil {
-			if isUniqueViolation(err) {
-				return Resolved{Row: r}, fmt.Errorf("resolve %s/%s: a resolution is already pending for this intent; approve or reject it first (extworker effects resolutions)", scope, key)
-			}
-			return Resolved{Row: r}, fmt.Errorf("resolve %s/%s: %w", scope, key, err)
-		}
-		return Resolved{Row: r, Pending: &req}, nil
-	}
-	if err := a.tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		return a.applyTx(ctx, tx, req, "operator resolution: "+res.Reason)
-	}); err != nil {
-		return Resolved{Row: r}, fmt.Errorf("resolve %s/%s: %w", scope, key, err)
-	}
-	r, err = l.Get(ctx, scope, key)
 	return Resolved{Row: r}, err
 }
 
-// Approve applies a pending resolution on behalf of a second operator, who must differ
-// from the requester by name and by database user (ErrSelfApproval; by name only on
-// the console's login, ConsoleRole). If the intent has
-// moved since the request, the resolution goes stale and is not applied
-// (ErrStaleResolution).
-func (l *Ledger) Approve(ctx context.Context, id int64, d Decision) (Resolved, error) {
-	d.Operator, d.Reason = strings.TrimSpace(d.Operator), strings.TrimSpace(d.Reason)
-	if d.Operator == "" || d.Reason == "" {
-		return Resolved{}, errors.New("approve: an operator and a reason are required")
-	}
-	var out Resolved
-	var refusal error
-	err := l.decide(ctx, id, d, true, func(ctx context.Context, tx pgx.Tx, req *ResolutionRequest, me string) error {
-		r, err := scanRow(tx.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE id = $1 FOR UPDATE`, req.IntentID))
-		if err != nil {
-			return fmt.Errorf("read intent %s/%s: %w", req.Scope, req.Key, err)
-		}
-		a := &attempt{l: l, in: Intent{Scope: req.Scope, Key: req.Key, Task: TaskRef{Actor: "operator:" + d.Operator}}, row: r}
-		if r.State != req.FromState || r.Attempt != req.Attempt {
-			refusal = fmt.Errorf("%w: resolution #%d was asked of %s/%s when it was %s at attempt %d; it is %s at attempt %d now, so it was not applied; look again and resolve anew",
-				ErrStaleResolution, id, req.Scope, req.Key, req.FromState, req.Attempt, r.State, r.Attempt)
-			out.Row = r
-			if err := l.settleRequest(ctx, tx, req, ResolutionStale, d); err != nil {
-				return err
-			}
-			return a.event(ctx, tx, r.ID, r.State, r.State, r.Attempt, fmt.Sprintf("resolution #%d went stale at approval by %s: the intent moved since the request", id, d.Operator))
-		}
-		reason := fmt.Sprintf("operator resolution #%d: %s, requested by %s (database user %s) at %s: %s; approved by %s (database user %s): %s",
-			id, req.VerdictText(), req.RequestedBy, req.RequestedDBUser, req.RequestedAt.UTC().Format(time.RFC3339), req.Reason, d.Operator, me, d.Reason)
-		if err := a.applyTx(ctx, tx, *req, reason); err != nil {
-			return err
-		}
-		return l.settleRequest(ctx, tx, req, ResolutionApproved, d)
-	})
-	if err != nil {
-		return Resolved{}, err
-	}
-	if refusal != nil {
-		return out, refusal
-	}
-	req, err := l.Resolution(ctx, id)
-	if err != nil {
-		return Resolved{}, err
-	}
-	out.Row, err = l.Get(ctx, req.Scope, req.Key)
-	return out, err
+// RejectResolution turns a pending resolution down; the intent is left as it is. A
+// different person rejects it, or its requester withdraws it.
+func (l *Ledger) RejectResolution(ctx context.Context, id int64, d Decision) (ResolutionRequest, error) {
+	return l.decide(ctx, id, d, false)
 }
 
-// RejectResolution turns a pending resolution down; the intent is left as it is. A
-// different operator rejects it, or its requester withdraws it.
-func (l *Ledger) RejectResolution(ctx context.Context, id int64, d Decision) (ResolutionRequest, error) {
-	d.Operator, d.Reason = strings.TrimSpace(d.Operator), strings.TrimSpace(d.Reason)
-	if d.Operator == "" || d.Reason == "" {
-		return ResolutionRequest{}, errors.New("reject: an operator and a reason are required")
-	}
-	err := l.decide(ctx, id, d, false, func(ctx context.Context, tx pgx.Tx, req *ResolutionRequest, me string) error {
-		if err := l.settleRequest(ctx, tx, req, ResolutionRejected, d); err != nil {
-			return err
+// decide runs extworker_decide and returns the resolution as it was left.
+func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approve bool) (ResolutionRequest, error) {
+	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
+	defer cancel()
+	var status string
+	if err := l.pool.QueryRow(wctx, `SELECT extworker_decide($1, $2, $3, $4, $5)`, l.cfg.Namespace, id, approve, d.Reason, d.Operator).
+		Scan(&status); err != nil {
+		verb := "reject"
+		if approve {
+			verb = "approve"
 		}
-		a := &attempt{l: l, in: Intent{Scope: req.Scope, Key: req.Key, Task: TaskRef{Actor: "operator:" + d.Operator}}}
-		return a.event(ctx, tx, req.IntentID, req.FromState, req.FromState, req.Attempt,
-			fmt.Sprintf("resolution #%d (%s, requested by %s) rejected by %s (database user %s): %s; the intent is unchanged",
-				id, req.VerdictText(), req.RequestedBy, d.Operator, me, d.Reason))
-	})
-	if err != nil {
-		return ResolutionRequest{}, err
+		return ResolutionRequest{}, fmt.Errorf("%s resolution #%d: %w", verb, id, operatorError(err))
 	}
 	return l.Resolution(ctx, id)
 }
 
-// ConsoleRole is the database role of the operator console's login (docs/console.md).
-// The console has one login for every operator and attests who is logged in, so a
-// session whose user is a member of this role is told apart from the requester by
-// operator name only; everywhere else the two-person rule also compares database users.
-const ConsoleRole = "extworker_console"
+// ErrOperatorIdentity: the database could not tell who is acting (a login, or a name the
+// console attests, that is not a registered operator; a name that is not the login's).
+var ErrOperatorIdentity = errors.New("idempotency: operator identity")
 
-// decide runs fn on a pending resolution of this namespace, locked, in a transaction,
-// with the session's database user. approving refuses the requester: by name, and by
-// database user unless the session is the console's (ConsoleRole), whose one login
-// serves every operator it has authenticated.
-func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approving bool,
-	fn func(ctx context.Context, tx pgx.Tx, req *ResolutionRequest, me string) error) error {
-	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
-	defer cancel()
-	return pgx.BeginFunc(wctx, l.pool, func(tx pgx.Tx) error {
-		var me string
-		var console bool
-		// The role is looked up first, as migrations/00003's hold trigger does for
-		// extworker_operator: pg_has_role fails on a role that does not exist, and a
-		// ledger without a console has none.
-		req, err := scanResolution(tx.QueryRow(wctx, `SELECT `+resolutionColumns+`, session_user,
-				coalesce((SELECT pg_has_role(session_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = $3), false)
-			FROM extworker_resolutions WHERE id = $1 AND namespace = $2 FOR UPDATE`, id, l.cfg.Namespace, ConsoleRole), &me, &console)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: no resolution #%d in namespace %s", ErrNotFound, id, l.cfg.Namespace)
-		}
-		if err != nil {
-			return fmt.Errorf("resolution #%d: %w", id, err)
-		}
-		if req.Status != ResolutionPending {
-			return fmt.Errorf("%w: resolution #%d is %s", ErrNotPending, id, req.Status)
-		}
-		if approving && (strings.EqualFold(req.RequestedBy, d.Operator) || req.RequestedDBUser == me && !console) {
-			return fmt.Errorf("%w: resolution #%d was requested by %s (database user %s), and %s (database user %s) may not approve it; a second operator with a database login of their own does",
-				ErrSelfApproval, id, req.RequestedBy, req.RequestedDBUser, d.Operator, me)
-		}
-		return fn(wctx, tx, &req, me)
-	})
-}
+// ErrInvalidVerdict: the database refused the verdict itself (no reason, no provider
+// reference to confirm, an intent that is not unknown, held or an open orphan).
+var ErrInvalidVerdict = errors.New("idempotency: invalid verdict")
 
-// applyTx moves the intent as req decides (the compare-and-set on its state and attempt
-// as the request saw them), with reason as the event's.
-func (a *attempt) applyTx(ctx context.Context, tx pgx.Tx, req ResolutionRequest, reason string) error {
-	switch req.As {
-	case StateConfirmed:
-		return a.moveTx(ctx, tx, req.FromState, StateConfirmed, reason,
-			", provider_ref = $5, result = $6, error_code = NULL, error_message = NULL", req.ProviderRef, req.Values)
-	case StateRejected:
-		return a.moveTx(ctx, tx, req.FromState, StateRejected, reason,
-			", provider_ref = $5, error_code = $6, error_message = $7", req.ProviderRef, req.errorCode(), req.Reason)
-	case StatePrepared:
-		// Sent again, with the same provider key, by the next attempt: counted afresh.
-		return a.moveTx(ctx, tx, req.FromState, StatePrepared, reason,
-			", abandoned_attempts = 0, reconciliations = 0, error_code = NULL, error_message = NULL, lease_owner = NULL, lease_until = NULL")
+// operatorError maps the refusals of extworker_resolve and extworker_decide (their
+// SQLSTATEs, migrations/00009) to this package's errors, keeping the database's words.
+func operatorError(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
 	}
-	return fmt.Errorf("resolution #%d: unknown verdict %q", req.ID, req.As)
+	sentinel := map[string]error{
+		"EXW01": ErrNotPending, "EXW02": ErrSelfApproval, "EXW04": ErrOperatorIdentity, "EXW05": ErrInvalidVerdict,
+		"P0002": ErrNotFound,
+	}[pe.Code]
+	if sentinel == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s", sentinel, pe.Message)
 }
 
-func (l *Ledger) settleRequest(ctx context.Context, tx pgx.Tx, req *ResolutionRequest, status ResolutionStatus, d Decision) error {
-	_, err := tx.Exec(ctx, `UPDATE extworker_resolutions SET status = $2, decided_by = $3, decided_db_user = session_user, decided_at = now(),
-		decision_reason = $4 WHERE id = $1`, req.ID, status, d.Operator, d.Reason)
-	return err
+// SetApprovalThreshold records the two-person rule's threshold for namespace in the
+// database, which alone decides (extworker_resolve). Only the ledger's owner may:
+// `extworker migrate` calls it with EXTWORKER_APPROVAL_THRESHOLD.
+func SetApprovalThreshold(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, namespace string, threshold int64) error {
+	_, err := db.Exec(ctx, `INSERT INTO extworker_ledger_settings (namespace, approval_threshold) VALUES ($1, $2)
+		ON CONFLICT (namespace) DO UPDATE SET approval_threshold = EXCLUDED.approval_threshold`, namespace, threshold)
+	if err != nil {
+		return fmt.Errorf("idempotency: set the approval threshold of %s: %w", namespace, err)
+	}
+	return nil
 }
 
 // VerdictText says what a resolution decides, for events and listings.
 func (r ResolutionRequest) VerdictText() string {
 	switch r.As {
 	case StateConfirmed:
-		return "confirmed (provider ref " + deref(r.ProviderRef) + ")"
+		return "confirmed (provider ref " + deref(r.ProviderRef) + ", values " + r.ValuesText() + ")"
 	case StateRejected:
 		return "rejected (error code " + r.errorCode() + ")"
 	case StatePrepared:
 		return "retry (send again with the same provider key)"
+	case VerdictClose:
+		return "close the orphan (dealt with outside the ledger)"
 	}
 	return string(r.As)
+}
+
+// ValuesText is the values a confirmation completes the task with, as JSON ("{}" for
+// none): what an approver must see before approving.
+func (r ResolutionRequest) ValuesText() string {
+	if len(r.Values) == 0 || string(r.Values) == "null" {
+		return "{}"
+	}
+	return string(r.Values)
 }
 
 // errorCode is the code a rejection settles with: the operator's, or REJECTED.

@@ -69,8 +69,8 @@ $$;
 -- registered operator's. On any other login the person is the operator registered for
 -- it; a member of the operator role without a registration is refused (else the same
 -- person could act once as their console name and once as their login), and a login
--- outside the roles (the owner, a one-user setup) is itself. p_attested, when given on a
--- login that is not the console's, must be that person's name.
+-- outside the roles (the owner, a one-user setup) is whom it names, or itself.
+-- p_attested, when given on a registered login, must be that person's name.
 -- +goose StatementBegin
 CREATE FUNCTION extworker_operator_identity(p_attested text) RETURNS text LANGUAGE plpgsql STABLE
     SET search_path FROM CURRENT AS $$
@@ -95,7 +95,9 @@ BEGIN
             RAISE EXCEPTION 'database user % is not registered as an operator of this ledger: the ledger''s owner registers each person once with their login (extworker operators add NAME --login %)',
                 session_user, session_user USING ERRCODE = 'EXW04';
         END IF;
-        who := session_user;
+        -- Outside the roles (the owner, a one-user setup): trusted to name the person,
+        -- as it can change anything anyway; extworker_decide still compares the logins.
+        RETURN coalesce(attested, session_user);
     END IF;
     IF attested IS NOT NULL AND lower(attested) <> lower(who) THEN
         RAISE EXCEPTION 'database user % is operator "%", not "%": an operator acts under one name',
@@ -180,14 +182,14 @@ CREATE FUNCTION extworker_resolve(p_namespace text, p_scope text, p_key text, p_
     OUT resolution_id bigint, OUT status text, OUT why text)
     LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
-    me text := extworker_operator_identity(p_operator);
-    reason text := btrim(coalesce(p_reason, ''));
+    v_me text := extworker_operator_identity(p_operator);
+    v_reason text := btrim(coalesce(p_reason, ''));
     i extworker_intents;
     r extworker_resolutions;
 BEGIN
     IF p_verdict IS NULL OR p_verdict NOT IN ('confirmed', 'rejected', 'prepared', 'closed') THEN
         RAISE EXCEPTION 'the verdict must be confirmed, rejected, retry (prepared) or closed, not "%"', left(p_verdict, 40) USING ERRCODE = 'EXW05';
-    ELSIF reason = '' THEN
+    ELSIF v_reason = '' THEN
         RAISE EXCEPTION 'a verdict needs a reason' USING ERRCODE = 'EXW05';
     ELSIF p_verdict = 'confirmed' AND coalesce(btrim(p_provider_ref), '') = '' THEN
         RAISE EXCEPTION 'confirming needs the provider''s reference' USING ERRCODE = 'EXW05';
@@ -207,20 +209,20 @@ BEGIN
     INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict, provider_ref,
         result, error_code, reason, requested_by)
     VALUES (i.id, p_namespace, p_scope, p_key, i.state, i.attempt, p_verdict, nullif(p_provider_ref, ''), p_result,
-        nullif(p_error_code, ''), reason, me)
+        nullif(p_error_code, ''), v_reason, v_me)
     RETURNING * INTO r;
     resolution_id := r.id;
     why := extworker_approval_needed(i, p_verdict);
     IF why <> '' THEN
         status := 'pending';
         INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason)
-        VALUES (i.id, i.state, i.state, i.attempt, 'operator:' || me,
-            format('resolution #%s requested: %s; waits for a second operator (%s): %s', r.id, extworker_verdict_text(r), why, reason));
+        VALUES (i.id, i.state, i.state, i.attempt, 'operator:' || v_me,
+            format('resolution #%s requested: %s; waits for a second operator (%s): %s', r.id, extworker_verdict_text(r), why, v_reason));
         RETURN;
     END IF;
     -- One person's call: applied now, and kept as a request its requester decided.
-    PERFORM extworker_apply_verdict(i.id, i.state, i.attempt, r, 'operator:' || me, 'operator resolution: ' || reason);
-    UPDATE extworker_resolutions SET status = 'approved', decided_by = me, decided_db_user = session_user, decided_at = now(),
+    PERFORM extworker_apply_verdict(i.id, i.state, i.attempt, r, 'operator:' || v_me, 'operator resolution: ' || v_reason);
+    UPDATE extworker_resolutions SET status = 'approved', decided_by = v_me, decided_db_user = session_user, decided_at = now(),
         decision_reason = 'one operator''s call: no second operator needed' WHERE id = r.id;
     status := 'applied';
 END $$;
@@ -235,12 +237,12 @@ END $$;
 CREATE FUNCTION extworker_decide(p_namespace text, p_id bigint, p_approve boolean, p_reason text, p_operator text)
     RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
-    me text := extworker_operator_identity(p_operator);
-    reason text := btrim(coalesce(p_reason, ''));
+    v_me text := extworker_operator_identity(p_operator);
+    v_reason text := btrim(coalesce(p_reason, ''));
     r extworker_resolutions;
     outcome text;
 BEGIN
-    IF reason = '' THEN
+    IF v_reason = '' THEN
         RAISE EXCEPTION 'a decision needs a reason' USING ERRCODE = 'EXW05';
     END IF;
     SELECT * INTO r FROM extworker_resolutions WHERE id = p_id AND namespace = p_namespace FOR UPDATE;
@@ -248,32 +250,32 @@ BEGIN
         RAISE EXCEPTION 'no resolution #% in namespace %', p_id, p_namespace USING ERRCODE = 'no_data_found';
     ELSIF r.status <> 'pending' THEN
         RAISE EXCEPTION 'resolution #% is %', p_id, r.status USING ERRCODE = 'EXW01';
-    ELSIF p_approve AND (lower(r.requested_by) = lower(me) OR (r.requested_db_user = session_user AND NOT extworker_member('console'))) THEN
+    ELSIF p_approve AND (lower(r.requested_by) = lower(v_me) OR (r.requested_db_user = session_user AND NOT extworker_member('console'))) THEN
         RAISE EXCEPTION 'resolution #% was requested by % (database user %), and % (database user %) may not approve it; a second operator does',
-            p_id, r.requested_by, r.requested_db_user, me, session_user USING ERRCODE = 'EXW02';
+            p_id, r.requested_by, r.requested_db_user, v_me, session_user USING ERRCODE = 'EXW02';
     END IF;
     PERFORM FROM extworker_intents WHERE id = r.intent_id FOR UPDATE;
     IF NOT p_approve THEN
         outcome := 'rejected';
         INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason)
-        VALUES (r.intent_id, r.from_state, r.from_state, r.attempt, 'operator:' || me,
+        VALUES (r.intent_id, r.from_state, r.from_state, r.attempt, 'operator:' || v_me,
             format('resolution #%s (%s, requested by %s) %s by %s (database user %s): %s; the intent is unchanged',
                 r.id, extworker_verdict_text(r), r.requested_by,
-                CASE WHEN lower(r.requested_by) = lower(me) THEN 'withdrawn' ELSE 'rejected' END, me, session_user, reason));
-    ELSIF extworker_apply_verdict(r.intent_id, r.from_state, r.attempt, r, 'operator:' || me,
+                CASE WHEN lower(r.requested_by) = lower(v_me) THEN 'withdrawn' ELSE 'rejected' END, v_me, session_user, v_reason));
+    ELSIF extworker_apply_verdict(r.intent_id, r.from_state, r.attempt, r, 'operator:' || v_me,
             format('operator resolution #%s: %s, requested by %s (database user %s) at %s: %s; approved by %s (database user %s): %s',
                 r.id, extworker_verdict_text(r), r.requested_by, r.requested_db_user,
-                to_char(r.requested_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), r.reason, me, session_user, reason)) THEN
+                to_char(r.requested_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), r.reason, v_me, session_user, v_reason)) THEN
         outcome := 'approved';
     ELSE
         outcome := 'stale';
         INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason)
-        SELECT id, state, state, attempt, 'operator:' || me,
-            format('resolution #%s went stale at approval by %s: the intent moved since the request', r.id, me)
+        SELECT id, state, state, attempt, 'operator:' || v_me,
+            format('resolution #%s went stale at approval by %s: the intent moved since the request', r.id, v_me)
         FROM extworker_intents WHERE id = r.intent_id;
     END IF;
-    UPDATE extworker_resolutions SET status = outcome, decided_by = me, decided_db_user = session_user, decided_at = now(),
-        decision_reason = reason WHERE id = r.id;
+    UPDATE extworker_resolutions SET status = outcome, decided_by = v_me, decided_db_user = session_user, decided_at = now(),
+        decision_reason = v_reason WHERE id = r.id;
     RETURN outcome;
 END $$;
 -- +goose StatementEnd

@@ -110,20 +110,77 @@ func checkIndexes(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Roles the ledger's grants are for, when a DBA has created them (docs/operators.md).
+// Roles the ledger's grants are for by default, when a DBA has created them
+// (docs/operators.md). A ledger database names its own (SetRoles, from
+// EXTWORKER_DATABASE_ROLE_PREFIX): roles are cluster-wide, and a second ledger on the
+// same cluster must not trust the first one's logins.
 const (
 	// WorkerRole runs the workers: it reads and writes intents, appends events, and
 	// prunes through extworker_prune; it never updates or deletes an event, and never
 	// takes an intent out of operator hold.
 	WorkerRole = "extworker_worker"
-	// OperatorRole runs `extworker effects`: it reads intents, records and decides
-	// resolutions, and settles intents; it never updates or deletes an event either.
+	// OperatorRole runs `extworker effects`: it reads the ledger, and gives verdicts,
+	// approvals and rejections only through the ledger's functions (extworker_resolve,
+	// extworker_decide), which take the person from the session's login.
 	OperatorRole = "extworker_operator"
+	// ConsoleRole is the operator console's login's role (a member of OperatorRole): the
+	// ledger trusts it to name the registered operator it authenticated.
+	ConsoleRole = "extworker_console"
+	// DefaultRolePrefix is the prefix of the default role names.
+	DefaultRolePrefix = "extworker"
 )
 
-// Grant gives WorkerRole and OperatorRole, those of them that exist, their rights on the
-// ledger's tables, and returns the roles it granted to. Up calls it after every run, so
-// roles a DBA creates later get their grants at the next `extworker migrate`.
+// Roles are the names of a ledger database's roles.
+type Roles struct {
+	Worker, Operator, Console string
+}
+
+// RolesFor returns the roles named prefix_worker, prefix_operator and prefix_console.
+func RolesFor(prefix string) Roles {
+	return Roles{Worker: prefix + "_worker", Operator: prefix + "_operator", Console: prefix + "_console"}
+}
+
+// ReadRoles returns the role names the ledger in db uses.
+func ReadRoles(ctx context.Context, db *sql.DB) (Roles, error) {
+	var r Roles
+	err := db.QueryRowContext(ctx, `SELECT extworker_role('worker'), extworker_role('operator'), extworker_role('console')`).
+		Scan(&r.Worker, &r.Operator, &r.Console)
+	if err != nil {
+		return r, fmt.Errorf("migrations: read the ledger's role names: %w", err)
+	}
+	return r, nil
+}
+
+// SetRoles records the ledger's role names (as its owner) and grants them their rights
+// (Grant). The roles a ledger named before keep what they were granted: a DBA revokes
+// them.
+func SetRoles(ctx context.Context, db *sql.DB, r Roles) ([]string, error) {
+	_, err := db.ExecContext(ctx, `UPDATE extworker_ledger_roles SET role_name = CASE purpose
+		WHEN 'worker' THEN $1 WHEN 'operator' THEN $2 WHEN 'console' THEN $3 END`, r.Worker, r.Operator, r.Console)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: set the ledger's role names: %w", err)
+	}
+	return Grant(ctx, db)
+}
+
+// PublicCanConnect reports whether PUBLIC (every login of the cluster) may connect to
+// db's database, and its name: then only the table grants stand between another
+// tenant's logins and this ledger, and `extworker migrate` warns.
+func PublicCanConnect(ctx context.Context, db *sql.DB) (bool, string, error) {
+	var can bool
+	var name string
+	err := db.QueryRowContext(ctx, `SELECT datname, datacl IS NULL
+			OR EXISTS (SELECT FROM aclexplode(datacl) a WHERE a.grantee = 0 AND a.privilege_type = 'CONNECT')
+		FROM pg_database WHERE datname = current_database()`).Scan(&name, &can)
+	if err != nil {
+		return false, "", fmt.Errorf("migrations: check who may connect: %w", err)
+	}
+	return can, name, nil
+}
+
+// Grant gives the ledger's roles (ReadRoles), those of them that exist, their rights on
+// the ledger's tables, and returns the roles it granted to. Up calls it after every run,
+// so roles a DBA creates later get their grants at the next `extworker migrate`.
 func Grant(ctx context.Context, db *sql.DB) ([]string, error) {
 	var done string
 	if err := db.QueryRowContext(ctx, `SELECT extworker_apply_grants()`).Scan(&done); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/operate"
 )
@@ -85,13 +84,11 @@ func Open(ctx context.Context, cfg daemon.Config, client *camunda7.Client, logge
 // another (not the console's role, so the ledger compares database users, which are all
 // the console's). The empty string when it can do both.
 func loginNotice(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) string {
-	var user string
+	var user, role string
 	var worker, operator, console bool
-	member := func(role string) string {
-		return `coalesce((SELECT pg_has_role(session_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = '` + role + `'), false)`
-	}
-	err := pool.QueryRow(ctx, `SELECT session_user, `+member("extworker_worker")+`, `+member("extworker_operator")+`, `+
-		member(idempotency.ConsoleRole)).Scan(&user, &worker, &operator, &console)
+	// The ledger's role names are its own (extworker_ledger_roles, migrations/00009).
+	err := pool.QueryRow(ctx, `SELECT session_user, extworker_role('console'), extworker_member('worker'), extworker_member('operator'),
+		extworker_member('console')`).Scan(&user, &role, &worker, &operator, &console)
 	if err != nil {
 		logger.Warn("console: could not check the database login's roles", slog.Any("error", err))
 		return ""
@@ -100,11 +97,11 @@ func loginNotice(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) s
 	switch {
 	case worker && !operator:
 		notice = fmt.Sprintf("The console's database login %s is a worker's, not an operator's: the ledger refuses to take a held intent out of hold for it. "+
-			"Set EXTWORKER_CONSOLE_DATABASE_URL to a login in role %s (docs/console.md).", user, idempotency.ConsoleRole)
+			"Set EXTWORKER_CONSOLE_DATABASE_URL to a login in role %s (docs/console.md).", user, role)
 	case !console:
 		notice = fmt.Sprintf("The console's database login %s is not a member of %s: the two-person rule tells operators apart by database user, "+
 			"and every operator here shares this one, so approvals will be refused. Set EXTWORKER_CONSOLE_DATABASE_URL to a login in role %s (docs/console.md).",
-			user, idempotency.ConsoleRole, idempotency.ConsoleRole)
+			user, role, role)
 	}
 	if notice != "" {
 		logger.Warn("console: " + notice)

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +78,12 @@ type Config struct {
 	// confirmed or retry verdict on an intent whose amount is above it (minor units), or
 	// not recorded, waits for a second operator's approval.
 	ApprovalThreshold int64 `envconfig:"APPROVAL_THRESHOLD" default:"0"`
+	// DatabaseRolePrefix names the ledger database's roles: PREFIX_worker,
+	// PREFIX_operator and PREFIX_console (docs/operators.md#database-roles). Roles are
+	// cluster-wide: each ledger database on a cluster (each tenant) takes its own prefix,
+	// so one tenant's logins are never trusted in another's ledger. `extworker migrate`
+	// records it, with ApprovalThreshold, in the database, which enforces both.
+	DatabaseRolePrefix string `envconfig:"DATABASE_ROLE_PREFIX" default:"extworker"`
 	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
 	ProviderURL string `envconfig:"PROVIDER_URL" secret:"url"`
 	// AMQPURL is the RabbitMQ broker the outbox relay publishes to (amqps://user:password@
@@ -299,6 +306,9 @@ func (c Config) problems() []error {
 	}
 	if err := CheckDatabaseURL(c.DatabaseURL); err != nil {
 		errs = append(errs, err)
+	}
+	if !rolePrefix.MatchString(c.DatabaseRolePrefix) {
+		errs = append(errs, fmt.Errorf("EXTWORKER_DATABASE_ROLE_PREFIX %q: want a lower-case SQL identifier of at most 40 letters, digits and underscores, starting with a letter", c.DatabaseRolePrefix))
 	}
 	// A variable that did not parse is reported once, as such (processEnv): the checks
 	// below that involve it are skipped rather than complain about its zero value.
@@ -768,7 +778,13 @@ func OpenInboxPool(ctx context.Context, c Config, conns int) (*pgxpool.Pool, err
 	return pool, nil
 }
 
-// Migrate applies the ledger's migrations.
+// rolePrefix is what EXTWORKER_DATABASE_ROLE_PREFIX may be: role names stay unquoted
+// identifiers.
+var rolePrefix = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
+
+// Migrate applies the ledger's migrations, then records in the database what it
+// enforces: the role names (EXTWORKER_DATABASE_ROLE_PREFIX) with their grants, and the
+// namespace's approval threshold. It warns when every login of the cluster may connect.
 func Migrate(ctx context.Context, c Config, out io.Writer) error {
 	pcfg, err := DatabaseConfig(c.DatabaseURL)
 	if err != nil {
@@ -781,15 +797,36 @@ func Migrate(ctx context.Context, c Config, out io.Writer) error {
 	defer pool.Close()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
+	where := RedactURL(c.DatabaseURL)
 	applied, err := migrations.Up(ctx, db)
 	if err != nil {
-		return fmt.Errorf("ledger database at %s: %w", RedactURL(c.DatabaseURL), err)
+		return fmt.Errorf("ledger database at %s: %w", where, err)
 	}
 	if len(applied) == 0 {
 		fmt.Fprintln(out, "ledger database is up to date")
-		return nil
+	} else {
+		fmt.Fprintf(out, "applied migrations %v\n", applied)
 	}
-	fmt.Fprintf(out, "applied migrations %v\n", applied)
+	roles, err := migrations.ReadRoles(ctx, db)
+	if err != nil {
+		return fmt.Errorf("ledger database at %s: %w", where, err)
+	}
+	if want := migrations.RolesFor(c.DatabaseRolePrefix); roles != want {
+		if _, err := migrations.SetRoles(ctx, db, want); err != nil {
+			return fmt.Errorf("ledger database at %s: %w", where, err)
+		}
+		fmt.Fprintf(out, "ledger roles are now %s, %s and %s (EXTWORKER_DATABASE_ROLE_PREFIX); %s, %s and %s keep what they were granted until a DBA revokes it\n",
+			want.Worker, want.Operator, want.Console, roles.Worker, roles.Operator, roles.Console)
+	}
+	if err := idempotency.SetApprovalThreshold(ctx, pool, c.LedgerNamespace, c.ApprovalThreshold); err != nil {
+		return fmt.Errorf("ledger database at %s: %w", where, err)
+	}
+	if public, name, err := migrations.PublicCanConnect(ctx, db); err != nil {
+		return fmt.Errorf("ledger database at %s: %w", where, err)
+	} else if public {
+		fmt.Fprintf(out, "warning: every login of the cluster may connect to database %s (PUBLIC has CONNECT). "+
+			"Run REVOKE CONNECT ON DATABASE %s FROM PUBLIC, then GRANT CONNECT to the ledger's roles (docs/operators.md#database-roles)\n", name, name)
+	}
 	return nil
 }
 

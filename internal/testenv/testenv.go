@@ -282,3 +282,23 @@ func DBAs(t testing.TB, login string) *pgxpool.Pool {
 	t.Helper()
 	return pool(t, "worker database as "+login+" (make up creates the login)", DBURLAs(login))
 }
+
+// The people the tests' ledgers know (extworker_operators, migrations/00009), one name
+// each across the console and the CLI: alice and bob with their own logins, carol on the
+// console only.
+const (
+	Alice = "alice"
+	Bob   = "bob"
+	Carol = "carol"
+)
+
+// RegisterOperators registers Alice, Bob and Carol in the migrated ledger pool (the
+// owner's) reaches, as its owner would with `extworker operators add`.
+func RegisterOperators(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `INSERT INTO extworker_operators (name, db_login) VALUES ($1, $2), ($3, $4), ($5, NULL)
+		ON CONFLICT DO NOTHING`, Alice, AliceLogin, Bob, BobLogin, Carol)
+	if err != nil {
+		t.Fatalf("register the test operators: %v", err)
+	}
+}
