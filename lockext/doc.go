@@ -24,7 +24,7 @@
 //	ext, err := locks.Start(workCtx, lockext.Task{ID: t.ID, WorkerID: worker, GrantedAt: sentAt},
 //		lockext.Config{LockDuration: lock, Logger: logger})
 //	if err != nil {
-//		return err // only an invalid config or task
+//		return err // an invalid config or task, or locks closed (ErrClosed): unlock the task
 //	}
 //	defer ext.Stop()
 //	result := handler(ext.Context(), t)

@@ -25,7 +25,8 @@ const (
 	minPaceGap = 50 * time.Millisecond
 )
 
-// ErrClosed is returned by Scheduler.Start after Close.
+// ErrClosed is returned by Scheduler.Start after Close, and by the Start of a late task
+// whose first extension had not been sent when Close came.
 var ErrClosed = errors.New("lockext: scheduler closed")
 
 // SchedulerConfig tunes a Scheduler. WithDefaults fills the zero fields.
@@ -128,7 +129,8 @@ func NewScheduler(l Locker, cfg SchedulerConfig) (*Scheduler, error) {
 
 // Close stops the scheduler: it waits for the calls in flight, and sends no extension
 // after it returns. An extender not stopped before keeps its context; its lock runs
-// out. Start fails with ErrClosed after Close. Safe to call twice.
+// out. Start fails with ErrClosed after Close, and so does, at once, a late task's
+// Start still waiting for its first extension to be sent. Safe to call twice.
 func (s *Scheduler) Close() {
 	s.closeAsync()
 	<-s.done
@@ -333,8 +335,10 @@ func (s *Scheduler) call(e *Extender, ctx context.Context, sentAt time.Time) {
 
 // Start begins keeping t's lock alive on s and returns its Extender, as the
 // package-level Start does (see there), without a goroutine of its own. The error is
-// for an invalid cfg (after WithDefaults) or t, or a closed scheduler; then nothing
-// was started.
+// for an invalid cfg (after WithDefaults) or t, or a closed scheduler (ErrClosed); then
+// nothing was started, and the task's lock is the caller's to give back (unlock). A
+// late task's Start that is still waiting for its first extension to be sent when Close
+// comes returns ErrClosed too, at once.
 func (s *Scheduler) Start(parent context.Context, t Task, cfg Config) (*Extender, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -371,9 +375,35 @@ func (s *Scheduler) Start(parent context.Context, t Task, cfg Config) (*Extender
 	s.schedule(e, due, !late) // a late task's is not spread: its handler waits for it
 	s.mu.Unlock()
 	if late {
-		<-e.ready
+		return s.awaitFirst(e)
 	}
 	return e, nil
+}
+
+// awaitFirst waits for the answer to a late task's first extension. If the scheduler is
+// closed before that extension got a call slot, nothing will ever send it: e is taken
+// out of the queue, its context ends with ErrClosed, and so does Start, at once, for
+// the caller to unlock the task as at any shutdown. An extension already in flight
+// (Close waits for it) or an end already under way is waited for as usual.
+func (s *Scheduler) awaitFirst(e *Extender) (*Extender, error) {
+	select {
+	case <-e.ready:
+		return e, nil
+	case <-s.stop:
+	}
+	s.mu.Lock()
+	pending := e.callDone != nil || e.ended
+	if !pending {
+		e.stopped = true
+		s.forget(e)
+	}
+	s.mu.Unlock()
+	if pending {
+		<-e.ready
+		return e, nil
+	}
+	e.cancel(ErrClosed)
+	return nil, ErrClosed
 }
 
 // queue is a min-heap of extenders by the time their next extension goes out

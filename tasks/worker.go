@@ -813,7 +813,9 @@ func (w *Worker) keepLock(workCtx context.Context, t *topic, task *Task, sentAt 
 	extCfg.Logger = log
 	ext, err := w.locks.Start(workCtx, lockext.Task{ID: raw.ID, WorkerID: w.cfg.WorkerID, GrantedAt: sentAt}, extCfg)
 	if err != nil {
-		log.Error("cannot keep the lock alive; unlocking the task", slog.Any("error", err), slog.String("outcome", "unlocked"))
+		// The scheduler closed while the task waited to be extended (lockext.ErrClosed: Run
+		// returned at its shutdown timeout), or a bug: the task goes back to the engine.
+		log.Log(workCtx, startFailureLevel(err), "cannot keep the lock alive; unlocking the task", slog.Any("error", err), slog.String("outcome", "unlocked"))
 		w.unlock(workCtx, raw.ID, log)
 		w.obs.Handled(raw.TopicName, "unlocked", "", 0)
 		return nil, "unlocked"
@@ -828,6 +830,15 @@ func (w *Worker) keepLock(workCtx context.Context, t *topic, task *Task, sentAt 
 		return nil, "lock-lost"
 	}
 	return ext, ""
+}
+
+// startFailureLevel is the level of the record about a lock that could not be kept: Info
+// at shutdown (the scheduler closed), Error otherwise.
+func startFailureLevel(err error) slog.Level {
+	if errors.Is(err, lockext.ErrClosed) {
+		return slog.LevelInfo
+	}
+	return slog.LevelError
 }
 
 // settle reports what the handler returned, unless its lock was lost or the shutdown
