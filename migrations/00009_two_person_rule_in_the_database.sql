@@ -391,6 +391,20 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- What a role the ledger no longer names held on its schema (migrations.SetRoles).
+-- +goose StatementBegin
+CREATE FUNCTION extworker_revoke_all(p_role text) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = p_role) THEN
+        EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM %I', current_schema(), p_role);
+        EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA %I FROM %I', current_schema(), p_role);
+        EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM %I', current_schema(), p_role);
+        EXECUTE format('REVOKE ALL ON SCHEMA %I FROM %I', current_schema(), p_role);
+    END IF;
+END $$;
+-- +goose StatementEnd
+REVOKE ALL ON FUNCTION extworker_revoke_all(text) FROM PUBLIC;
+
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION extworker_apply_outbox_grants() RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -434,6 +448,7 @@ END $$;
 -- +goose StatementEnd
 
 -- +goose Down
+DROP FUNCTION extworker_revoke_all(text);
 DROP FUNCTION extworker_decide(text, bigint, boolean, text, text);
 DROP FUNCTION extworker_resolve(text, text, text, text, text, jsonb, text, text, text);
 DROP FUNCTION extworker_verdict_text(extworker_resolutions);

@@ -151,14 +151,26 @@ func ReadRoles(ctx context.Context, db *sql.DB) (Roles, error) {
 	return r, nil
 }
 
-// SetRoles records the ledger's role names (as its owner) and grants them their rights
-// (Grant). The roles a ledger named before keep what they were granted: a DBA revokes
-// them.
+// SetRoles records the ledger's role names (as its owner), revokes from the roles it
+// named before everything they held on the ledger's schema, and grants the new ones
+// their rights (Grant).
 func SetRoles(ctx context.Context, db *sql.DB, r Roles) ([]string, error) {
-	_, err := db.ExecContext(ctx, `UPDATE extworker_ledger_roles SET role_name = CASE purpose
+	old, err := ReadRoles(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	_, err = db.ExecContext(ctx, `UPDATE extworker_ledger_roles SET role_name = CASE purpose
 		WHEN 'worker' THEN $1 WHEN 'operator' THEN $2 WHEN 'console' THEN $3 END`, r.Worker, r.Operator, r.Console)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: set the ledger's role names: %w", err)
+	}
+	for _, role := range []string{old.Worker, old.Operator, old.Console} {
+		if role == r.Worker || role == r.Operator || role == r.Console {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `SELECT extworker_revoke_all($1)`, role); err != nil {
+			return nil, fmt.Errorf("migrations: revoke the rights of %s: %w", role, err)
+		}
 	}
 	return Grant(ctx, db)
 }

@@ -75,6 +75,20 @@ DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_console_app') THEN
     CREATE ROLE extworker_console_app LOGIN PASSWORD 'extworker_console_app' IN ROLE extworker_console;
   END IF;
+  -- The role matrix's (migrations/roles_test.go): a login in no role (what PUBLIC may
+  -- do), and a second tenant's roles on the same cluster (EXTWORKER_DATABASE_ROLE_PREFIX
+  -- tenant_b) with its console's login.
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_stranger') THEN
+    CREATE ROLE extworker_stranger LOGIN PASSWORD 'extworker_stranger';
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tenant_b_worker') THEN CREATE ROLE tenant_b_worker NOLOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tenant_b_operator') THEN CREATE ROLE tenant_b_operator NOLOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tenant_b_console') THEN
+    CREATE ROLE tenant_b_console NOLOGIN IN ROLE tenant_b_operator;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tenant_b_console_app') THEN
+    CREATE ROLE tenant_b_console_app LOGIN PASSWORD 'tenant_b_console_app' IN ROLE tenant_b_console;
+  END IF;
 END $$;
 SQL
 echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, camunda_faults, camunda_quiet, extworker)"

@@ -261,11 +261,15 @@ const (
 	AliceLogin   = "extworker_alice"
 	BobLogin     = "extworker_bob"
 	ConsoleLogin = "extworker_console_app"
+	// StrangerLogin is in no role: it may do what PUBLIC may.
+	StrangerLogin = "extworker_stranger"
+	// TenantBConsoleLogin is a second tenant's console login on the same cluster, in
+	// role tenant_b_console (EXTWORKER_DATABASE_ROLE_PREFIX=tenant_b).
+	TenantBConsoleLogin = "tenant_b_console_app"
 )
 
 // DBURLAs returns DBURL with login (and its password) in place of the owner's. The login
-// must be one of WorkerLogin, AliceLogin, BobLogin and ConsoleLogin, which `make up`
-// creates.
+// must be one of the logins above, which `make up` creates.
 func DBURLAs(login string) string {
 	u := DBURL()
 	at := strings.LastIndex(u, "@")

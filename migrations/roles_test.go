@@ -1,0 +1,239 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/internal/testenv"
+	"github.com/extworker/extworker/migrations"
+)
+
+// The writes each login may make on each ledger table (issue 23): everything else is
+// refused with SQLSTATE 42501. A table the migrations add without an entry here fails
+// TestRoleMatrix: decide what each role may do with it first.
+var mayWrite = map[string]map[string][]string{
+	testenv.WorkerLogin: {
+		"extworker_intents":         {"INSERT", "UPDATE"},
+		"extworker_intent_events":   {"INSERT"},
+		"extworker_outbox":          {"INSERT", "UPDATE", "DELETE"},
+		"extworker_inbox":           {"INSERT", "UPDATE", "DELETE"},
+		"extworker_inbox_conflicts": {"INSERT", "UPDATE", "DELETE"},
+		"extworker_inbox_starts":    {"INSERT", "UPDATE", "DELETE"},
+	},
+	// Operators write nothing of the ledger but through its functions; UPDATE on the inbox
+	// is `extworker inbox replay` (a row back to RECEIVED: no money moves).
+	testenv.AliceLogin:    {"extworker_inbox": {"UPDATE"}},
+	testenv.ConsoleLogin:  {"extworker_inbox": {"UPDATE"}},
+	testenv.StrangerLogin: {},
+}
+
+// The SECURITY DEFINER functions each login may call.
+var mayCall = map[string][]string{
+	testenv.WorkerLogin:   {"extworker_prune"},
+	testenv.AliceLogin:    {"extworker_decide", "extworker_prune", "extworker_resolve"},
+	testenv.ConsoleLogin:  {"extworker_decide", "extworker_prune", "extworker_resolve"},
+	testenv.StrangerLogin: nil,
+}
+
+var writes = []string{"INSERT", "UPDATE", "DELETE", "TRUNCATE"}
+
+// migrated returns a migrated ledger in a schema of its own, its owner's pool, and a
+// function that opens a pool on it as a login.
+func migrated(t *testing.T) (*pgxpool.Pool, string, func(login string) *pgxpool.Pool) {
+	t.Helper()
+	url := emptySchema(t)
+	ctx := testenv.Context(t, time.Minute)
+	_, err := migrations.Up(ctx, open(t, url))
+	require.NoError(t, err)
+	schema := url[strings.LastIndex(url, "=")+1:]
+	as := func(login string) *pgxpool.Pool {
+		testenv.DBAs(t, login) // fails in CI, skips elsewhere, when make up has not created the login
+		p, err := pgxpool.New(ctx, testenv.DBURLAs(login)+"?search_path="+schema)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+	owner, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+	return owner, schema, as
+}
+
+// refused reports whether err is the database's refusal for want of a privilege.
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// TestRoleMatrix: for each login (a worker, an operator, the console, and one in no role,
+// which may do what PUBLIC may) and each ledger, inbox, outbox and resolution table, each
+// of INSERT, UPDATE, DELETE and TRUNCATE is refused for want of a privilege, or not, as
+// mayWrite says; and each SECURITY DEFINER function is callable as mayCall says. Each
+// statement runs in a transaction that is rolled back.
+func TestRoleMatrix(t *testing.T) {
+	t.Parallel()
+	owner, schema, as := migrated(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	rows, err := owner.Query(ctx, `SELECT c.relname, (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0
+			AND NOT a.attisdropped ORDER BY a.attnum LIMIT 1)
+		FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' ORDER BY 1`, schema)
+	require.NoError(t, err)
+	type table struct{ Name, Column string }
+	tables, err := pgx.CollectRows(rows, pgx.RowToStructByPos[table])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(tables), 11)
+
+	cells := 0
+	for login, allowed := range mayWrite {
+		pool := as(login)
+		for _, tb := range tables {
+			for _, verb := range writes {
+				// Qualified: a login without USAGE on the schema is refused, not told the
+				// table does not exist.
+				name := schema + "." + tb.Name
+				stmt := map[string]string{
+					"INSERT":   fmt.Sprintf(`INSERT INTO %s DEFAULT VALUES`, name),
+					"UPDATE":   fmt.Sprintf(`UPDATE %s SET %s = %s WHERE false`, name, tb.Column, tb.Column),
+					"DELETE":   fmt.Sprintf(`DELETE FROM %s WHERE false`, name),
+					"TRUNCATE": fmt.Sprintf(`TRUNCATE %s`, name),
+				}[verb]
+				err := rolledBack(ctx, pool, stmt)
+				want := contains(allowed[tb.Name], verb)
+				assert.Equal(t, !want, refused(err), "%s: %s (%v)", login, stmt, err)
+				cells++
+			}
+		}
+		var callable []string
+		rows, err := owner.Query(ctx, `SELECT DISTINCT p.proname FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.prosecdef
+			AND has_function_privilege($2, p.oid, 'EXECUTE') ORDER BY 1`, schema, login)
+		require.NoError(t, err)
+		callable, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		want := append([]string(nil), mayCall[login]...)
+		sort.Strings(want)
+		assert.Equal(t, want, nilIfEmpty(callable), "%s: the SECURITY DEFINER functions it may call", login)
+	}
+	t.Logf("role matrix: %d logins x %d tables x %d statements = %d cells", len(mayWrite), len(tables), len(writes), cells)
+}
+
+func rolledBack(ctx context.Context, pool *pgxpool.Pool, stmt string) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, stmt)
+	return err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// TestSecurityDefinerFunctionsIgnoreTemporaryTables (issue 23, item 13): an operator's
+// temporary table named like a ledger table does not stand in for it in the functions
+// that run as the ledger's owner: prune does not turn a forged row into a tombstone, and
+// a verdict lands on the real intent.
+func TestSecurityDefinerFunctionsIgnoreTemporaryTables(t *testing.T) {
+	t.Parallel()
+	owner, _, as := migrated(t)
+	ctx := testenv.Context(t, time.Minute)
+	_, err := owner.Exec(ctx, `INSERT INTO extworker_operators (name, db_login) VALUES ('alice', $1)`, testenv.AliceLogin)
+	require.NoError(t, err)
+	_, err = owner.Exec(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, amount)
+		VALUES ('ns', 'payment.collect', 'real', 'd', 'ew_real', 'operator_hold', 100)`)
+	require.NoError(t, err)
+
+	conn, err := as(testenv.AliceLogin).Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, stmt := range []string{
+		`CREATE TEMP TABLE extworker_intents (LIKE extworker_intents INCLUDING ALL)`,
+		`CREATE TEMP TABLE extworker_intent_tombstones (LIKE extworker_intent_tombstones INCLUDING ALL)`,
+		`CREATE TEMP TABLE extworker_ledger_settings (namespace text PRIMARY KEY, approval_threshold bigint)`,
+		`INSERT INTO pg_temp.extworker_intents (id, namespace, scope, intent_key, request_digest, provider_key, state, updated_at)
+			VALUES (424242, 'ns', 'payment.collect', 'forged', 'd', 'ew_forged', 'confirmed', now() - interval '400 days')`,
+		`INSERT INTO pg_temp.extworker_intents (id, namespace, scope, intent_key, request_digest, provider_key, state, amount)
+			VALUES (434343, 'ns', 'payment.collect', 'real', 'd', 'ew_real', 'operator_hold', 1)`,
+		`INSERT INTO pg_temp.extworker_ledger_settings VALUES ('ns', 1000000)`,
+	} {
+		_, err := conn.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	var pruned int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT extworker_prune('ns', interval '30 days', 100)`).Scan(&pruned))
+	assert.Zero(t, pruned)
+	var tombstones int
+	require.NoError(t, owner.QueryRow(ctx, `SELECT count(*) FROM extworker_intent_tombstones`).Scan(&tombstones))
+	assert.Zero(t, tombstones, "no forged tombstone in the ledger")
+
+	var status string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT status FROM extworker_resolve('ns', 'payment.collect', 'real', 'confirmed', 'ch_1',
+		NULL, NULL, 'seen', NULL)`).Scan(&status))
+	assert.Equal(t, "pending", status, "the real threshold (0) and the real amount (100): a second person is needed")
+	var state string
+	require.NoError(t, owner.QueryRow(ctx, `SELECT state FROM extworker_intents WHERE intent_key = 'real'`).Scan(&state))
+	assert.Equal(t, "operator_hold", state)
+}
+
+// TestTenantsNameTheirOwnRoles (issue 23, item 4): a second ledger on the same cluster
+// that names its own roles (SetRoles, EXTWORKER_DATABASE_ROLE_PREFIX) does not trust the
+// first one's console login: it reads nothing and decides nothing there; its own console
+// login is trusted to name its registered operators.
+func TestTenantsNameTheirOwnRoles(t *testing.T) {
+	t.Parallel()
+	ownerB, schemaB, asB := migrated(t)
+	ctx := testenv.Context(t, time.Minute)
+	db := open(t, ownerB.Config().ConnString())
+	granted, err := migrations.SetRoles(ctx, db, migrations.RolesFor("tenant_b"))
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"tenant_b_worker", "tenant_b_operator"}, granted)
+	roles, err := migrations.ReadRoles(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, migrations.RolesFor("tenant_b"), roles)
+	_, err = ownerB.Exec(ctx, `INSERT INTO extworker_operators (name) VALUES ('bea'), ('ben')`)
+	require.NoError(t, err)
+	_, err = ownerB.Exec(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, amount)
+		VALUES ('ns', 'payment.collect', 'k', 'd', 'ew_k', 'operator_hold', 100)`)
+	require.NoError(t, err)
+
+	a := asB(testenv.ConsoleLogin)
+	_, err = a.Exec(ctx, `SELECT * FROM `+schemaB+`.extworker_resolve('ns', 'payment.collect', 'k', 'confirmed', 'ch_1', NULL, NULL, 'seen', 'bea')`)
+	assert.True(t, refused(err), "tenant A's console login decides nothing in tenant B's ledger: %v", err)
+	_, err = a.Exec(ctx, `SELECT count(*) FROM `+schemaB+`.extworker_intents`)
+	assert.True(t, refused(err), "nor reads it: %v", err)
+
+	b := asB(testenv.TenantBConsoleLogin)
+	var id int64
+	var status string
+	require.NoError(t, b.QueryRow(ctx, `SELECT resolution_id, status FROM extworker_resolve('ns', 'payment.collect', 'k', 'confirmed', 'ch_1',
+		NULL, NULL, 'seen', 'bea')`).Scan(&id, &status))
+	assert.Equal(t, "pending", status)
+	_, err = b.Exec(ctx, `SELECT extworker_decide('ns', $1, true, 'mine', 'BEA')`, id)
+	assert.ErrorContains(t, err, "may not approve it")
+	require.NoError(t, b.QueryRow(ctx, `SELECT extworker_decide('ns', $1, true, 'checked', 'ben')`, id).Scan(&status))
+	assert.Equal(t, "approved", status)
+}
