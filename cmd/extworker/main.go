@@ -4,6 +4,7 @@
 //
 //	extworker migrate apply the effect ledger's migrations
 //	extworker effects list|show|resolve|resolutions|approve|reject|prune   inspect and settle side effects
+//	extworker operators list|add|remove   the people the two-person rule tells apart
 //	extworker inbox list|show|replay   inspect consumed messages, replay parked ones
 //	extworker version print the engine's version (a connectivity check)
 //	extworker config  print the effective configuration, secrets masked (--json)
@@ -40,7 +41,9 @@ const usage = `usage: extworker <command> [flags]
 
 commands:
   migrate   apply the effect ledger's database migrations
-  effects   list | show KEY | resolve KEY --as confirmed|rejected|retry ... | resolutions | approve ID | reject ID | prune
+  effects   list | show KEY | resolve KEY --as confirmed|rejected|retry|close ... | resolutions | approve ID | reject ID | prune
+  operators list | add NAME [--login LOGIN] | remove NAME: the people the two-person rule
+            tells apart, one name each across the console and this tool (docs/operators.md)
   inbox     list [--parked] | show SOURCE MESSAGE_ID | replay --queue Q (--all | MESSAGE_ID...)
   version   print the engine's version
   config    print the effective configuration, secrets masked [--json]
@@ -63,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 			// Keys, provider and incident messages come from outside: nothing they carry
 			// reaches the operator's terminal as an escape sequence.
 			return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
+		case "operators":
+			return runOperators(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 		case "inbox":
 			// Message ids, types, business keys and reasons come from outside, likewise.
 			return runInbox(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
