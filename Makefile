@@ -114,6 +114,21 @@ engines-check:
 soak: up bin/invoice
 	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -broker -broker-restarts 3 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 
+# Every Go fuzz target (func FuzzXxx in a _test.go file), each for FUZZTIME against the
+# real PostgreSQL, RabbitMQ and engine where it reaches them, starting from its checked-in
+# seed corpus (testdata/fuzz/FuzzXxx); plain `go test` (make test) runs the seeds alone.
+# CI runs it (.ci/run). A failing input is written to testdata/fuzz: commit it with the fix.
+FUZZTIME ?= 10s
+.PHONY: fuzz
+fuzz: up
+	@set -e; for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | sort); do \
+	  pkg=./$$(dirname $$f); \
+	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "== fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	    CI=$${CI:-true} $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./...

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -272,8 +273,8 @@ type attempt struct {
 // request leaves; a request that has left is waited for (within the lease) and its
 // answer recorded even if ctx ends meanwhile.
 func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error) {
-	if in.Scope == "" || in.Key == "" {
-		return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: intent needs a scope and a key (got %q, %q)", in.Scope, in.Key))
+	if err := checkIntent(in); err != nil {
+		return Outcome{}, failure.Permanent(err)
 	}
 	if eff.Dispatch == nil && eff.Local == nil {
 		return Outcome{}, failure.Permanent(errors.New("idempotency: an effect needs Dispatch or Local"))
@@ -302,6 +303,51 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error)
 		f(ctx, slog.String("idempotency_scope", in.Scope), slog.String("idempotency_key", in.Key), slog.String("ledger_state", string(a.row.State)))
 	}
 	return out, err
+}
+
+// ErrInvalidIntent is an intent the ledger cannot record as given: no scope or key, or a
+// field PostgreSQL cannot store (invalid UTF-8, a NUL byte) or index (too long). A retry
+// could not record it either, so Do refuses it as a permanent failure, before anything
+// is written or sent.
+var ErrInvalidIntent = errors.New("idempotency: invalid intent")
+
+// Bounds of what the ledger stores and indexes, in bytes.
+const (
+	maxScopeBytes = 200
+	maxFieldBytes = 1024
+)
+
+// checkIntent is what Do refuses before it touches the database.
+func checkIntent(in Intent) error {
+	if in.Scope == "" || in.Key == "" {
+		return fmt.Errorf("%w: it needs a scope and a key (got %q, %q)", ErrInvalidIntent, in.Scope, in.Key)
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"scope", in.Scope, maxScopeBytes}, {"key", in.Key, maxFieldBytes}, {"business key", in.Task.BusinessKey, maxFieldBytes},
+		{"actor", in.Task.Actor, maxFieldBytes}, {"task id", in.Task.TaskID, maxFieldBytes},
+		{"process instance id", in.Task.ProcessInstanceID, maxFieldBytes},
+		{"compensated scope", in.Compensates.Scope, maxScopeBytes}, {"compensated key", in.Compensates.Key, maxFieldBytes},
+	} {
+		switch {
+		case len(f.v) > f.max:
+			return fmt.Errorf("%w: its %s is %d bytes, over %d", ErrInvalidIntent, f.name, len(f.v), f.max)
+		case !utf8.ValidString(f.v):
+			return fmt.Errorf("%w: its %s %+q is not valid UTF-8", ErrInvalidIntent, f.name, truncateBytes(f.v, 64))
+		case strings.IndexByte(f.v, 0) >= 0:
+			return fmt.Errorf("%w: its %s %+q holds a NUL byte", ErrInvalidIntent, f.name, truncateBytes(f.v, 64))
+		}
+	}
+	return nil
+}
+
+func truncateBytes(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
