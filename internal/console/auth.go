@@ -59,8 +59,12 @@ func parseOperators(r io.Reader, path string) (map[string][]byte, error) {
 		if !ok || !operatorName.MatchString(name) {
 			return nil, fmt.Errorf("EXTWORKER_CONSOLE_OPERATORS_FILE %s line %d: want name:bcrypt-hash, the name of letters, digits and ._@+-", path, n)
 		}
-		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
-			return nil, fmt.Errorf("EXTWORKER_CONSOLE_OPERATORS_FILE %s line %d (%s): not a bcrypt hash (extworker console hash-password, or htpasswd -nB)", path, n, name)
+		cost, err := bcrypt.Cost([]byte(hash))
+		if err != nil {
+			return nil, fmt.Errorf("EXTWORKER_CONSOLE_OPERATORS_FILE %s line %d (%s): not a bcrypt hash (extworker console hash-password, or htpasswd -nBC 10)", path, n, name)
+		}
+		if cost < minFileCost {
+			return nil, fmt.Errorf("EXTWORKER_CONSOLE_OPERATORS_FILE %s line %d (%s): bcrypt cost %d; at least %d (extworker console hash-password, or htpasswd -nBC 10)", path, n, name, cost, minFileCost)
 		}
 		if _, dup := out[strings.ToLower(name)]; dup {
 			return nil, fmt.Errorf("EXTWORKER_CONSOLE_OPERATORS_FILE %s line %d: %s appears twice (names are compared without case)", path, n, name)
@@ -85,67 +89,81 @@ func HashPassword(password string) (string, error) {
 	return string(h), err
 }
 
-// dummyHash is compared against for unknown names, so that a login for a name that does
-// not exist takes as long as one with a wrong password.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("extworker-console-no-such-operator"), bcrypt.DefaultCost)
+// minFileCost is the least bcrypt cost an operators file may have: below it a stolen
+// file's hashes are cheap to guess, and (with a dummy hash of another cost) a login's
+// time tells names apart.
+const minFileCost = 10
+
+// hashCost is the one bcrypt cost of ops' hashes: every login, for a name there or not,
+// then compares one hash of that cost (the unknown name's against a dummy) and takes as
+// long. Hashes of different costs are refused: the time would tell their names apart.
+func hashCost(ops map[string][]byte) (int, error) {
+	cost := 0
+	for name, h := range ops {
+		c, err := bcrypt.Cost(h)
+		if err != nil {
+			return 0, fmt.Errorf("console: operator %s: not a bcrypt hash", name)
+		}
+		if cost != 0 && c != cost {
+			return 0, fmt.Errorf("console: the operators' hashes have different bcrypt costs (%d and %d): a login's time would tell their names apart; hash every password at one cost", cost, c)
+		}
+		cost = c
+	}
+	return cost, nil
+}
+
+// dummyHash is a hash of cost for a password nobody knows: a login for a name that does
+// not exist is compared against it, and takes as long as one with a wrong password.
+func dummyHash(cost int) ([]byte, error) {
+	return bcrypt.GenerateFromPassword([]byte(randomToken()), cost)
+}
 
 // checkPassword returns the operator's name as the file spells it (lower case) when
-// password is theirs.
+// password is theirs. It compares one hash whether the name exists or not.
 func (h *handler) checkPassword(name, password string) (string, bool) {
 	key := strings.ToLower(strings.TrimSpace(name))
 	hash, ok := h.opts.Operators[key]
 	if !ok {
-		hash = dummyHash
+		hash = h.dummy
 	}
 	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
 	return key, ok && err == nil
 }
 
-// limiter refuses logins for a name or from an address after maxFailures failures within
-// failureWindow: guessing passwords goes no faster than that.
-type limiter struct {
-	mu       sync.Mutex
-	failures map[string][]time.Time
+// loginKeys are what a login attempt for name is counted on (see throttle): the device
+// when the browser has logged in as name before, else the name and the address.
+func (h *handler) loginKeys(r *http.Request, name string) []throttleKey {
+	if d, ok := h.device(r, name); ok {
+		return []throttleKey{{"device:" + d, deviceRule}}
+	}
+	n := "(not a valid name)" // one key for them all: memory stays bounded
+	if operatorName.MatchString(name) {
+		n = strings.ToLower(name)
+	}
+	return []throttleKey{{"name:" + n, nameRule}, {clientKey(r.RemoteAddr), addressRule}}
 }
 
-const (
-	maxFailures   = 5
-	failureWindow = 15 * time.Minute
-)
-
-func (l *limiter) blocked(now time.Time, keys ...string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, k := range keys {
-		if len(l.recent(now, k)) >= maxFailures {
-			return true
-		}
+// device is the device cookie's id when it says this browser logged in as name before.
+func (h *handler) device(r *http.Request, name string) (string, bool) {
+	c, err := r.Cookie(deviceCookie)
+	if err != nil {
+		return "", false
 	}
-	return false
+	v, ok := h.verify("device", c.Value)
+	if !ok {
+		return "", false
+	}
+	who, id, ok := strings.Cut(v, "|")
+	return id, ok && who == strings.ToLower(strings.TrimSpace(name))
 }
 
-func (l *limiter) fail(now time.Time, keys ...string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.failures == nil {
-		l.failures = map[string][]time.Time{}
-	}
-	if len(l.failures) > 10000 { // bounded memory under a flood of names
-		clear(l.failures)
-	}
-	for _, k := range keys {
-		l.failures[k] = append(l.recent(now, k), now)
-	}
+// setDevice marks this browser as one operator has logged in from, for 30 days.
+func (h *handler) setDevice(w http.ResponseWriter, r *http.Request, operator string) {
+	h.setCookie(w, r, &http.Cookie{Name: deviceCookie, Value: h.sign("device", operator+"|"+randomToken()), Path: "/login",
+		MaxAge: int(deviceTTL / time.Second)})
 }
 
-func (l *limiter) recent(now time.Time, k string) []time.Time {
-	ts := l.failures[k]
-	i := 0
-	for i < len(ts) && now.Sub(ts[i]) > failureWindow {
-		i++
-	}
-	return ts[i:]
-}
+const deviceTTL = 30 * 24 * time.Hour
 
 // session is a logged-in operator, carried in a cookie signed with the console's key.
 type session struct {
@@ -155,10 +173,61 @@ type session struct {
 	Nonce string
 }
 
+// The console's cookies: all HttpOnly, SameSite=Strict, and Secure over TLS.
 const (
 	sessionCookie = "extworker_console"
-	loginCookie   = "extworker_console_login"
+	loginCookie   = "extworker_console_login"  // the login form's CSRF binding
+	deviceCookie  = "extworker_console_device" // this browser logged in as an operator before
+	flashCookie   = "extworker_console_flash"  // what the last form did, for the next page
+	draftCookie   = "extworker_console_draft"  // a form as typed, to fill in again
 )
+
+// secure reports whether cookies set in answer to r are marked Secure: over TLS, or
+// when Options.SecureCookies says a proxy in front terminates it.
+func (h *handler) secure(r *http.Request) bool { return h.opts.SecureCookies || r.TLS != nil }
+
+// setCookie sets c with the attributes every console cookie has.
+func (h *handler) setCookie(w http.ResponseWriter, r *http.Request, c *http.Cookie) {
+	c.HttpOnly, c.Secure, c.SameSite = true, h.secure(r), http.SameSiteStrictMode
+	if c.Path == "" {
+		c.Path = "/"
+	}
+	http.SetCookie(w, c)
+}
+
+// clearCookie removes the cookie name (set at path).
+func (h *handler) clearCookie(w http.ResponseWriter, r *http.Request, name, path string) {
+	h.setCookie(w, r, &http.Cookie{Name: name, Value: "", Path: path, MaxAge: -1})
+}
+
+// revocations are the sessions logged out before they expired, by nonce, until they
+// expire. They live in the process: a replica that shares the session key does not
+// know another's logouts (docs/console.md).
+type revocations struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (v *revocations) revoke(now time.Time, s session) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[string]time.Time{}
+	}
+	for n, exp := range v.m {
+		if !now.Before(exp) {
+			delete(v.m, n)
+		}
+	}
+	v.m[s.Nonce] = s.Expires
+}
+
+func (v *revocations) revoked(nonce string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.m[nonce]
+	return ok
+}
 
 // sign returns value with its HMAC appended.
 func (h *handler) sign(purpose, value string) string {
@@ -208,44 +277,76 @@ func randomToken() string {
 type identity struct {
 	Operator string
 	CSRF     string
-	// Session is true for a login-form session (logout applies).
+	// Session is true for a login-form session (logout applies), with its nonce and
+	// expiry.
 	Session bool
+	nonce   string
+	expires time.Time
 }
 
 // who authenticates r: by the proxy's header from a trusted address, or by the session
 // cookie.
 func (h *handler) who(r *http.Request) (identity, error) {
 	if h.opts.AuthHeader != "" {
-		if !h.trusted(r.RemoteAddr) {
-			return identity{}, fmt.Errorf("the request did not come through the authenticating proxy (from %s)", r.RemoteAddr)
-		}
-		name := strings.TrimSpace(r.Header.Get(h.opts.AuthHeader))
-		if name == "" {
-			return identity{}, fmt.Errorf("the proxy named no operator (%s is empty)", h.opts.AuthHeader)
-		}
-		if !operatorName.MatchString(name) {
-			return identity{}, fmt.Errorf("the proxy named an operator the console cannot record (%s must be letters, digits and ._@+-)", h.opts.AuthHeader)
-		}
-		// Without a session, the token is bound to the operator: only this process's key
-		// makes it.
-		return identity{Operator: name, CSRF: h.sign("csrf", "header|"+name)}, nil
+		return h.proxied(r)
 	}
+	s, err := h.sessionOf(r)
+	if err != nil {
+		return identity{}, err
+	}
+	return identity{Operator: s.Operator, CSRF: h.sign("csrf", "session|"+s.Nonce), Session: true, nonce: s.Nonce, expires: s.Expires}, nil
+}
+
+// errAmbiguousOperator: the proxy's header named more than one operator.
+var errAmbiguousOperator = errors.New("the proxy named more than one operator")
+
+// proxied is the operator the trusted proxy's header names: exactly one value, one name.
+func (h *handler) proxied(r *http.Request) (identity, error) {
+	if !h.trusted(r.RemoteAddr) {
+		return identity{}, fmt.Errorf("the request did not come through the authenticating proxy (from %s)", r.RemoteAddr)
+	}
+	values := r.Header.Values(h.opts.AuthHeader)
+	if len(values) > 1 || len(values) == 1 && strings.Contains(values[0], ",") {
+		return identity{}, fmt.Errorf("%w (%s has %d values); the proxy must replace the header, not add to it", errAmbiguousOperator,
+			h.opts.AuthHeader, len(values)+strings.Count(strings.Join(values, ""), ","))
+	}
+	name := ""
+	if len(values) == 1 {
+		name = strings.TrimSpace(values[0])
+	}
+	if name == "" {
+		return identity{}, fmt.Errorf("the proxy named no operator (%s is empty)", h.opts.AuthHeader)
+	}
+	if !operatorName.MatchString(name) {
+		return identity{}, fmt.Errorf("the proxy named an operator the console cannot record (%s must be letters, digits and ._@+-)", h.opts.AuthHeader)
+	}
+	// Without a session, the token is bound to the operator: only this process's key
+	// makes it.
+	return identity{Operator: name, CSRF: h.sign("csrf", "header|"+name)}, nil
+}
+
+// sessionOf is r's session: signed, not expired, not logged out, of an operator still
+// in the file.
+func (h *handler) sessionOf(r *http.Request) (session, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return identity{}, errors.New("not logged in")
+		return session{}, errors.New("not logged in")
 	}
 	v, ok := h.verify("session", c.Value)
 	if !ok {
-		return identity{}, errors.New("not logged in")
+		return session{}, errors.New("not logged in")
 	}
 	s, ok := decodeSession(v)
-	if !ok || !h.now().Before(s.Expires) {
-		return identity{}, errors.New("the session has expired; log in again")
+	switch {
+	case !ok || !h.now().Before(s.Expires):
+		return session{}, errors.New("the session has expired; log in again")
+	case h.revoked.revoked(s.Nonce):
+		return session{}, errors.New("the session was logged out; log in again")
 	}
 	if _, known := h.opts.Operators[s.Operator]; !known {
-		return identity{}, errors.New("the operator is no longer in the operators file")
+		return session{}, errors.New("the operator is no longer in the operators file")
 	}
-	return identity{Operator: s.Operator, CSRF: h.sign("csrf", "session|"+s.Nonce), Session: true}, nil
+	return s, nil
 }
 
 // trusted reports whether remote (host:port) is one of the trusted proxies.
@@ -289,6 +390,27 @@ func (h *handler) checkCSRF(r *http.Request, want string) error {
 func (h *handler) sameOrigin(r *http.Request, u string) bool {
 	p, err := url.Parse(u)
 	return err == nil && p.Host != "" && strings.EqualFold(p.Host, r.Host)
+}
+
+// CheckTrustedProxies refuses trusted proxies so wide that they name no proxy: a prefix
+// shorter than /8 for IPv4 (0.0.0.0/0 believes the header from anyone) or /32 for IPv6.
+// IPv4-mapped IPv6 prefixes are taken as the IPv4 prefixes they are; ps comes back so.
+func CheckTrustedProxies(ps []netip.Prefix) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		least := 8
+		if p.Addr().Is6() {
+			least = 32
+		}
+		if !p.IsValid() || p.Bits() < least {
+			return nil, fmt.Errorf("EXTWORKER_CONSOLE_TRUSTED_PROXIES %s: too wide to name a proxy (at least /%d): whoever is in it can name any operator; list the proxy's own addresses", p, least)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // OperatorLine is an operators file's line for name with hash, after checking the name

@@ -83,6 +83,13 @@ type Options struct {
 	// SecureCookies marks the cookies Secure: set it when the console is served over
 	// TLS (or behind a proxy that terminates it).
 	SecureCookies bool
+	// Addr is the address the console listens on (EXTWORKER_CONSOLE_ADDR): AllowedHosts'
+	// default is derived from it.
+	Addr string
+	// AllowedHosts are the names (or addresses) requests must name in their Host header;
+	// any other is refused with 421, so that a page served to another name (DNS
+	// rebinding) cannot read or post to the console.
+	AllowedHosts []string
 	// Notice, when not empty, is shown on every page: a problem with the console's setup
 	// that operators should know of (a database login that cannot resolve, say).
 	Notice string
@@ -91,25 +98,21 @@ type Options struct {
 
 // handler is the console.
 type handler struct {
-	opts   Options
-	key    []byte
-	pages  map[string]*template.Template
-	mux    *http.ServeMux
-	limits limiter
-	now    func() time.Time
+	opts    Options
+	key     []byte
+	dummy   []byte          // compared against for a name not in Operators
+	hosts   map[string]bool // the Host names answered
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	limits  *throttle
+	revoked revocations
+	now     func() time.Time
 }
 
 // New returns the console's handler.
 func New(o Options) (http.Handler, error) {
-	switch {
-	case o.Ledger == nil || o.DB == nil || o.Engine.Dial == nil:
-		return nil, errors.New("console: a ledger, a database pool and an engine are required")
-	case len(o.Operators) == 0 && o.AuthHeader == "":
-		return nil, errors.New("console: operators (a login form) or a proxy's authentication header is required")
-	case len(o.Operators) > 0 && o.AuthHeader != "":
-		return nil, errors.New("console: operators or a proxy's authentication header, not both")
-	case o.AuthHeader != "" && len(o.TrustedProxies) == 0:
-		return nil, errors.New("console: a proxy's authentication header is believed only from trusted proxies; none given")
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
@@ -122,6 +125,16 @@ func New(o Options) (http.Handler, error) {
 		h.key = make([]byte, 32)
 		_, _ = rand.Read(h.key)
 	}
+	var err error
+	if h.opts.TrustedProxies, err = CheckTrustedProxies(o.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	if h.hosts, err = allowedHosts(o.AllowedHosts, o.Addr); err != nil {
+		return nil, err
+	}
+	if err := h.passwords(); err != nil {
+		return nil, err
+	}
 	if err := h.parseTemplates(); err != nil {
 		return nil, err
 	}
@@ -129,17 +142,59 @@ func New(o Options) (http.Handler, error) {
 	return h, nil
 }
 
-// securityHeaders are on every response.
+// check refuses options the console cannot work with.
+func (o Options) check() error {
+	switch {
+	case o.Ledger == nil || o.DB == nil || o.Engine.Dial == nil:
+		return errors.New("console: a ledger, a database pool and an engine are required")
+	case len(o.Operators) == 0 && o.AuthHeader == "":
+		return errors.New("console: operators (a login form) or a proxy's authentication header is required")
+	case len(o.Operators) > 0 && o.AuthHeader != "":
+		return errors.New("console: operators or a proxy's authentication header, not both")
+	case o.AuthHeader != "" && len(o.TrustedProxies) == 0:
+		return errors.New("console: a proxy's authentication header is believed only from trusted proxies; none given")
+	}
+	return nil
+}
+
+// passwords prepares the login form's checks: the dummy hash of the operators' cost and
+// the throttle, which keeps every operator's name.
+func (h *handler) passwords() error {
+	cost, err := hashCost(h.opts.Operators)
+	if err != nil || cost == 0 {
+		h.limits = newThrottle(nil, throttleSlots)
+		return err
+	}
+	if h.dummy, err = dummyHash(cost); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	names := make([]string, 0, len(h.opts.Operators))
+	for n := range h.opts.Operators {
+		names = append(names, n)
+	}
+	h.limits = newThrottle(names, throttleSlots)
+	return nil
+}
+
+// securityHeaders are on every response, and so is Cache-Control: no-store: nothing the
+// console answers, page, redirect or error, is kept by a browser or a proxy.
 var securityHeaders = map[string]string{
 	"Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 	"X-Content-Type-Options":  "nosniff",
 	"Referrer-Policy":         "same-origin",
 	"X-Frame-Options":         "DENY",
+	"Cache-Control":           "no-store",
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range securityHeaders {
 		w.Header().Set(k, v)
+	}
+	if !h.hostAllowed(r.Host) {
+		h.opts.Logger.Warn("console: request refused: not a host the console answers to", slog.String("remote", r.RemoteAddr),
+			slog.String("host", visiblePlain(r.Host)))
+		http.Error(w, "421 misdirected request: this console does not answer to that host name", http.StatusMisdirectedRequest)
+		return
 	}
 	h.mux.ServeHTTP(w, r)
 }
@@ -164,18 +219,13 @@ func (h *handler) routes() {
 }
 
 // authed runs next for an authenticated operator, with the CSRF check for a POST.
-// Without a login, a page read goes to the login form; anything else is refused.
+// Without a login, a page read goes to the login form (and back after it), and a form
+// whose session ended is kept for after the login (keepForm); anything else is refused.
 func (h *handler) authed(next func(http.ResponseWriter, *http.Request, identity)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := h.who(r)
 		if err != nil {
-			if r.Method == http.MethodGet && h.opts.AuthHeader == "" {
-				http.Redirect(w, r, "/login", http.StatusSeeOther)
-				return
-			}
-			h.opts.Logger.Warn("console: request refused: not authenticated", slog.String("remote", r.RemoteAddr),
-				slog.String("path", r.URL.Path), slog.String("why", err.Error()))
-			h.render(w, r, http.StatusUnauthorized, "error", identity{}, page{Title: "Not authenticated", Error: err.Error()})
+			h.unauthenticated(w, r, err)
 			return
 		}
 		if r.Method == http.MethodPost {
@@ -191,40 +241,56 @@ func (h *handler) authed(next func(http.ResponseWriter, *http.Request, identity)
 	}
 }
 
+// unauthenticated answers a request without a login.
+func (h *handler) unauthenticated(w http.ResponseWriter, r *http.Request, err error) {
+	if h.opts.AuthHeader == "" {
+		if r.Method == http.MethodGet {
+			http.Redirect(w, r, loginPath(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		if back, ok := h.keepForm(w, r); ok {
+			h.setFlash(w, r, flash{Error: "Your session ended before the form was sent, so nothing was done; log in again: the form is kept, filled in as you typed it."})
+			http.Redirect(w, r, loginPath(back), http.StatusSeeOther)
+			return
+		}
+	}
+	h.opts.Logger.Warn("console: request refused: not authenticated", slog.String("remote", r.RemoteAddr),
+		slog.String("path", r.URL.Path), slog.String("why", err.Error()))
+	status := http.StatusUnauthorized
+	if errors.Is(err, errAmbiguousOperator) {
+		status = http.StatusBadRequest
+	}
+	h.render(w, r, status, "error", identity{}, page{Title: "Not authenticated", Error: err.Error()})
+}
+
 // page is what every template gets.
 type page struct {
 	Title  string
 	Me     identity
 	Notice string
-	// Error is shown plainly at the top; Done says what an action did.
-	Error string
-	Done  []string
-	Data  any
+	// Error is shown plainly at the top; Done says what an action did, Action what it
+	// did in the engine.
+	Error  string
+	Done   []string
+	Action *operate.Action
+	Data   any
 }
 
 // funcs are the templates' helpers.
 func (h *handler) funcs() template.FuncMap {
 	return template.FuncMap{
-		"age": func(t time.Time) string { return age(h.now(), t) },
-		"ago": func(t time.Time) string { return ago(h.now(), t) },
-		"agop": func(t *time.Time) string {
-			if t == nil {
-				return "-"
-			}
-			return ago(h.now(), *t)
-		},
-		"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"whenp": func(t *time.Time) string {
-			if t == nil {
-				return "-"
-			}
-			return t.UTC().Format("2006-01-02 15:04:05Z")
-		},
-		"str":     deref,
+		"show":    visibleHTML,
+		"plain":   visiblePlain,
+		"showp":   func(s *string) template.HTML { return visibleHTML(deref(s)) },
+		"refill":  refill,
+		"at":      func(t time.Time) template.HTML { return stamp(h.now(), t) },
+		"atp":     func(t *time.Time) template.HTML { return stampp(h.now(), t) },
+		"ago":     func(t time.Time) string { return ago(h.now(), t) },
 		"cockpit": h.cockpitInstance,
-		"verdict": verdictName,
+		"verdict": verdictOf,
+		"queue":   func(rows any, empty string) queue { return queue{Rows: rows, Empty: empty} },
 		"intentURL": func(scope, key string) string {
-			return "/intent?" + urlValues("scope", scope, "key", key)
+			return intentPath(scope, key)
 		},
 		"deref": func(p *int) int {
 			if p == nil {
@@ -239,6 +305,12 @@ func (h *handler) funcs() template.FuncMap {
 			return fmt.Sprint(*p)
 		},
 	}
+}
+
+// queue is a list a template shows, with what it says when the list is empty.
+type queue struct {
+	Rows  any
+	Empty string
 }
 
 func (h *handler) parseTemplates() error {
@@ -257,12 +329,18 @@ func (h *handler) parseTemplates() error {
 	return nil
 }
 
-// render writes a page; pages are never cached. The page is rendered whole before it
-// is sent, so that a template's failure is an error page, not half a page that looks
-// complete.
+// render writes a page, with what the last form did when it is a page read. The page is
+// rendered whole before it is sent, so that a template's failure is an error page, not
+// half a page that looks complete; and it is UTF-8 whatever the data held.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, id identity, p page) {
 	p.Me, p.Notice = id, h.opts.Notice
-	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodGet {
+		f := h.takeFlash(w, r)
+		p.Done, p.Error = append(f.Done, p.Done...), joinErr(f.Error, p.Error)
+		if p.Action == nil {
+			p.Action = f.Action
+		}
+	}
 	var buf bytes.Buffer
 	if err := h.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
 		h.opts.Logger.Error("console: rendering a page failed", slog.String("page", name), slog.String("path", r.URL.Path), slog.Any("error", err))
@@ -271,5 +349,5 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = buf.WriteTo(w)
+	_, _ = w.Write(bytes.ToValidUTF8(buf.Bytes(), []byte("\uFFFD")))
 }

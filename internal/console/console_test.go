@@ -175,9 +175,9 @@ func intentURL(base, scope, key string) string {
 	return base + "/intent?" + url.Values{"scope": {scope}, "key": {key}}.Encode()
 }
 
-// Without a login every page goes to the login form and every action is refused; a wrong
-// password logs nobody in; the right one sets a session cookie that scripts cannot read
-// and other sites cannot send.
+// Without a login every page goes to the login form (and back after it) and every
+// action is refused; a wrong password logs nobody in; the right one sets a session
+// cookie that scripts cannot read and other sites cannot send.
 func TestLogin(t *testing.T) {
 	t.Parallel()
 	srv := newConsole(t, newEnv(t), noEngine)
@@ -185,20 +185,28 @@ func TestLogin(t *testing.T) {
 	for _, path := range []string{"/", "/resolutions", "/inbox", "/outbox", "/intent?scope=a&key=b"} {
 		resp, _ := get(t, c, srv.URL+path)
 		assert.Equal(t, http.StatusSeeOther, resp.StatusCode, path)
-		assert.Equal(t, "/login", resp.Header.Get("Location"), path)
+		want := "/login"
+		if path != "/" {
+			want += "?" + url.Values{"next": {path}}.Encode()
+		}
+		assert.Equal(t, want, resp.Header.Get("Location"), path)
 	}
 	resp, _ := post(t, c, srv.URL+"/resolutions/1/approve", url.Values{"reason": {"x"}})
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 
 	for _, bad := range [][2]string{{"alice", "bob-password"}, {"mallory", "alice-password"}, {"alice", ""}} {
 		resp = login(t, c, srv.URL, bad[0], bad[1])
-		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, bad[0])
+		assert.Equal(t, http.StatusSeeOther, resp.StatusCode, bad[0])
+		assert.Equal(t, "/login", resp.Header.Get("Location"), bad[0])
 		for _, ck := range resp.Cookies() {
 			assert.NotEqual(t, "extworker_console", ck.Name, "no session for a failed login")
 		}
+		_, page := get(t, c, srv.URL+"/login")
+		assert.Contains(t, page, "Unknown name or wrong password.", bad[0])
 	}
 	resp = login(t, c, srv.URL, "Alice", "alice-password")
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/", resp.Header.Get("Location"))
 	var session *http.Cookie
 	for _, ck := range resp.Cookies() {
 		if ck.Name == "extworker_console" {
@@ -228,20 +236,22 @@ func TestLogin(t *testing.T) {
 }
 
 // The login form carries a token bound to a cookie of its own: another site cannot log a
-// browser in. Failures are limited per name: the sixth attempt is refused even with the
-// right password.
+// browser in. Failures slow a name down: after three, the next attempt waits, even with
+// the right password (TestLoginThrottle has the whole policy).
 func TestLoginCSRFAndRateLimit(t *testing.T) {
 	t.Parallel()
 	srv := newConsole(t, newEnv(t), noEngine)
 	c := browser(t)
 	resp, _ := post(t, c, srv.URL+"/login", url.Values{"name": {"alice"}, "password": {"alice-password"}})
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no login token")
-	for range 5 {
+	for range 3 {
 		resp = login(t, c, srv.URL, "bob", "guess")
-		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		assert.Equal(t, "/login", resp.Header.Get("Location"))
 	}
 	resp = login(t, c, srv.URL, "bob", "bob-password")
-	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "/login", resp.Header.Get("Location"), "not in")
+	_, page := get(t, c, srv.URL+"/login")
+	assert.Contains(t, page, "Too many failed logins")
 }
 
 // Every response carries the security headers; pages are not cached and carry no script.
@@ -319,10 +329,11 @@ func TestTwoPersonRule(t *testing.T) {
 	alice, bob := loggedIn(t, srv.URL, "alice"), loggedIn(t, srv.URL, "bob")
 	page := intentURL(srv.URL, "payment.collect", "invoice:T1")
 	_, body := get(t, alice, page)
-	resp, body := post(t, alice, srv.URL+"/intent/resolve", url.Values{"csrf": {csrfOf(t, body)}, "scope": {"payment.collect"},
+	resp, _ := post(t, alice, srv.URL+"/intent/resolve", url.Values{"csrf": {csrfOf(t, body)}, "scope": {"payment.collect"},
 		"key": {"invoice:T1"}, "as": {"confirmed"}, "provider_ref": {"ch_T1"}, "values": {"paymentRef=ch_T1"}, "reason": {"in the dashboard"},
 		"operator": {"bob"}, "requested_by": {"bob"}})
-	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, body, "until a second operator approves it")
 	ctx := testenv.Context(t, time.Minute)
 	reqs, err := e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:T1", Status: idempotency.ResolutionPending})
@@ -336,8 +347,9 @@ func TestTwoPersonRule(t *testing.T) {
 	assert.Contains(t, body, `id="own-request"`)
 	assert.NotContains(t, body, `/approve"`, "no approve button for the requester")
 	approve := srv.URL + "/resolutions/" + itoa(id) + "/approve"
-	resp, body = post(t, alice, approve, url.Values{"csrf": {csrfOf(t, body)}, "reason": {"mine"}, "operator": {"bob"}})
-	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = post(t, alice, approve, url.Values{"csrf": {csrfOf(t, body)}, "reason": {"mine"}, "operator": {"bob"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, html.UnescapeString(body), "a resolution is approved by a different operator")
 	r, err := e.worker.Get(ctx, "payment.collect", "invoice:T1")
 	require.NoError(t, err)
@@ -345,8 +357,9 @@ func TestTwoPersonRule(t *testing.T) {
 
 	_, body = get(t, bob, page)
 	assert.Contains(t, body, `/resolutions/`+itoa(id)+`/approve"`)
-	resp, body = post(t, bob, srv.URL+"/resolutions/"+itoa(id)+"/approve", url.Values{"csrf": {csrfOf(t, body)}, "reason": {"ch_T1 checked"}})
-	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	resp, _ = post(t, bob, srv.URL+"/resolutions/"+itoa(id)+"/approve", url.Values{"csrf": {csrfOf(t, body)}, "reason": {"ch_T1 checked"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	_, body = get(t, bob, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, body, "approved: the intent is now confirmed")
 	assert.Contains(t, body, `id="engine-action"`, "what was done in the engine is shown")
 	assert.Contains(t, body, "no engine in this test")
@@ -360,11 +373,15 @@ func TestTwoPersonRule(t *testing.T) {
 	// Bad input is shown plainly, and records nothing.
 	hold(t, e.worker, "payment.collect", "invoice:T2", "task-T2")
 	_, body = get(t, alice, intentURL(srv.URL, "payment.collect", "invoice:T2"))
-	resp, body = post(t, alice, srv.URL+"/intent/resolve", url.Values{"csrf": {csrfOf(t, body)}, "scope": {"payment.collect"},
+	resp, _ = post(t, alice, srv.URL+"/intent/resolve", url.Values{"csrf": {csrfOf(t, body)}, "scope": {"payment.collect"},
 		"key": {"invoice:T2"}, "as": {"confirmed"}})
-	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, html.UnescapeString(body), "a reason is required")
 	assert.Contains(t, html.UnescapeString(body), "confirming needs the provider's reference")
+	reqs, err = e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:T2"})
+	require.NoError(t, err)
+	assert.Empty(t, reqs)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -421,7 +438,7 @@ func TestProxyHeader(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h, err := console.New(console.Options{Ledger: e.console, DB: e.consolePool, Engine: noEngine, AuthHeader: "X-Forwarded-User",
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, AllowedHosts: []string{"example.com"}})
 	require.NoError(t, err)
 	serve := func(remote, user string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)

@@ -1,12 +1,13 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,8 @@ import (
 )
 
 // ---- login
+
+type loginData struct{ Next string }
 
 func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
 	if h.opts.AuthHeader != "" {
@@ -31,11 +34,13 @@ func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
 // token is bound to a random cookie, so that another site cannot log a browser in.
 func (h *handler) showLogin(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	nonce := randomToken()
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: nonce, Path: "/login", HttpOnly: true, Secure: h.opts.SecureCookies,
-		SameSite: http.SameSiteStrictMode, MaxAge: 3600})
-	h.render(w, r, status, "login", identity{CSRF: h.sign("csrf", "login|"+nonce)}, page{Title: "Log in", Error: problem})
+	h.setCookie(w, r, &http.Cookie{Name: loginCookie, Value: nonce, Path: "/login", MaxAge: 3600})
+	h.render(w, r, status, "login", identity{CSRF: h.sign("csrf", "login|"+nonce)},
+		page{Title: "Log in", Error: problem, Data: loginData{Next: safeNext(r.FormValue("next"))}})
 }
 
+// login checks the form, throttled (see throttle), and answers with a redirect either
+// way: to the page the operator came for, or back to the form saying why not.
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if h.opts.AuthHeader != "" {
 		http.Error(w, "the console authenticates through its proxy", http.StatusNotFound)
@@ -51,31 +56,42 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.showLogin(w, r, http.StatusForbidden, err.Error())
 		return
 	}
-	name, password := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("password")
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	now := h.now()
-	keys := []string{"name:" + strings.ToLower(name), "addr:" + host}
-	if h.limits.blocked(now, keys...) {
+	name, password, next := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("password"), safeNext(r.PostFormValue("next"))
+	keys, now := h.loginKeys(r, name), h.now()
+	if wait := h.limits.wait(now, keys...); wait > 0 {
 		h.opts.Logger.Warn("console: login refused: too many failures", slog.String("operator", logName(name)), slog.String("remote", r.RemoteAddr))
-		h.showLogin(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many failed logins for this name or address; try again in %v.", failureWindow))
+		h.loginFailed(w, r, next, fmt.Sprintf("Too many failed logins for this name or from this address: try again in %s.", age(wait.Round(time.Second)+time.Second)))
 		return
 	}
 	operator, ok := h.checkPassword(name, password)
 	if !ok {
 		h.limits.fail(now, keys...)
 		h.opts.Logger.Warn("console: login failed", slog.String("operator", logName(name)), slog.String("remote", r.RemoteAddr))
-		h.showLogin(w, r, http.StatusUnauthorized, "Unknown name or wrong password.")
+		h.loginFailed(w, r, next, "Unknown name or wrong password.")
 		return
 	}
-	s := session{Operator: operator, Expires: now.Add(h.opts.SessionTTL), Nonce: randomToken()}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: h.sign("session", s.encode()), Path: "/", HttpOnly: true,
-		Secure: h.opts.SecureCookies, SameSite: http.SameSiteStrictMode, Expires: s.Expires})
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login", MaxAge: -1})
+	if strings.HasPrefix(keys[0].id, "device:") {
+		h.limits.forget(keys[0])
+	}
+	h.startSession(w, r, operator)
 	h.opts.Logger.Info("console: operator logged in", slog.String("operator", operator), slog.String("remote", r.RemoteAddr))
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	http.Redirect(w, r, or(next, "/"), http.StatusSeeOther)
+}
+
+func (h *handler) loginFailed(w http.ResponseWriter, r *http.Request, next, why string) {
+	h.setFlash(w, r, flash{Error: why})
+	http.Redirect(w, r, loginPath(next), http.StatusSeeOther)
+}
+
+// startSession sets the session cookie, and marks the browser as one operator logged
+// in from (a device cookie, kept when it is already theirs).
+func (h *handler) startSession(w http.ResponseWriter, r *http.Request, operator string) {
+	s := session{Operator: operator, Expires: h.now().Add(h.opts.SessionTTL), Nonce: randomToken()}
+	h.setCookie(w, r, &http.Cookie{Name: sessionCookie, Value: h.sign("session", s.encode()), Expires: s.Expires})
+	if _, ok := h.device(r, operator); !ok {
+		h.setDevice(w, r, operator)
+	}
+	h.clearCookie(w, r, loginCookie, "/login")
 }
 
 // logName is a login name fit for a log line: what was typed may be anything, even a
@@ -87,11 +103,64 @@ func logName(name string) string {
 	return "(not a valid name)"
 }
 
+// logout ends the session: revoked on the server until it would have expired, and the
+// cookie removed.
 func (h *handler) logout(w http.ResponseWriter, r *http.Request, id identity) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: h.opts.SecureCookies,
-		SameSite: http.SameSiteStrictMode})
+	if id.Session {
+		h.revoked.revoke(h.now(), session{Nonce: id.nonce, Expires: id.expires})
+	}
+	h.clearCookie(w, r, sessionCookie, "/")
 	h.opts.Logger.Info("console: operator logged out", slog.String("operator", id.Operator))
+	h.setFlash(w, r, flash{Done: []string{"Logged out."}})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// loginPath is the login form's path, with the page to go back to after it.
+func loginPath(next string) string {
+	if next = safeNext(next); next == "" || next == "/" {
+		return "/login"
+	}
+	return "/login?" + urlValues("next", next)
+}
+
+// safeNext is next when it is a page of this console (a path, not another site's URL,
+// nor the login form itself), else "".
+func safeNext(next string) string {
+	u, err := url.Parse(next)
+	switch {
+	case err != nil || len(next) > 2048 || !validQuery(next) || visiblePlain(next) != next:
+		return ""
+	case !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, `/\`):
+		return ""
+	case u.Scheme != "" || u.Host != "" || u.Path == "/login":
+		return ""
+	}
+	return next
+}
+
+// keepForm keeps, for after the login, a form whose session ended: a verdict or a
+// decision, sent from a page of this console (its Origin or Referer says so, else
+// another site could fill in an operator's form). It returns the page to go back to.
+func (h *handler) keepForm(w http.ResponseWriter, r *http.Request) (string, bool) {
+	origin := or(r.Header.Get("Origin"), r.Header.Get("Referer"))
+	if origin == "" || !h.sameOrigin(r, origin) {
+		return "", false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	scope, key := r.PostFormValue("scope"), r.PostFormValue("key")
+	if !validQuery(scope) || !validQuery(key) || scope == "" {
+		return "", false
+	}
+	d := draft{Scope: scope, Key: key}
+	if r.URL.Path == "/intent/resolve" {
+		f := readResolveForm(r)
+		d.Resolve = &f
+	} else if id, err := strconv.ParseInt(r.PathValue("id"), 10, 64); err == nil {
+		d.Decide = &decideForm{ID: id, Approve: strings.HasSuffix(r.URL.Path, "/approve"), Reason: typed(r.PostFormValue("reason"))}
+	} else {
+		return "", false
+	}
+	return intentPath(scope, key), h.setDraft(w, r, d)
 }
 
 // ---- overview
@@ -147,17 +216,34 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, id identity) 
 // ---- one intent
 
 type intentData struct {
-	Namespace      string
-	Row            idempotency.Row
-	Events         []idempotency.Event
-	Resolutions    []idempotency.ResolutionRequest
-	Engine         operate.View
-	Instance       string // the process instance
-	Resolvable     bool   // unknown or held, and nothing pending
-	HasPending     bool
-	ApprovalNeeded map[string]string // verdict -> why it needs a second operator
-	Action         *operate.Action   // what was done in the engine after a verdict applied
-	Form           resolveForm       // the resolve form, as last submitted
+	Namespace   string
+	Row         idempotency.Row
+	Events      []idempotency.Event
+	Resolutions []idempotency.ResolutionRequest
+	Engine      operate.View
+	Instance    string // the process instance
+	HasPending  bool
+	// OrphanOpen: orphaned, and no closing verdict approved.
+	OrphanOpen bool
+	// Verdicts are the resolve form's choices; none when nothing can be resolved now.
+	Verdicts []verdictOption
+	Form     resolveForm // the resolve form as typed (a draft), or empty
+	Decide   decideForm  // an approval's or rejection's form as typed
+}
+
+// DecideReason is the reason typed into resolution id's approve (or reject) form.
+func (d intentData) DecideReason(id int64, approve bool) string {
+	if d.Decide.ID == id && d.Decide.Approve == approve {
+		return refill(d.Decide.Reason)
+	}
+	return ""
+}
+
+// verdictOption is one of the resolve form's verdicts.
+type verdictOption struct {
+	Value, Label string
+	Needs        string // why it needs a second operator, if it does
+	Checked      bool
 }
 
 type resolveForm struct {
@@ -166,111 +252,232 @@ type resolveForm struct {
 
 func (h *handler) intent(w http.ResponseWriter, r *http.Request, id identity) {
 	scope, key := r.URL.Query().Get("scope"), r.URL.Query().Get("key")
-	h.showIntent(w, r, id, scope, key, http.StatusOK, page{}, nil, resolveForm{})
-}
-
-// showIntent renders the intent's page, with what an action did (p.Done, act) or why it
-// was refused (p.Error, status).
-func (h *handler) showIntent(w http.ResponseWriter, r *http.Request, id identity, scope, key string, status int, p page,
-	act *operate.Action, form resolveForm) {
-	ctx := r.Context()
-	l := h.opts.Ledger
-	row, err := l.Get(ctx, scope, key)
+	if !validQuery(scope) || !validQuery(key) {
+		h.render(w, r, http.StatusBadRequest, "error", id, page{Title: "Intent", Error: "scope and key: UTF-8 text without NUL, at most 4096 bytes each"})
+		return
+	}
+	d, err := h.intentData(r.Context(), scope, key)
 	if err != nil {
 		st := http.StatusInternalServerError
 		if errors.Is(err, idempotency.ErrNotFound) {
 			st = http.StatusNotFound
 		}
-		h.render(w, r, st, "error", id, page{Title: "Intent", Error: joinErr(p.Error, err.Error())})
+		h.render(w, r, st, "error", id, page{Title: "Intent", Error: err.Error()})
 		return
 	}
-	d := intentData{Namespace: l.Namespace(), Row: row, Action: act, Form: form, ApprovalNeeded: map[string]string{}}
-	var problems []string
-	if d.Events, err = l.Events(ctx, scope, key); err != nil {
-		problems = append(problems, "events: "+err.Error())
+	if dr, ok := h.takeDraft(w, r, scope, key, id.Operator); ok {
+		d.refill(dr)
 	}
-	if d.Resolutions, err = l.Resolutions(ctx, idempotency.ResolutionFilter{Scope: scope, Key: key}); err != nil {
-		problems = append(problems, "resolutions: "+err.Error())
+	p := page{Title: d.Row.Scope + " / " + d.Row.Key, Data: d}
+	if len(d.problems) > 0 {
+		p.Error = strings.Join(d.problems, "; ")
 	}
-	for _, res := range d.Resolutions {
-		if res.Status == idempotency.ResolutionPending {
-			d.HasPending = true
-		}
-	}
-	d.Resolvable = (row.State == idempotency.StateUnknown || row.State == idempotency.StateOperatorHold) && !d.HasPending
-	for _, as := range []idempotency.State{idempotency.StateConfirmed, idempotency.StateRejected, idempotency.StatePrepared} {
-		if need, why := l.ApprovalNeeded(row, as); need {
-			d.ApprovalNeeded[verdictName(as)] = why
-		}
-	}
-	d.Engine = h.opts.Engine.View(ctx, row)
-	d.Instance = d.Engine.ProcessInstanceID(row)
-	p.Title, p.Data = row.Scope+" / "+row.Key, d
-	if len(problems) > 0 {
-		p.Error = joinErr(p.Error, strings.Join(problems, "; "))
-	}
-	h.render(w, r, status, "intent", id, p)
+	h.render(w, r, http.StatusOK, "intent", id, p)
 }
 
-// resolve records the logged-in operator's verdict.
+// intentPage is intentData with what could not be read.
+type intentPage struct {
+	intentData
+	problems []string
+}
+
+// intentData reads an intent, its events and resolutions, and the engine's view of it.
+func (h *handler) intentData(ctx context.Context, scope, key string) (intentPage, error) {
+	l := h.opts.Ledger
+	row, err := l.Get(ctx, scope, key)
+	if err != nil {
+		return intentPage{}, err
+	}
+	d := intentPage{intentData: intentData{Namespace: l.Namespace(), Row: row}}
+	if d.Events, err = l.Events(ctx, scope, key); err != nil {
+		d.problems = append(d.problems, "events: "+err.Error())
+	}
+	if d.Resolutions, err = l.Resolutions(ctx, idempotency.ResolutionFilter{Scope: scope, Key: key}); err != nil {
+		d.problems = append(d.problems, "resolutions: "+err.Error())
+	}
+	closed := false
+	for _, res := range d.Resolutions {
+		d.HasPending = d.HasPending || res.Status == idempotency.ResolutionPending
+		closed = closed || res.As == idempotency.VerdictClose && res.Status == idempotency.ResolutionApproved
+	}
+	d.OrphanOpen = row.OrphanedAt != nil && !closed
+	d.Verdicts = h.verdictOptions(d.intentData)
+	d.Engine = h.opts.Engine.View(ctx, row)
+	d.Instance = d.Engine.ProcessInstanceID(row)
+	return d, nil
+}
+
+// refill puts a draft into the page's forms.
+func (d *intentPage) refill(dr draft) {
+	if dr.Resolve != nil {
+		d.Form = *dr.Resolve
+		for i := range d.Verdicts {
+			d.Verdicts[i].Checked = d.Verdicts[i].Value == d.Form.As
+		}
+	}
+	if dr.Decide != nil {
+		d.Decide = *dr.Decide
+	}
+}
+
+// verdicts are the resolve form's verdicts: the form's values, the ledger's verdicts,
+// and what each means.
+var verdicts = []struct {
+	value string
+	as    idempotency.State
+	label string
+}{
+	{"confirmed", idempotency.StateConfirmed, "confirmed: the provider has it"},
+	{"rejected", idempotency.StateRejected, "rejected: it did not happen and will not"},
+	{"retry", idempotency.StatePrepared, "retry: the provider never got it; send again with the same key"},
+	{"close", idempotency.VerdictClose, "close the orphan: dealt with outside the ledger (compensated, refunded by hand, or accepted); the intent keeps its state"},
+}
+
+// verdictOptions are the verdicts d's intent can take now: none while one is pending;
+// confirmed, rejected and retry for an unknown or held intent; close for an open
+// orphan, whatever its state.
+func (h *handler) verdictOptions(d intentData) []verdictOption {
+	if d.HasPending {
+		return nil
+	}
+	doubt := d.Row.State == idempotency.StateUnknown || d.Row.State == idempotency.StateOperatorHold
+	var out []verdictOption
+	for _, v := range verdicts {
+		if v.as == idempotency.VerdictClose && !d.OrphanOpen || v.as != idempotency.VerdictClose && !doubt {
+			continue
+		}
+		o := verdictOption{Value: v.value, Label: v.label}
+		if need, why := h.opts.Ledger.ApprovalNeeded(d.Row, v.as); need {
+			o.Needs = why
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// resolve records the logged-in operator's verdict, and answers with a redirect to the
+// intent's page, which says what happened (and has the form as typed after a refusal).
 func (h *handler) resolve(w http.ResponseWriter, r *http.Request, id identity) {
 	scope, key := r.PostFormValue("scope"), r.PostFormValue("key")
-	form := resolveForm{As: r.PostFormValue("as"), ProviderRef: strings.TrimSpace(r.PostFormValue("provider_ref")),
-		ErrorCode: strings.TrimSpace(r.PostFormValue("error_code")), Values: r.PostFormValue("values"), Reason: r.PostFormValue("reason")}
-	res := idempotency.Resolution{ProviderRef: form.ProviderRef, ErrorCode: form.ErrorCode, Reason: form.Reason, Operator: id.Operator}
-	var problems []string
-	switch form.As {
-	case "confirmed":
-		res.As = idempotency.StateConfirmed
-	case "rejected":
-		res.As = idempotency.StateRejected
-	case "retry":
-		res.As = idempotency.StatePrepared
-	default:
-		problems = append(problems, "choose a verdict: confirmed, rejected or retry")
+	if !validQuery(scope) || !validQuery(key) {
+		h.render(w, r, http.StatusBadRequest, "error", id, page{Title: "Resolve", Error: "scope and key: UTF-8 text without NUL, at most 4096 bytes each"})
+		return
 	}
-	values, err := parseValues(form.Values)
-	if err != nil {
-		problems = append(problems, err.Error())
-	}
-	res.Values = values
-	if strings.TrimSpace(form.Reason) == "" {
-		problems = append(problems, "a reason is required (what you checked, for the audit trail)")
-	}
-	if res.As == idempotency.StateConfirmed && form.ProviderRef == "" {
-		problems = append(problems, "confirming needs the provider's reference")
-	}
-	if res.As != idempotency.StateRejected && form.ErrorCode != "" {
-		problems = append(problems, "an error code goes only with rejected")
-	}
-	if res.As != idempotency.StateConfirmed && len(values) > 0 || res.As == idempotency.StatePrepared && form.ProviderRef != "" {
-		problems = append(problems, "the provider reference and values go with confirmed")
-	}
-	if len(problems) > 0 {
-		h.showIntent(w, r, id, scope, key, http.StatusBadRequest, page{Error: strings.Join(problems, "; ")}, nil, form)
+	form, back := readResolveForm(r), intentPath(scope, key)
+	keep := draft{Scope: scope, Key: key, Operator: id.Operator, Resolve: &form}
+	res, problem := form.resolution(id.Operator)
+	if problem != "" {
+		h.refuse(w, r, back, problem, keep)
 		return
 	}
 	out, err := h.opts.Ledger.Resolve(r.Context(), scope, key, res)
 	if err != nil {
-		h.opts.Logger.Warn("console: resolution refused", slog.String("operator", id.Operator), slog.String("idempotency_scope", scope),
-			slog.Any("error", err))
-		h.showIntent(w, r, id, scope, key, statusOf(err), page{Error: err.Error()}, nil, form)
+		h.opts.Logger.Warn("console: resolution refused", slog.String("operator", id.Operator), slog.Any("error", err))
+		h.refuse(w, r, back, err.Error(), keep)
 		return
 	}
+	f := flash{}
 	if out.Pending != nil {
 		h.opts.Logger.Info("console: resolution requested", slog.String("operator", id.Operator), slog.Int64("resolution", out.Pending.ID))
-		h.showIntent(w, r, id, scope, key, http.StatusOK, page{Done: []string{fmt.Sprintf(
-			"Resolution #%d recorded: %s. The intent stays %s until a second operator approves it.", out.Pending.ID, out.Pending.VerdictText(), out.Row.State)}},
-			nil, resolveForm{})
-		return
+		f.Done = []string{fmt.Sprintf("Resolution #%d recorded: %s. The intent stays %s until a second operator approves it.",
+			out.Pending.ID, form.As, out.Row.State)}
+	} else {
+		act := h.opts.Engine.ResumeTask(r.Context(), out.Row)
+		h.opts.Logger.Info("console: resolution applied", slog.String("operator", id.Operator), slog.String("engine_action", act.Action))
+		f.Done, f.Action = []string{fmt.Sprintf("The intent is now %s, by operator:%s.", out.Row.State, id.Operator)}, &act
 	}
-	act := h.opts.Engine.ResumeTask(r.Context(), out.Row)
-	h.opts.Logger.Info("console: resolution applied", slog.String("operator", id.Operator), slog.String("engine_action", act.Action))
-	h.showIntent(w, r, id, scope, key, http.StatusOK, page{Done: []string{fmt.Sprintf("The intent is now %s, by operator:%s.", out.Row.State, id.Operator)}},
-		&act, resolveForm{})
+	h.done(w, r, back, f)
 }
 
-// decide approves or rejects a pending resolution as the logged-in operator.
+// done answers a form that did what it said: to back, saying what.
+func (h *handler) done(w http.ResponseWriter, r *http.Request, back string, f flash) {
+	h.setFlash(w, r, f)
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// refuse answers a form that was refused: to back, saying why, with the form as typed.
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, back, why string, keep draft) {
+	if (keep.Resolve != nil || keep.Decide != nil) && !h.setDraft(w, r, keep) {
+		why += " (The form was too long to keep; type it again.)"
+	}
+	h.setFlash(w, r, flash{Error: why})
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+func readResolveForm(r *http.Request) resolveForm {
+	return resolveForm{As: r.PostFormValue("as"), ProviderRef: typed(r.PostFormValue("provider_ref")), ErrorCode: typed(r.PostFormValue("error_code")),
+		Values: typed(r.PostFormValue("values")), Reason: typed(r.PostFormValue("reason"))}
+}
+
+// resolution is the verdict the form gives, or why the console refuses it ("" when it
+// does not). Fields are stored as shown: trimmed, and refused when they hold what a
+// reader could not see.
+func (f resolveForm) resolution(operator string) (idempotency.Resolution, string) {
+	var problems []string
+	note := func(err error) {
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	note(fieldProviderRef.check(f.ProviderRef))
+	note(fieldErrorCode.check(f.ErrorCode))
+	note(fieldValues.check(f.Values))
+	note(reasonProblem(f.Reason))
+	res := idempotency.Resolution{ProviderRef: strings.TrimSpace(f.ProviderRef), ErrorCode: strings.TrimSpace(f.ErrorCode),
+		Reason: strings.TrimSpace(f.Reason), Operator: operator}
+	values, err := parseValues(f.Values)
+	note(err)
+	res.Values = values
+	for _, v := range verdicts {
+		if v.value == f.As {
+			res.As = v.as
+		}
+	}
+	note(resolution(res).consistent())
+	return res, strings.Join(problems, "; ")
+}
+
+// reasonProblem is why a typed reason is refused, or nil.
+func reasonProblem(reason string) error {
+	if err := fieldReason.check(reason); err != nil {
+		return err
+	}
+	if strings.TrimSpace(reason) == "" {
+		return errors.New("a reason is required (what you checked, for the audit trail)")
+	}
+	return nil
+}
+
+// consistent is nil when the verdict and its fields go together.
+func (res resolution) consistent() error {
+	ref, code, values := res.ProviderRef != "", res.ErrorCode != "", len(res.Values) > 0
+	switch res.As {
+	case "":
+		return errors.New("choose a verdict: confirmed, rejected, retry, or close for an orphan")
+	case idempotency.StateConfirmed:
+		if !ref {
+			return errors.New("confirming needs the provider's reference")
+		}
+		if code {
+			return errors.New("an error code goes only with rejected")
+		}
+	case idempotency.StateRejected:
+		if values {
+			return errors.New("result values go only with confirmed")
+		}
+	default:
+		if ref || code || values {
+			return fmt.Errorf("%s takes no provider reference, error code or values", verdictLabel(res.As))
+		}
+	}
+	return nil
+}
+
+// resolution is the ledger's, with the form's checks.
+type resolution idempotency.Resolution
+
+// decide approves or rejects a pending resolution as the logged-in operator, and
+// answers with a redirect to the intent's page.
 func (h *handler) decide(w http.ResponseWriter, r *http.Request, id identity) {
 	approving := strings.HasSuffix(r.URL.Path, "/approve")
 	rid, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -281,51 +488,58 @@ func (h *handler) decide(w http.ResponseWriter, r *http.Request, id identity) {
 	ctx := r.Context()
 	req, err := h.opts.Ledger.Resolution(ctx, rid)
 	if err != nil {
-		h.render(w, r, statusOf(err), "error", id, page{Title: "Resolution", Error: err.Error()})
+		h.refuse(w, r, "/resolutions", err.Error(), draft{})
 		return
 	}
-	d := idempotency.Decision{Operator: id.Operator, Reason: r.PostFormValue("reason")}
-	if strings.TrimSpace(d.Reason) == "" {
-		h.showIntent(w, r, id, req.Scope, req.Key, http.StatusBadRequest, page{Error: "a reason is required (what you checked, for the audit trail)"}, nil, resolveForm{})
+	back := intentPath(req.Scope, req.Key)
+	form := decideForm{ID: rid, Approve: approving, Reason: typed(r.PostFormValue("reason"))}
+	keep := draft{Scope: req.Scope, Key: req.Key, Operator: id.Operator, Decide: &form}
+	if err := reasonProblem(form.Reason); err != nil {
+		h.refuse(w, r, back, err.Error(), keep)
 		return
 	}
+	d := idempotency.Decision{Operator: id.Operator, Reason: strings.TrimSpace(form.Reason)}
 	if !approving {
-		if _, err := h.opts.Ledger.RejectResolution(ctx, rid, d); err != nil {
-			h.showIntent(w, r, id, req.Scope, req.Key, statusOf(err), page{Error: err.Error()}, nil, resolveForm{})
-			return
-		}
-		h.opts.Logger.Info("console: resolution rejected", slog.String("operator", id.Operator), slog.Int64("resolution", rid))
-		h.showIntent(w, r, id, req.Scope, req.Key, http.StatusOK, page{Done: []string{fmt.Sprintf("Resolution #%d rejected; the intent is unchanged.", rid)}},
-			nil, resolveForm{})
+		h.reject(w, r, id, req, d, back, keep)
 		return
 	}
 	out, err := h.opts.Ledger.Approve(ctx, rid, d)
 	if err != nil {
 		h.opts.Logger.Warn("console: approval refused", slog.String("operator", id.Operator), slog.Int64("resolution", rid), slog.Any("error", err))
-		h.showIntent(w, r, id, req.Scope, req.Key, statusOf(err), page{Error: err.Error()}, nil, resolveForm{})
+		h.refuse(w, r, back, err.Error(), keep)
 		return
 	}
-	act := h.opts.Engine.ResumeTask(ctx, out.Row)
-	h.opts.Logger.Info("console: resolution approved", slog.String("operator", id.Operator), slog.Int64("resolution", rid),
-		slog.String("engine_action", act.Action))
-	h.showIntent(w, r, id, req.Scope, req.Key, http.StatusOK, page{Done: []string{fmt.Sprintf(
-		"Resolution #%d approved: the intent is now %s.", rid, out.Row.State)}}, &act, resolveForm{})
-}
-
-// statusOf is the HTTP status of a ledger error.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, idempotency.ErrSelfApproval):
-		return http.StatusForbidden
-	case errors.Is(err, idempotency.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, idempotency.ErrNotPending), errors.Is(err, idempotency.ErrStaleResolution):
-		return http.StatusConflict
+	f := flash{Done: []string{fmt.Sprintf("Resolution #%d approved: the intent is now %s.", rid, out.Row.State)}}
+	if req.As == idempotency.VerdictClose {
+		f.Done = []string{fmt.Sprintf("Resolution #%d approved: the orphan is closed; the intent stays %s.", rid, out.Row.State)}
+	} else {
+		act := h.opts.Engine.ResumeTask(ctx, out.Row)
+		f.Action = &act
 	}
-	return http.StatusUnprocessableEntity
+	h.opts.Logger.Info("console: resolution approved", slog.String("operator", id.Operator), slog.Int64("resolution", rid))
+	h.done(w, r, back, f)
 }
 
-// parseValues reads the resolve form's result values: NAME=VALUE, one a line.
+// reject turns req down (or withdraws it, when it is the operator's own).
+func (h *handler) reject(w http.ResponseWriter, r *http.Request, id identity, req idempotency.ResolutionRequest, d idempotency.Decision,
+	back string, keep draft) {
+	if _, err := h.opts.Ledger.RejectResolution(r.Context(), req.ID, d); err != nil {
+		h.refuse(w, r, back, err.Error(), keep)
+		return
+	}
+	h.opts.Logger.Info("console: resolution rejected", slog.String("operator", id.Operator), slog.Int64("resolution", req.ID))
+	verb := "rejected"
+	if strings.EqualFold(req.RequestedBy, id.Operator) {
+		verb = "withdrawn"
+	}
+	h.done(w, r, back, flash{Done: []string{fmt.Sprintf("Resolution #%d %s; the intent is unchanged.", req.ID, verb)}})
+}
+
+// valueName is what a result value may be called: a process variable's name.
+var valueName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
+
+// parseValues reads the resolve form's result values: NAME=VALUE, one a line, each
+// name once.
 func parseValues(s string) (map[string]any, error) {
 	out := map[string]any{}
 	for i, line := range strings.Split(s, "\n") {
@@ -334,10 +548,14 @@ func parseValues(s string) (map[string]any, error) {
 			continue
 		}
 		name, value, ok := strings.Cut(line, "=")
-		if !ok || strings.TrimSpace(name) == "" {
-			return nil, fmt.Errorf("values line %d: want NAME=VALUE", i+1)
+		name = strings.TrimSpace(name)
+		switch {
+		case !ok || !valueName.MatchString(name):
+			return nil, fmt.Errorf("values line %d: want NAME=VALUE, the name of letters, digits and _.- (a letter or _ first)", i+1)
+		case out[name] != nil:
+			return nil, fmt.Errorf("values line %d: %s is given twice", i+1, name)
 		}
-		out[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		out[name] = strings.TrimSpace(value)
 	}
 	if len(out) == 0 {
 		return nil, nil
@@ -351,22 +569,29 @@ type resolutionsData struct {
 	Status      string
 	Statuses    []string
 	Resolutions []idempotency.ResolutionRequest
+	Empty       string
 }
 
 func (h *handler) resolutions(w http.ResponseWriter, r *http.Request, id identity) {
 	status := r.URL.Query().Get("status")
 	d := resolutionsData{Status: status, Statuses: []string{"", "pending", "approved", "rejected", "stale"}}
-	var p page
+	p := page{Title: "Resolutions", Data: &d}
 	switch idempotency.ResolutionStatus(status) {
 	case "", idempotency.ResolutionPending, idempotency.ResolutionApproved, idempotency.ResolutionRejected, idempotency.ResolutionStale:
-		var err error
-		if d.Resolutions, err = h.opts.Ledger.Resolutions(r.Context(), idempotency.ResolutionFilter{Status: idempotency.ResolutionStatus(status)}); err != nil {
-			p.Error = err.Error()
-		}
 	default:
-		p.Error = "status: want pending, approved, rejected or stale"
+		d.Status = ""
+		p.Error = "status: want pending, approved, rejected or stale (or nothing, for all)"
+		h.render(w, r, http.StatusBadRequest, "resolutions", id, p)
+		return
 	}
-	p.Title, p.Data = "Resolutions", d
+	var err error
+	if d.Resolutions, err = h.opts.Ledger.Resolutions(r.Context(), idempotency.ResolutionFilter{Status: idempotency.ResolutionStatus(status)}); err != nil {
+		p.Error = err.Error()
+	}
+	d.Empty = "No resolutions."
+	if status != "" {
+		d.Empty = "No " + status + " resolutions."
+	}
 	h.render(w, r, http.StatusOK, "resolutions", id, p)
 }
 
@@ -403,7 +628,17 @@ func joinErr(a, b string) string {
 	if a == "" {
 		return b
 	}
+	if b == "" {
+		return a
+	}
 	return a + "; " + b
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func deref(s *string) string {
@@ -411,14 +646,6 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// verdictName is the form's name of a verdict.
-func verdictName(s idempotency.State) string {
-	if s == idempotency.StatePrepared {
-		return "retry"
-	}
-	return string(s)
 }
 
 func urlValues(kv ...string) string {
@@ -429,32 +656,13 @@ func urlValues(kv ...string) string {
 	return v.Encode()
 }
 
+// intentPath is an intent's page.
+func intentPath(scope, key string) string { return "/intent?" + urlValues("scope", scope, "key", key) }
+
 // cockpitInstance links to a process instance's runtime view in Cockpit.
 func (h *handler) cockpitInstance(id string) string {
 	if h.opts.CockpitURL == "" || id == "" {
 		return ""
 	}
 	return strings.TrimSuffix(h.opts.CockpitURL, "/") + "/app/cockpit/default/#/process-instance/" + url.PathEscape(id) + "/runtime"
-}
-
-// age says how long ago t was, e.g. "3m12s", "5h4m", "3d2h".
-func age(now, t time.Time) string {
-	d := now.Sub(t)
-	switch {
-	case d < time.Second:
-		return "just now"
-	case d < time.Hour:
-		return d.Truncate(time.Second).String()
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
-}
-
-// ago is age with "ago", or "just now".
-func ago(now, t time.Time) string {
-	if a := age(now, t); a != "just now" {
-		return a + " ago"
-	}
-	return "just now"
 }

@@ -36,7 +36,7 @@ const consoleMaxConns = 4
 // configuration errors, except an unreachable database.
 func Open(ctx context.Context, cfg daemon.Config, client *camunda7.Client, logger *slog.Logger) (*Server, error) {
 	o := Options{AuthHeader: cfg.ConsoleAuthHeader, SessionTTL: cfg.ConsoleSessionTTL, CockpitURL: cfg.CockpitURL(), Logger: logger,
-		SecureCookies: cfg.ConsoleTLSCertFile != "",
+		Addr: cfg.ConsoleAddr,
 		Engine: operate.Engine{URL: daemon.RedactURL(cfg.EngineURL), Dial: func() (*camunda7.Client, error) {
 			if client == nil {
 				return nil, errors.New("no engine client")
@@ -50,6 +50,9 @@ func Open(ctx context.Context, cfg daemon.Config, client *camunda7.Client, logge
 		}
 	}
 	if o.TrustedProxies, err = daemon.ConsoleTrustedProxies(cfg.ConsoleTrustedProxies); err != nil {
+		return nil, daemon.ConfigError{Err: err}
+	}
+	if _, err = CheckTrustedProxies(o.TrustedProxies); err != nil {
 		return nil, daemon.ConfigError{Err: err}
 	}
 	if cfg.ConsoleSessionKeyFile != "" {

@@ -63,3 +63,25 @@ func TestOpenFromConfig(t *testing.T) {
 	require.True(t, errors.As(err, &ce), "a configuration error: %v", err)
 	assert.NotContains(t, err.Error(), "plain-password")
 }
+
+// (e) EXTWORKER_CONSOLE_TRUSTED_PROXIES=0.0.0.0/0 is refused at start, naming the
+// variable: it would believe the operator header from anyone.
+func TestOpenRefusesWideTrustedProxies(t *testing.T) {
+	testenv.DB(t)
+	testenv.ClearConfigEnv(t)
+	ctx := testenv.Context(t, time.Minute)
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	t.Setenv("EXTWORKER_LEDGER_NAMESPACE", testenv.Unique("ns"))
+	t.Setenv("EXTWORKER_CONSOLE_ADDR", "127.0.0.1:0")
+	t.Setenv("EXTWORKER_CONSOLE_AUTH_HEADER", "X-Forwarded-User")
+	t.Setenv("EXTWORKER_CONSOLE_DATABASE_URL", testenv.DBURLAs(testenv.ConsoleLogin))
+	for _, wide := range []string{"0.0.0.0/0", "::/0", "10.0.0.0/8,0.0.0.0/1"} {
+		t.Setenv("EXTWORKER_CONSOLE_TRUSTED_PROXIES", wide)
+		cfg, err := daemon.LoadConfig()
+		require.NoError(t, err)
+		_, err = console.Open(ctx, cfg, nil, slog.New(slog.DiscardHandler))
+		var ce daemon.ConfigError
+		require.True(t, errors.As(err, &ce), "a configuration error: %v", err)
+		assert.Contains(t, err.Error(), "EXTWORKER_CONSOLE_TRUSTED_PROXIES", wide)
+	}
+}

@@ -1,0 +1,79 @@
+package console
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// The throttle's memory stays bounded under a flood of keys, and the flood evicts its
+// own kind: an entry with more failures (a name being guessed) outlives any number of
+// entries with fewer, and the operators' names are never evicted.
+func TestThrottleBoundedUnderFlood(t *testing.T) {
+	th := newThrottle([]string{"bob"}, 1000)
+	now := time.Now()
+	bob, mallory := throttleKey{"name:bob", nameRule}, throttleKey{"name:mallory", nameRule}
+	for range 6 {
+		th.fail(now, bob, mallory)
+	}
+	for i := range 100000 {
+		th.fail(now, throttleKey{fmt.Sprintf("name:flood-%d", i), nameRule}, throttleKey{fmt.Sprintf("addr:flood-%d", i), addressRule})
+	}
+	assert.LessOrEqual(t, th.size(), 1000)
+	assert.Equal(t, 8*time.Second, th.wait(now, bob))
+	assert.Equal(t, 8*time.Second, th.wait(now, mallory))
+	assert.Equal(t, time.Duration(0), th.wait(now.Add(forgetAfter+time.Second), bob), "failures are forgotten")
+}
+
+// The delays: free failures, then 1s doubling, at most two minutes.
+func TestThrottleDelays(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: 0, 2: 0, 3: time.Second, 4: 2 * time.Second, 9: 64 * time.Second, 10: 2 * time.Minute, 1000: 2 * time.Minute} {
+		assert.Equal(t, want, nameRule.delay(n), n)
+	}
+	assert.Equal(t, time.Duration(0), addressRule.delay(9))
+}
+
+func TestAge(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		45 * time.Second: "45s", 26 * time.Minute: "26m", 90 * time.Second: "1m30s", 5 * time.Hour: "5h", 5*time.Hour + 4*time.Minute: "5h4m",
+		72 * time.Hour: "3d", 74*time.Hour + 59*time.Minute: "3d2h", 26*time.Minute + 900*time.Millisecond: "26m",
+	} {
+		assert.Equal(t, want, age(d), d.String())
+	}
+	now := time.Now()
+	assert.Equal(t, "26m ago", ago(now, now.Add(-26*time.Minute)))
+	assert.Equal(t, "in 5s", ago(now, now.Add(5*time.Second)))
+	assert.Equal(t, "just now", ago(now, now))
+}
+
+func TestVisible(t *testing.T) {
+	assert.Equal(t, `S-<span class="ctl">\u202E</span>2001 &lt;b&gt;`, string(visibleHTML("S-\u202E2001 <b>")))
+	assert.Equal(t, `a<span class="ctl">\x80</span>b<span class="ctl">\u0000</span>`, string(visibleHTML("a\x80b\x00")))
+	assert.Equal(t, "tab\tand\nline", string(visibleHTML("tab\tand\nline")))
+	assert.Equal(t, `x<span class="ctl">\U000E0001</span>`, string(visibleHTML("x\U000E0001")))
+	assert.Equal(t, `S-\u202E2001`, visiblePlain("S-\u202E2001"))
+	assert.Error(t, fieldReason.check("seen \u202E"))
+	assert.Error(t, fieldProviderRef.check("a\nb"))
+	assert.NoError(t, fieldReason.check("two\nlines"))
+	assert.Error(t, fieldReason.check("bad \xff"))
+}
+
+func TestNormalHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"Console.Example.COM:443": "console.example.com", "[::1]:80": "::1", "localhost.": "localhost", "127.0.0.1": "127.0.0.1",
+		"": "", "a b": "", "[::ffff:127.0.0.1]:8080": "127.0.0.1",
+	} {
+		assert.Equal(t, want, normalHost(in), in)
+	}
+}
+
+func TestSafeNext(t *testing.T) {
+	for in, want := range map[string]string{
+		"/intent?scope=a&key=b": "/intent?scope=a&key=b", "//evil.example/": "", "https://evil.example/": "", `/\evil.example`: "",
+		"/login?next=/": "", "intent": "", "/\u202E": "",
+	} {
+		assert.Equal(t, want, safeNext(in), in)
+	}
+}
