@@ -130,43 +130,54 @@ func (c *Consumer) session(ctx context.Context) (bool, error) {
 func (c *Consumer) deliver(ctx context.Context, pub *confirmer, d amqp.Delivery) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
 	defer cancel()
-	m := Message{ID: d.MessageId, Type: d.Type, CorrelationID: d.CorrelationId, Body: d.Body}
 	// The handling continues the trace the message carries. Its copies to the retry and
 	// dead-letter queues keep the headers, so a retried (or replayed) message's next
 	// handling continues the same trace.
-	out, err := c.Handle(deliveryContext(hctx, d), m)
+	out, err := c.Handle(deliveryContext(hctx, d), messageOf(d))
+	id := logID(StoredID(d.MessageId))
 	if err != nil {
 		// The inbox could not record it: hand it back to come again after a pause.
-		c.cfg.Logger.Warn("inbox: recording a message failed; it comes back", "message_id", d.MessageId, "error", err)
+		c.cfg.Logger.Warn("inbox: recording a message failed; it comes back", "message_id", id, "error", err)
 		out = Outcome{Disposition: Retry, Delay: c.backoff(int(attempt(d)) + 1), Reason: err.Error()}
 	}
+	reason := truncate(cleanText(out.Reason), 500)
 	switch out.Disposition {
 	case Retry:
-		err = pub.publish(hctx, RetryQueue(c.cfg.Queue), d, amqp.Table{HeaderSource: c.cfg.Source, HeaderReason: truncate(out.Reason, 500),
+		err = pub.publish(hctx, RetryQueue(c.cfg.Queue), d, amqp.Table{HeaderSource: c.cfg.Source, HeaderReason: reason,
 			HeaderAttempt: attempt(d) + 1}, out.Delay)
 	case Park:
-		err = pub.publish(hctx, DeadLetterQueue(c.cfg.Queue), d, amqp.Table{HeaderSource: c.cfg.Source, HeaderReason: truncate(out.Reason, 500),
+		err = pub.publish(hctx, DeadLetterQueue(c.cfg.Queue), d, amqp.Table{HeaderSource: c.cfg.Source, HeaderReason: reason,
 			HeaderDigest: Digest(d.Body)}, 0)
 	}
 	if err != nil {
 		c.cfg.Logger.Warn("inbox: could not hand a message to its retry or dead-letter queue; the broker delivers it again",
-			"message_id", d.MessageId, "error", err)
+			"message_id", id, "error", err)
 		_ = d.Nack(false, true)
 		return
 	}
 	if err := d.Ack(false); err != nil {
-		c.cfg.Logger.Warn("inbox: acknowledging failed; the broker delivers it again and the inbox knows it", "message_id", d.MessageId, "error", err)
+		c.cfg.Logger.Warn("inbox: acknowledging failed; the broker delivers it again and the inbox knows it", "message_id", id, "error", err)
 		return
 	}
 	failpoint.Inject(failpoint.InboxAfterAck)
 }
 
+// messageOf is the message a delivery carries. The consumer keeps its retry chain: a
+// copy from the retry queue (one with an attempt header), or a delivery the broker
+// redelivers (its consumer did not settle it), is the chain's; any other is fresh.
+func messageOf(d amqp.Delivery) Message {
+	return Message{ID: d.MessageId, Type: d.Type, CorrelationID: d.CorrelationId, Body: d.Body,
+		chained: true, fresh: attempt(d) <= 0 && !d.Redelivered}
+}
+
+// attempt is the delivery's attempt header: how many times it went through the retry
+// queue (0 without one, or with one that is not a number).
 func attempt(d amqp.Delivery) int32 {
 	switch v := d.Headers[HeaderAttempt].(type) {
 	case int32:
-		return v
+		return min(max(v, 0), 1<<30)
 	case int64:
-		return int32(v)
+		return int32(min(max(v, 0), 1<<30))
 	}
 	return 0
 }

@@ -1,10 +1,12 @@
 package inbox_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -59,7 +61,7 @@ func child(mode string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		e := env{ship: os.Getenv(childEnv + "_SHIP"), paid: os.Getenv(childEnv + "_PAID")}
+		e := env{ship: os.Getenv(childEnv + "_SHIP"), wait: os.Getenv(childEnv + "_WAIT"), paid: os.Getenv(childEnv + "_PAID")}
 		c, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), e.decide,
 			inbox.Config{Source: os.Getenv(childEnv + "_SOURCE"), Queue: os.Getenv(childEnv + "_QUEUE")})
 		if err != nil {
@@ -113,7 +115,8 @@ func startChild(t *testing.T, mode string, vars ...string) *exec.Cmd {
 }
 
 func (e env) childVars(b broker) []string {
-	return []string{childEnv + "_SOURCE=" + e.source, childEnv + "_QUEUE=" + b.queue, childEnv + "_SHIP=" + e.ship, childEnv + "_PAID=" + e.paid}
+	return []string{childEnv + "_SOURCE=" + e.source, childEnv + "_QUEUE=" + b.queue, childEnv + "_SHIP=" + e.ship, childEnv + "_WAIT=" + e.wait,
+		childEnv + "_PAID=" + e.paid}
 }
 
 // TestConsumerKilledAfterTheEngineActed: the engine started the instance (or took the
@@ -244,6 +247,12 @@ func TestDeadAttemptStillInFlight(t *testing.T) {
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/start") {
+			// All of the request, before its sender dies: the network has it.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 			arrived <- struct{}{}
 			<-release
 			r = r.WithContext(context.WithoutCancel(r.Context()))

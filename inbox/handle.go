@@ -2,20 +2,11 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"regexp"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/camunda7/admin"
-	"github.com/extworker/extworker/internal/failpoint"
 )
 
 // Stats counts what a consumer did.
@@ -27,7 +18,8 @@ type Stats struct {
 	// Reconciled counts messages an earlier attempt had acted on without recording it:
 	// found in the engine, not sent again.
 	Reconciled atomic.Int64
-	// Duplicates counts deliveries of messages consumed before (nothing sent).
+	// Duplicates counts deliveries of messages consumed before, and copies of a message
+	// that waits in the retry queue already (nothing sent).
 	Duplicates atomic.Int64
 	// Ignored counts messages recorded as IGNORED_DUPLICATE without acting: late ones,
 	// and starts whose business key has an instance already. (A message Decide answers
@@ -47,7 +39,9 @@ const (
 
 // Handle records m in the inbox, acts on it in the engine if it is due, and says what to
 // do with the delivery. It returns an error only when the inbox itself cannot be read or
-// written (the database): the delivery is then to be retried as it is.
+// written (the database): the delivery is then to be retried as it is. A value of the
+// message's that PostgreSQL refuses (a data exception) is the message's fault: it is
+// parked, recorded escaped.
 //
 // Handle is the consumer without its transport: Run calls it for each delivery, and a
 // test or another transport may call it directly.
@@ -57,19 +51,22 @@ const (
 // outbox's publish, under the trace of the task that added the event), or the root of a
 // trace of its own when the delivery carries none.
 func (c *Consumer) Handle(ctx context.Context, m Message) (out Outcome, err error) {
-	ctx, span := c.startHandleSpan(ctx, m)
+	f := recordOf(m, Digest(m.Body))
+	ctx, span := c.startHandleSpan(ctx, f.typ)
 	defer func() { endHandleSpan(span, out, err) }()
 	c.stats.Received.Add(1)
-	digest := Digest(m.Body)
-	if m.ID == "" {
-		// Nothing to deduplicate by: recorded under its digest, and parked.
-		m.ID = "sha256:" + digest
-		out, err = c.record(ctx, m, digest, func(ctx context.Context, r *row) (Outcome, error) {
-			return r.park(ctx, "the message has no message id: it cannot be deduplicated, so it is not acted on")
+	out, err = c.record(ctx, m, f, func(ctx context.Context, r *row) (Outcome, error) {
+		if kind, reason := f.parkReason(); reason != "" {
+			return r.park(ctx, kind, reason)
+		}
+		return c.act(ctx, r)
+	})
+	if code, ok := dataException(err); ok {
+		out, err = c.record(ctx, m, f.ascii(), func(ctx context.Context, r *row) (Outcome, error) {
+			return r.park(ctx, ParkUnstorable, "PostgreSQL refused to store the message (SQLSTATE "+code+"): recorded with its fields escaped "+
+				"(hex: and their bytes in hex); not acted on")
 		})
-		return c.count(out), err
 	}
-	out, err = c.record(ctx, m, digest, func(ctx context.Context, r *row) (Outcome, error) { return c.act(ctx, r) })
 	return c.count(out), err
 }
 
@@ -100,28 +97,45 @@ func (c *Consumer) count(out Outcome) Outcome {
 
 // row is one message's inbox row, held under its advisory lock.
 type row struct {
-	c          *Consumer
-	conn       *pgxpool.Conn
-	m          Message
-	state      State
-	attempts   int
-	receivedAt time.Time
-	// sinceAttempt is how long ago (by the database's clock) the last attempt began
-	// asking the engine; zero if none did.
-	sinceAttempt time.Duration
+	c    *Consumer
+	conn *pgxpool.Conn
+	m    Message
+	// id is the stored message id (StoredID).
+	id             string
+	state          State
+	attempts       int
+	engineFailures int
+	// unresolved: an attempt's outcome at the engine is unknown (the row's
+	// must_reconcile, or an attempt left PROCESSING or UNKNOWN_OUTCOME): the engine is
+	// asked before anything is sent. Cleared once it answers; set while a request that
+	// changes it is out.
+	unresolved bool
+	// sinceReceived and sinceAttempt are how long ago, on the database's clock, the row
+	// was first seen (or replayed) and the last attempt began asking the engine (zero if
+	// none did).
+	sinceReceived, sinceAttempt time.Duration
+	// suppressed: a fresh copy of a message whose retry copy is on its way.
+	suppressed bool
+	// action and businessKey are what the row records of Decide's action.
+	action, businessKey string
+	parkKind            ParkKind
+	// claim is the start claim this attempt holds (extworker_inbox_starts): settle
+	// records its outcome there too.
+	claim *startKey
 }
 
 // record takes the message's lock (a second consumer with the same message waits here),
-// upserts its row, and runs fn with it unless the message was seen before.
-func (c *Consumer) record(ctx context.Context, m Message, digest string, fn func(context.Context, *row) (Outcome, error)) (Outcome, error) {
+// upserts its row, and runs fn with it unless the message was seen before, or waits in
+// the retry queue already.
+func (c *Consumer) record(ctx context.Context, m Message, f recorded, fn func(context.Context, *row) (Outcome, error)) (Outcome, error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("inbox: %w", err)
 	}
-	key := c.cfg.Source + "\n" + m.ID
+	key := c.cfg.Source + "\n" + f.id
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, lockMessage, key); err != nil {
 		conn.Release()
-		return Outcome{}, fmt.Errorf("inbox: lock %s: %w", m.ID, err)
+		return Outcome{}, fmt.Errorf("inbox: lock %q: %w", f.id, err)
 	}
 	defer func() {
 		// The lock is the session's: a connection that cannot say it let go is closed.
@@ -130,37 +144,68 @@ func (c *Consumer) record(ctx context.Context, m Message, digest string, fn func
 		}
 		conn.Release()
 	}()
-
-	r := &row{c: c, conn: conn, m: m}
-	var stored string
-	var since float64
-	err = conn.QueryRow(ctx, `INSERT INTO extworker_inbox (source, message_id, type, body_digest, correlation_id)
-			VALUES ($1, $2, $3, $4, nullif($5, ''))
-		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(),
-			duplicates = extworker_inbox.duplicates + CASE WHEN extworker_inbox.body_digest = EXCLUDED.body_digest
-				AND extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL') THEN 1 ELSE 0 END
-		RETURNING state, body_digest, attempts, received_at,
-			coalesce(extract(epoch FROM now() - attempt_started_at), 0)::float8`,
-		c.cfg.Source, m.ID, m.Type, digest, m.CorrelationID).Scan(&r.state, &stored, &r.attempts, &r.receivedAt, &since)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("inbox: record %s: %w", m.ID, err)
-	}
-	r.sinceAttempt = time.Duration(since * float64(time.Second))
-	if stored != digest {
-		if _, err := conn.Exec(ctx, `WITH c AS (INSERT INTO extworker_inbox_conflicts (source, message_id, body_digest) VALUES ($1, $2, $3)
-				ON CONFLICT (source, message_id, body_digest) DO UPDATE SET deliveries = extworker_inbox_conflicts.deliveries + 1)
-			UPDATE extworker_inbox SET conflicts = conflicts + 1 WHERE source = $1 AND message_id = $2`, c.cfg.Source, m.ID, digest); err != nil {
-			return Outcome{}, fmt.Errorf("inbox: record conflict %s: %w", m.ID, err)
-		}
-		return Outcome{Disposition: Park, State: r.state, Conflict: true,
-			Reason: fmt.Sprintf("conflict: message id %s was consumed with another body (digest %.12s…, this one %.12s…); not acted on", m.ID, stored, digest)}, nil
-	}
-	switch r.state {
-	case StateProcessed, StateIgnoredDuplicate, StateFailedFinal:
+	r := &row{c: c, conn: conn, m: m, id: f.id}
+	stored, err := r.upsert(ctx, f)
+	switch {
+	case err != nil:
+		return Outcome{}, err
+	case stored != f.digest:
+		return r.conflict(ctx, stored, f.digest)
+	case r.state == StateProcessed || r.state == StateIgnoredDuplicate || r.state == StateFailedFinal:
 		// The upsert counted it as a duplicate.
 		return Outcome{Disposition: Ack, State: r.state, Duplicate: true}, nil
+	case r.suppressed:
+		return Outcome{Disposition: Ack, State: r.state, Duplicate: true,
+			Reason: "a copy of this message waits in the retry queue already: this one is a duplicate"}, nil
 	}
 	return fn(ctx, r)
+}
+
+// upsert records a delivery of the message and reads its row; it returns the digest of
+// the body the row was recorded with.
+func (r *row) upsert(ctx context.Context, f recorded) (string, error) {
+	cfg := r.c.cfg
+	var (
+		stored                      string
+		sinceReceived, sinceAttempt float64
+		mustReconcile               bool
+	)
+	// Every time is the database's now(), received_at too: the early window is measured
+	// on one clock.
+	err := r.conn.QueryRow(ctx, `INSERT INTO extworker_inbox (source, message_id, type, body_digest, correlation_id, queue, received_at, updated_at)
+			VALUES ($1, $2, $3, $4, nullif($5, ''), $6, now(), now())
+		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(), queue = EXCLUDED.queue,
+			duplicates = extworker_inbox.duplicates + CASE WHEN extworker_inbox.body_digest = EXCLUDED.body_digest
+				AND (extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')
+					OR ($7 AND extworker_inbox.state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME')
+						AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now())) THEN 1 ELSE 0 END
+		RETURNING state, body_digest, attempts, engine_failures, must_reconcile,
+			extract(epoch FROM now() - received_at)::float8,
+			coalesce(extract(epoch FROM now() - attempt_started_at), 0)::float8,
+			coalesce($7 AND state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME') AND retry_due_at + $8::bigint * interval '1 microsecond' > now(), false)`,
+		cfg.Source, r.id, f.typ, f.digest, f.corr, cfg.Queue, r.m.chained && r.m.fresh, suppressSlack(cfg).Microseconds()).Scan(
+		&r.state, &stored, &r.attempts, &r.engineFailures, &mustReconcile, &sinceReceived, &sinceAttempt, &r.suppressed)
+	if err != nil {
+		return "", fmt.Errorf("inbox: record %q: %w", r.id, err)
+	}
+	r.sinceReceived, r.sinceAttempt = seconds(sinceReceived), seconds(sinceAttempt)
+	r.unresolved = mustReconcile || r.state == StateProcessing || r.state == StateUnknownOutcome
+	return stored, nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// conflict records a copy whose id came with another body, and parks it: the row keeps
+// the state of the message consumed first.
+func (r *row) conflict(ctx context.Context, stored, digest string) (Outcome, error) {
+	if _, err := r.conn.Exec(ctx, `WITH c AS (INSERT INTO extworker_inbox_conflicts (source, message_id, body_digest) VALUES ($1, $2, $3)
+			ON CONFLICT (source, message_id, body_digest) DO UPDATE SET deliveries = extworker_inbox_conflicts.deliveries + 1)
+		UPDATE extworker_inbox SET conflicts = conflicts + 1 WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.id, digest); err != nil {
+		return Outcome{}, fmt.Errorf("inbox: record conflict %q: %w", r.id, err)
+	}
+	r.logPark(ParkConflict)
+	return Outcome{Disposition: Park, State: r.state, Conflict: true,
+		Reason: fmt.Sprintf("conflict: message id %s was consumed with another body (digest %.12s…, this one %.12s…); not acted on", r.id, stored, digest)}, nil
 }
 
 // act decides and acts on a message that is due: RECEIVED, or back from a retry, or left
@@ -168,278 +213,157 @@ func (c *Consumer) record(ctx context.Context, m Message, digest string, fn func
 func (c *Consumer) act(ctx context.Context, r *row) (Outcome, error) {
 	a, err := c.decide(r.m)
 	if err != nil {
-		return r.park(ctx, "the consumer could not read the message: "+err.Error())
+		return r.park(ctx, ParkUnreadable, "the consumer could not read the message: "+err.Error())
 	}
-	ambiguous := r.state == StateProcessing || r.state == StateUnknownOutcome
-	if wait := r.c.cfg.InFlightWindow - r.sinceAttempt; ambiguous && wait > 0 {
+	r.action, r.businessKey = actionText(a), businessKeyOf(a)
+	if kind, reason := checkAction(a); reason != "" {
+		return r.park(ctx, kind, reason)
+	}
+	ambiguous := r.unresolved
+	if wait := c.cfg.InFlightWindow - r.sinceAttempt; ambiguous && wait > 0 {
 		// An attempt whose end nobody recorded (its consumer died, or gave up on the
 		// answer) may have a request still on its way to the engine, which asking now
 		// would not see: a second start. Ask once it can no longer land.
-		r.c.cfg.Logger.Info("inbox: an earlier attempt may still be in flight; asking the engine later",
-			"source", r.c.cfg.Source, "message_id", r.m.ID, "wait", wait)
-		return Outcome{Disposition: Retry, Delay: max(wait, time.Millisecond), State: r.state,
-			Reason: fmt.Sprintf("an attempt that began %v ago may still be in flight at the engine", r.sinceAttempt.Round(time.Millisecond))}, nil
+		return r.retryIn(ctx, wait, "in flight",
+			fmt.Sprintf("an attempt that began %v ago may still be in flight at the engine", r.sinceAttempt.Round(time.Millisecond)))
 	}
 	switch {
-	case a.Start != nil && a.Correlate == nil && a.Ignore == "":
+	case a.Start != nil:
 		return c.start(ctx, r, *a.Start, ambiguous)
-	case a.Correlate != nil && a.Start == nil && a.Ignore == "":
+	case a.Correlate != nil:
 		return c.correlate(ctx, r, *a.Correlate, ambiguous)
-	case a.Ignore != "" && a.Start == nil && a.Correlate == nil:
-		return r.settle(ctx, StateProcessed, "ignored: "+a.Ignore, "", Outcome{Disposition: Ack})
 	}
-	return r.park(ctx, "the consumer's Decide returned no single action (one of Start, Correlate, Ignore)")
+	return r.settle(ctx, StateProcessed, "ignored: "+a.Ignore, "", Outcome{Disposition: Ack})
 }
 
-// begin marks the row PROCESSING, committed, before the engine is asked anything that
-// changes it: a consumer that dies from here on leaves a row the next delivery
-// reconciles.
-func (r *row) begin(ctx context.Context, action, businessKey string) error {
+// actionText is what the row's action column says of a.
+func actionText(a Action) string {
+	switch {
+	case a.Start != nil:
+		return truncate(cleanText("start "+a.Start.ProcessKey), 600)
+	case a.Correlate != nil:
+		return truncate(cleanText("correlate "+a.Correlate.MessageName), 600)
+	}
+	return ""
+}
+
+// token is what the engine keeps of this message: "source/stored message id".
+func (r *row) token() string { return r.c.cfg.Source + "/" + r.id }
+
+// begin marks the row PROCESSING (and its outcome to be reconciled), committed, before
+// the engine is asked anything that changes it: a consumer that dies from here on leaves
+// a row the next delivery reconciles.
+func (r *row) begin(ctx context.Context) error {
 	r.attempts++
-	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox SET state = 'PROCESSING', attempts = $3, action = $4, business_key = nullif($5, ''),
-			updated_at = now(), attempt_started_at = now()
-		WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.m.ID, r.attempts, action, businessKey)
+	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox SET state = 'PROCESSING', attempts = $3, action = nullif($4, ''),
+			business_key = nullif($5, ''), updated_at = now(), attempt_started_at = now(), must_reconcile = true
+		WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.id, r.attempts, r.action, r.businessKey)
 	if err != nil {
-		return fmt.Errorf("inbox: record %s: %w", r.m.ID, err)
+		return fmt.Errorf("inbox: record %q: %w", r.id, err)
 	}
 	return nil
 }
 
-// settle records the row's state after the engine answered, on a context the delivery's
-// end cannot cancel (what the engine did must be written down).
+// settle records the row's state after the engine answered (and the outcome of the start
+// claim it holds), on a context the delivery's end cannot cancel (what the engine did
+// must be written down). A retry of a message whose transport keeps its retry chain
+// records when the chain's copy is due back.
 func (r *row) settle(ctx context.Context, st State, reason, instance string, out Outcome) (Outcome, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_, err := r.conn.Exec(wctx, `UPDATE extworker_inbox SET state = $3, reason = nullif($4, ''),
+	reason, instance = truncate(cleanText(reason), 2000), truncate(cleanText(instance), 200)
+	due := int64(-1)
+	if out.Disposition == Retry && r.m.chained {
+		due = out.Delay.Microseconds()
+	}
+	var claimProcess, claimBusiness *string
+	if r.claim != nil {
+		claimProcess, claimBusiness = &r.claim.process, &r.claim.business
+	}
+	_, err := r.conn.Exec(wctx, `WITH s AS (UPDATE extworker_inbox_starts SET pending = $8,
+				process_instance_id = coalesce(nullif($5, ''), process_instance_id), updated_at = now()
+			WHERE process_key = $12 AND business_key = $13 AND source = $1 AND message_id = $2)
+		UPDATE extworker_inbox SET state = $3, reason = nullif($4, ''),
 			process_instance_id = coalesce(nullif($5, ''), process_instance_id), updated_at = now(),
 			processed_at = CASE WHEN $3 IN ('PROCESSED', 'IGNORED_DUPLICATE') THEN now() ELSE processed_at END,
-			parked_at = CASE WHEN $3 = 'FAILED_FINAL' THEN now() ELSE NULL END
-		WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.m.ID, string(st), truncate(reason, 2000), instance)
+			parked_at = CASE WHEN $3 = 'FAILED_FINAL' THEN now() ELSE NULL END,
+			action = coalesce(nullif($6, ''), action), business_key = coalesce(nullif($7, ''), business_key),
+			must_reconcile = $8, engine_failures = $9, park_kind = nullif($10, ''),
+			retry_due_at = CASE WHEN $11::bigint >= 0 THEN now() + $11::bigint * interval '1 microsecond' END
+		WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.id, string(st), reason, instance, r.action, r.businessKey,
+		r.unresolved, r.engineFailures, string(r.parkKind), due, claimProcess, claimBusiness)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("inbox: record %s as %s: %w", r.m.ID, st, err)
+		return Outcome{}, fmt.Errorf("inbox: record %q as %s: %w", r.id, st, err)
 	}
 	out.State, out.Reason, out.ProcessInstanceID = st, reason, instance
 	return out, nil
 }
 
-func (r *row) park(ctx context.Context, reason string) (Outcome, error) {
-	r.c.cfg.Logger.Warn("inbox: message parked in the dead-letter queue",
-		"source", r.c.cfg.Source, "message_id", r.m.ID, "reason", reason)
-	return r.settle(ctx, StateFailedFinal, reason, "", Outcome{Disposition: Park})
+// park records the message as parked, with the reason, and logs it (the kind, never the
+// reason: reasons quote business keys and what Decide said of the body).
+func (r *row) park(ctx context.Context, kind ParkKind, reason string) (Outcome, error) {
+	r.parkKind = kind
+	out, err := r.settle(ctx, StateFailedFinal, reason, "", Outcome{Disposition: Park})
+	if err == nil {
+		r.logPark(kind)
+	}
+	return out, err
 }
 
-// retry records why the message waits and when it comes back.
-func (r *row) retry(ctx context.Context, st State, reason string) (Outcome, error) {
-	d := r.c.backoff(r.attempts)
-	r.c.cfg.Logger.Info("inbox: message retried later", "source", r.c.cfg.Source, "message_id", r.m.ID,
-		"attempt", r.attempts, "wait", d, "reason", reason)
+func (r *row) logPark(kind ParkKind) {
+	r.c.cfg.Logger.Warn("inbox: message parked in the dead-letter queue (extworker inbox show SOURCE MESSAGE_ID says why)",
+		"source", r.c.cfg.Source, "queue", r.c.cfg.Queue, "message_id", logID(r.id), "kind", string(kind))
+}
+
+// retry records why the message waits and when it comes back, after the backoff.
+func (r *row) retry(ctx context.Context, why, reason string) (Outcome, error) {
+	return r.retryIn(ctx, r.c.backoff(r.attempts), why, reason)
+}
+
+// retryIn records why the message waits, in UNKNOWN_OUTCOME while an attempt's outcome
+// is unknown (whatever failed since), else in FAILED_RETRYABLE, and that it comes back
+// after d.
+func (r *row) retryIn(ctx context.Context, d time.Duration, why, reason string) (Outcome, error) {
+	st := StateFailedRetryable
+	if r.unresolved {
+		st = StateUnknownOutcome
+	}
+	d = max(d, time.Millisecond)
+	r.c.cfg.Logger.Info("inbox: message retried later", "source", r.c.cfg.Source, "message_id", logID(r.id),
+		"attempt", r.attempts, "wait", d, "why", why, "state", string(st))
 	return r.settle(ctx, st, reason, "", Outcome{Disposition: Retry, Delay: d})
 }
 
 // early retries a message nothing waits for yet, until EarlyWindow from its first
-// delivery has passed; then it parks it.
+// delivery (on the database's clock) has passed; then it parks it.
 func (r *row) early(ctx context.Context, reason string) (Outcome, error) {
-	if since := time.Since(r.receivedAt); since > r.c.cfg.EarlyWindow {
-		out, err := r.park(ctx, fmt.Sprintf("early for %v, past the window of %v: %s", since.Round(time.Second), r.c.cfg.EarlyWindow, reason))
-		out.Early = true
-		return out, err
+	var (
+		out Outcome
+		err error
+	)
+	if earlyExpired(r.sinceReceived, r.c.cfg.EarlyWindow) {
+		out, err = r.park(ctx, ParkEarly, fmt.Sprintf("early for %v, past the window of %v: %s", r.sinceReceived.Round(time.Second), r.c.cfg.EarlyWindow, reason))
+	} else {
+		out, err = r.retry(ctx, "early", "early: "+reason)
 	}
-	out, err := r.retry(ctx, StateFailedRetryable, "early: "+reason)
 	out.Early = true
 	return out, err
 }
 
 // failed maps an engine call's error that is not the engine's verdict on the message:
-// not sent (retried), outcome unknown (reconciled, then retried), or refused for good.
+// not sent or answer lost (retried; an unknown outcome is reconciled first), the engine
+// failing (retried, then parked), or refused for good (parked).
 func (r *row) failed(ctx context.Context, op string, err error) (Outcome, error) {
-	var ee *camunda7.Error
-	switch {
-	case errors.Is(err, camunda7.ErrNotSent), errors.Is(err, camunda7.ErrThrottled), errors.Is(err, camunda7.ErrUnauthorized),
-		errors.Is(err, camunda7.ErrOptimisticLock):
-		return r.retry(ctx, StateFailedRetryable, op+": "+err.Error())
-	case errors.As(err, &ee) && ee.StatusCode >= 500:
-		// The engine answered with its own failure: its transaction rolled back. Still,
-		// the next attempt reconciles first.
-		return r.retry(ctx, StateUnknownOutcome, op+": "+err.Error())
-	case errors.As(err, &ee):
-		return r.park(ctx, op+": the engine refused it: "+err.Error())
+	switch judgeEngineError(err, r.engineFailures, r.c.cfg.MaxEngineFailures) {
+	case parkRefused:
+		return r.park(ctx, ParkRefused, op+": the engine refused it: "+err.Error())
+	case parkFailing:
+		r.engineFailures++
+		return r.park(ctx, ParkEngineFailing, fmt.Sprintf("%s: the engine failed on it %d times (Config.MaxEngineFailures); the last time: %v",
+			op, r.engineFailures, err))
+	case engineFailed:
+		r.engineFailures++
+		return r.retry(ctx, "engine failure", op+": "+err.Error())
 	}
-	return r.retry(ctx, StateUnknownOutcome, op+": "+err.Error()) // sent, answer lost or unreadable
-}
-
-// start starts the process once per business key: an instance with the key, running or
-// ended, is the one the message asked for (started by this message in an attempt whose
-// end was not recorded, or by another message announcing the same fact).
-func (c *Consumer) start(ctx context.Context, r *row, s Start, ambiguous bool) (Outcome, error) {
-	if s.ProcessKey == "" || s.BusinessKey == "" {
-		return r.park(ctx, "Start needs a process key and a business key")
-	}
-	key := s.ProcessKey + "\n" + s.BusinessKey
-	if _, err := r.conn.Exec(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, lockStart, key); err != nil {
-		return Outcome{}, fmt.Errorf("inbox: lock start %s: %w", s.BusinessKey, err)
-	}
-	defer func() {
-		if _, err := r.conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, lockStart, key); err != nil {
-			_ = r.conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
-	action := "start " + s.ProcessKey
-	if err := r.begin(ctx, action, s.BusinessKey); err != nil {
-		return Outcome{}, err
-	}
-	existing, err := c.instances(ctx, s.ProcessKey, s.BusinessKey)
-	if err != nil {
-		return r.failed(ctx, "looking for an instance with business key "+s.BusinessKey, err)
-	}
-	if len(existing) > 0 {
-		if ambiguous {
-			// An earlier attempt of this message, whose end was not recorded, started it.
-			return r.settle(ctx, StateProcessed, "reconciled: the instance was there when this message was delivered again", existing[0].ID, Outcome{Disposition: Ack, Reconciled: true})
-		}
-		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("not started: process %s has an instance with business key %s already (%s)", s.ProcessKey, s.BusinessKey, existing[0].ID),
-			existing[0].ID, Outcome{Disposition: Ack})
-	}
-	pi, err := c.engine.StartProcess(ctx, s.ProcessKey, admin.StartProcessRequest{BusinessKey: s.BusinessKey, Variables: s.Variables})
-	failpoint.Inject(failpoint.InboxAfterEngine)
-	switch {
-	case err == nil:
-		return r.settle(ctx, StateProcessed, "", pi.ID, Outcome{Disposition: Ack, Started: true})
-	case errors.Is(err, camunda7.ErrNotFound):
-		return r.early(ctx, fmt.Sprintf("process %s is not deployed", s.ProcessKey))
-	}
-	return r.failed(ctx, action, err)
-}
-
-// mismatch matches the engine's 400 when a message correlates to nothing (pinned by
-// TestEngineCorrelationMismatchMessage).
-var mismatch = regexp.MustCompile(`(?i)cannot correlate message`)
-
-// correlate delivers the message to the instance waiting for it, once.
-func (c *Consumer) correlate(ctx context.Context, r *row, m Correlate, ambiguous bool) (Outcome, error) {
-	if m.MessageName == "" || m.BusinessKey == "" {
-		return r.park(ctx, "Correlate needs a message name and a business key")
-	}
-	mark, token := markVariable(m.MessageName), c.cfg.Source+"/"+r.m.ID
-	action := "correlate " + m.MessageName
-	if err := r.begin(ctx, action, m.BusinessKey); err != nil {
-		return Outcome{}, err
-	}
-	if ambiguous {
-		// An earlier attempt's end was not recorded: the engine says whether it correlated.
-		took, _, err := c.marked(ctx, m.BusinessKey, mark, token)
-		if err != nil {
-			return r.failed(ctx, "reconciling "+action, err)
-		}
-		if took != "" {
-			return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack, Reconciled: true})
-		}
-	}
-	vars := camunda7.Variables{}
-	for k, v := range m.Variables {
-		vars[k] = v
-	}
-	vars[mark] = camunda7.StringVar(token)
-	res, err := c.engine.CorrelateMessageResult(ctx, admin.MessageCorrelation{MessageName: m.MessageName, BusinessKey: m.BusinessKey,
-		CorrelationKeys: m.CorrelationKeys, ProcessVariables: vars})
-	failpoint.Inject(failpoint.InboxAfterEngine)
-	var ee *camunda7.Error
-	switch {
-	case err == nil:
-		id := ""
-		if len(res) > 0 {
-			id = res[0].InstanceID()
-		}
-		return r.settle(ctx, StateProcessed, "", id, Outcome{Disposition: Ack, Correlated: true})
-	case errors.As(err, &ee) && ee.StatusCode == http.StatusBadRequest && mismatch.MatchString(ee.Message):
-	default:
-		return r.failed(ctx, action, err)
-	}
-	// Nothing waits for it: early, or late?
-	took, other, err := c.marked(ctx, m.BusinessKey, mark, token)
-	switch {
-	case err != nil:
-		return r.failed(ctx, "classifying "+action, err)
-	case took != "":
-		return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack, Reconciled: true})
-	case other.instance != "":
-		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("late: process instance %s took message %s before (from %s) and no longer waits for it",
-			other.instance, m.MessageName, other.token), other.instance, Outcome{Disposition: Ack, Late: true})
-	case other.ended != "":
-		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("late: process instance %s with business key %s ended before message %s came",
-			other.ended, m.BusinessKey, m.MessageName), other.ended, Outcome{Disposition: Ack, Late: true})
-	}
-	return r.early(ctx, fmt.Sprintf("no process instance with business key %s waits for message %s", m.BusinessKey, m.MessageName))
-}
-
-// markVariable is the process variable a correlation sets: extworkerMessage_<name>.
-func markVariable(messageName string) string {
-	return "extworkerMessage_" + nonIdent.ReplaceAllString(messageName, "_")
-}
-
-var nonIdent = regexp.MustCompile(`[^A-Za-z0-9_]`)
-
-// found is what the engine holds of earlier messages for a business key.
-type found struct {
-	instance, token string // an instance that took another message of this name, and which
-	ended           string // an instance with the business key that has ended
-}
-
-// marked looks through the instances with businessKey, running and ended, for the mark
-// of message name: it returns the instance that took token (this message), else what it
-// found instead.
-func (c *Consumer) marked(ctx context.Context, businessKey, mark, token string) (string, found, error) {
-	var f found
-	his, err := c.engine.HistoricProcessInstances(ctx, url.Values{"processInstanceBusinessKey": {businessKey}})
-	if err != nil {
-		return "", f, err
-	}
-	if len(his) == 0 {
-		return "", f, nil
-	}
-	ids := make([]string, 0, len(his))
-	for _, h := range his {
-		ids = append(ids, h.ID)
-		if h.State != "ACTIVE" && h.State != "SUSPENDED" && f.ended == "" {
-			f.ended = h.ID
-		}
-	}
-	vars, err := c.engine.HistoricVariableInstances(ctx, url.Values{"variableName": {mark}, "processInstanceIdIn": {strings.Join(ids, ",")}})
-	if err != nil {
-		return "", f, err
-	}
-	for _, v := range vars {
-		got, err := camunda7.Variables{"v": v.Variable()}.String("v")
-		if err != nil {
-			continue
-		}
-		if got == token {
-			return v.ProcessInstanceID, f, nil
-		}
-		f.instance, f.token = v.ProcessInstanceID, got
-	}
-	return "", f, nil
-}
-
-// instances returns the instances of processKey with businessKey, running or ended.
-func (c *Consumer) instances(ctx context.Context, processKey, businessKey string) ([]admin.ProcessInstance, error) {
-	run, err := c.engine.ProcessInstances(ctx, url.Values{"processDefinitionKey": {processKey}, "businessKey": {businessKey}})
-	if err != nil || len(run) > 0 {
-		return run, err
-	}
-	his, err := c.engine.HistoricProcessInstances(ctx, url.Values{"processDefinitionKey": {processKey}, "processInstanceBusinessKey": {businessKey}})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]admin.ProcessInstance, 0, len(his))
-	for _, h := range his {
-		out = append(out, admin.ProcessInstance{ID: h.ID, DefinitionKey: h.ProcessDefinitionKey, BusinessKey: h.BusinessKey, Ended: true})
-	}
-	return out, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return r.retry(ctx, "engine", op+": "+err.Error())
 }

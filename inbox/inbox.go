@@ -10,8 +10,8 @@
 //     that gets the same message finds the inbox row and acknowledges it as a duplicate;
 //     a consumer that died between the engine's answer and its own record is found out
 //     by asking the engine (Reconciliation below) before anything is sent again;
-//   - a process is never started twice for one business key: the business key and the
-//     inbox row decide, not the message id alone;
+//   - a process is never started twice for one business key: the business key, the
+//     inbox row and the start's claim decide, not the message id alone;
 //   - a message is acknowledged only after its row says what became of it;
 //   - a message that cannot be acted on is parked, never dropped: it goes to the queue's
 //     dead-letter queue with the reason, its row says why, and an operator replays it
@@ -19,23 +19,44 @@
 //
 // How a message is classified (seed §21):
 //
-//   - already consumed (PROCESSED, IGNORED_DUPLICATE, or parked): acknowledged, counted as
-//     a duplicate, nothing sent to the engine;
+//   - already consumed (PROCESSED, IGNORED_DUPLICATE, or parked), or waiting in the retry
+//     queue already: acknowledged, counted as a duplicate, nothing sent to the engine;
 //   - the same message id with another body: a conflict, never acted on, parked;
-//   - no process instance waits for it yet (early): retried with backoff, through the
-//     queue's retry queue, for Config.EarlyWindow from its first delivery, then parked;
+//   - fields PostgreSQL or the engine cannot store: parked at once;
+//   - no process instance of its process definition waits for it yet (early): retried
+//     with backoff, through the queue's retry queue, for Config.EarlyWindow from its first
+//     delivery, then parked;
 //   - the process instance moved past the wait state, or ended (late): recorded as
 //     IGNORED_DUPLICATE with the reason, acknowledged;
 //   - the engine unreachable, or its answer lost: retried with backoff for as long as it
-//     takes (an engine restart parks nothing); a lost answer is reconciled first.
+//     takes (an engine restart parks nothing); a lost answer is reconciled first;
+//   - the engine failing on it (5xx) Config.MaxEngineFailures times: parked.
 //
 // Reconciliation: a correlation sets one process variable on the instance it reaches,
 // extworkerMessage_<message name>, to "source/message id", in the engine's transaction;
-// a start is found by its process definition key and business key. Correlations
-// therefore need a business key.
+// a start sets extworkerStartedBy (StartMarkVariable) the same way, and is found by its
+// process definition key and business key. Correlations therefore need a business key,
+// and both name their process definition: every lookup in the engine is scoped to it.
+// An attempt whose outcome is unknown is remembered (must_reconcile) through retries,
+// parking and replays, until the engine has been asked.
 //
-// The tables are extworker_inbox and extworker_inbox_conflicts, in the ledger's database
-// (package migrations). Bodies are never stored, only their SHA-256 digests.
+// One start per process definition and business key, across messages: a start that
+// another message sent, and whose answer was lost, may still land; a message for the
+// same key waits until it can no longer (Config.InFlightWindow), then asks the engine
+// before it starts anything (the table extworker_inbox_starts).
+//
+// At its edges: a message whose id, type or correlation id PostgreSQL cannot store as
+// text (invalid UTF-8, NUL bytes), or whose business key the engine cannot store (not
+// text, longer than MaxBusinessKey), is parked at once with the reason, its id escaped
+// (StoredID); a data exception from PostgreSQL (SQLSTATE class 22) is the message's
+// fault, never an outage. An engine that keeps failing on a message (5xx) parks it after
+// Config.MaxEngineFailures answers. Each park is a WARN record, without reason, body or
+// business key. Copies of a message waiting in the retry queue share its one retry
+// chain: another copy delivered meanwhile is acknowledged as a duplicate.
+//
+// The tables are extworker_inbox, extworker_inbox_conflicts and extworker_inbox_starts,
+// in the ledger's database (package migrations). Bodies are never stored, only their
+// SHA-256 digests.
 package inbox
 
 import (
@@ -79,7 +100,8 @@ const (
 
 // Message is one delivery, as the inbox sees it.
 type Message struct {
-	// ID is the message id the producer set (outbox.Event.MessageID): the inbox's key.
+	// ID is the message id the producer set (outbox.Event.MessageID): the inbox's key
+	// (StoredID says how it is recorded).
 	ID string
 	// Type is the message's type (the AMQP type property), e.g. "invoice.paid".
 	Type string
@@ -87,6 +109,12 @@ type Message struct {
 	CorrelationID string
 	// Body is the payload.
 	Body []byte
+
+	// chained: the transport (Run) keeps the message's retry chain, a copy in the retry
+	// queue for each Retry. fresh: this delivery is not one of that chain's copies, nor a
+	// redelivery of one the transport did not settle. A fresh copy of a chained message
+	// that waits in the retry queue is a duplicate.
+	chained, fresh bool
 }
 
 // Action is what a message asks of the engine: exactly one of Start, Correlate or Ignore.
@@ -105,13 +133,19 @@ type Start struct {
 	Variables   camunda7.Variables
 }
 
-// Correlate delivers a BPMN message to the process instance with BusinessKey that waits
-// for it.
+// Correlate delivers a BPMN message to the process instance of ProcessDefinitionKey with
+// BusinessKey that waits for it. The engine's lookups (the running instances, the history
+// that says a message is late) are scoped to the process definition; the message goes to
+// an instance found there, by its id (the engine's /message takes no process definition).
+// Message start events are not used: a message that starts a process is a Start.
 type Correlate struct {
-	MessageName     string
-	BusinessKey     string
-	CorrelationKeys camunda7.Variables
-	Variables       camunda7.Variables
+	// ProcessDefinitionKey is the process whose instance waits for the message. Required:
+	// a Correlate without it is parked.
+	ProcessDefinitionKey string
+	MessageName          string
+	BusinessKey          string
+	CorrelationKeys      camunda7.Variables
+	Variables            camunda7.Variables
 }
 
 // Decide maps a message to its action. An error parks the message (a body it cannot
@@ -172,6 +206,9 @@ type Outcome struct {
 // DefaultConcurrency is Config.Concurrency's default.
 const DefaultConcurrency = 4
 
+// DefaultMaxEngineFailures is Config.MaxEngineFailures's default.
+const DefaultMaxEngineFailures = 5
+
 // Config configures a Consumer. Zero values take the documented defaults.
 type Config struct {
 	// Source names where the messages come from (the producing system): the inbox key is
@@ -187,7 +224,8 @@ type Config struct {
 	// its own, of at least this size.
 	Concurrency int
 	// EarlyWindow is how long a message no process instance waits for is retried before
-	// it is parked. Default 10m.
+	// it is parked, from its first delivery (or its replay), on the database's clock.
+	// Default 10m.
 	EarlyWindow time.Duration
 	// BackoffInitial and BackoffMax bound the wait before a retried message comes back,
 	// doubling per attempt. Defaults 1s and 1m.
@@ -197,10 +235,17 @@ type Config struct {
 	// up waiting for the answer): until then the next attempt does not look, and waits.
 	// It must exceed the engine client's timeout. Default 1m.
 	InFlightWindow time.Duration
+	// MaxEngineFailures is how many failures of its own (5xx answers) the engine may give
+	// to one message before it is parked: an answer such as "an exception occurred in the
+	// persistence layer" comes again each time. Counted from the first delivery, or the
+	// last replay. Default DefaultMaxEngineFailures (5). An engine that cannot be reached,
+	// or whose answer is lost, counts nothing: those are retried for as long as it takes.
+	MaxEngineFailures int
 	// HandleTimeout bounds the handling of one message, the engine's calls included; a
 	// consumer stopping lets the messages in hand finish within it. Default 1m.
 	HandleTimeout time.Duration
-	// Logger receives retries and parked messages. Default discard.
+	// Logger receives retries (INFO) and parked messages (WARN), by message id (escaped)
+	// and kind, never a reason, a business key or a body. Default discard.
 	Logger *slog.Logger
 }
 
@@ -213,6 +258,9 @@ type Binding struct {
 func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" || c.Queue == "" {
 		return c, errors.New("inbox: Config needs Source and Queue")
+	}
+	if !storable(c.Source) || !storable(c.Queue) {
+		return c, errors.New("inbox: Config.Source and Config.Queue must be valid UTF-8 text without NUL bytes (PostgreSQL stores them)")
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
@@ -228,6 +276,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.InFlightWindow <= 0 {
 		c.InFlightWindow = time.Minute
+	}
+	if c.MaxEngineFailures <= 0 {
+		c.MaxEngineFailures = DefaultMaxEngineFailures
 	}
 	if c.HandleTimeout <= 0 {
 		c.HandleTimeout = time.Minute

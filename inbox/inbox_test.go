@@ -91,7 +91,7 @@ func (e env) decide(m inbox.Message) (inbox.Action, error) {
 	case "start":
 		return inbox.Action{Start: &inbox.Start{ProcessKey: e.ship, BusinessKey: p.BusinessKey}}, nil
 	case "correlate":
-		return inbox.Action{Correlate: &inbox.Correlate{MessageName: e.paid, BusinessKey: p.BusinessKey,
+		return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: e.wait, MessageName: e.paid, BusinessKey: p.BusinessKey,
 			Variables: camunda7.Variables{"paidBy": camunda7.StringVar(m.ID)}}}, nil
 	}
 	return inbox.Action{}, fmt.Errorf("unknown instruction %q", p.Do)
@@ -290,7 +290,7 @@ func TestEarlyMessageRetriedUntilTheProcessWaits(t *testing.T) {
 	assert.Equal(t, inbox.Retry, out.Disposition)
 	assert.Equal(t, inbox.StateFailedRetryable, out.State)
 	assert.Equal(t, 100*time.Millisecond, out.Delay)
-	assert.Contains(t, out.Reason, "early: no process instance with business key "+bk)
+	assert.Contains(t, out.Reason, "early: no process instance of "+e.wait+" with business key "+bk)
 
 	again, err := c.Handle(ctx, m)
 	require.NoError(t, err)
@@ -414,6 +414,7 @@ func TestPruneKeepsWhatIsNotSettled(t *testing.T) {
 	again, err := c.Handle(ctx, done)
 	require.NoError(t, err)
 	assert.False(t, again.Started)
-	assert.Equal(t, inbox.StateIgnoredDuplicate, again.State)
+	assert.True(t, again.Reconciled, "the instance's mark names this message: %s", again.Reason)
+	assert.Equal(t, inbox.StateProcessed, again.State)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
 }

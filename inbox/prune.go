@@ -9,7 +9,9 @@ import (
 )
 
 // Prune deletes the rows of messages settled (PROCESSED or IGNORED_DUPLICATE) more than
-// olderThan ago, in batches, and returns how many it deleted. Parked, retrying and
+// olderThan ago, in batches, and returns how many it deleted; and the start claims
+// (extworker_inbox_starts) last changed more than olderThan ago, long past the in-flight
+// window in which they make a start of the same key wait. Parked, retrying and
 // in-flight rows are never pruned. A message redelivered after its row was pruned is
 // still acted on at most once: a start finds its instance by business key, a
 // correlation finds its mark on the instance; keep olderThan above how long a producer
@@ -25,6 +27,16 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration) (in
 			return total, fmt.Errorf("inbox: prune: %w", err)
 		}
 		total += tag.RowsAffected()
+		if tag.RowsAffected() < 1000 {
+			break
+		}
+	}
+	for {
+		tag, err := pool.Exec(ctx, `DELETE FROM extworker_inbox_starts WHERE (process_key, business_key) IN (SELECT process_key, business_key
+			FROM extworker_inbox_starts WHERE updated_at < now() - $1::bigint * interval '1 microsecond' LIMIT 1000)`, olderThan.Microseconds())
+		if err != nil {
+			return total, fmt.Errorf("inbox: prune the start claims: %w", err)
+		}
 		if tag.RowsAffected() < 1000 {
 			return total, nil
 		}

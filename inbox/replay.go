@@ -23,6 +23,17 @@ type Record struct {
 	Replays                   int
 	ReceivedAt, UpdatedAt     time.Time
 	ProcessedAt, ParkedAt     *time.Time
+	// Queue is the queue the message was last consumed from ("" for rows recorded before
+	// the inbox recorded it, or by a caller of Handle without a queue).
+	Queue string
+	// ParkKind says why a parked message was parked; "" otherwise.
+	ParkKind ParkKind
+	// MustReconcile: an attempt's outcome at the engine is unknown; the next attempt asks
+	// the engine before it sends anything.
+	MustReconcile bool
+	// EngineFailures counts the engine's failures (5xx) on the message since its first
+	// delivery or last replay.
+	EngineFailures int
 }
 
 // Filter selects inbox rows. Zero fields select everything.
@@ -47,7 +58,8 @@ func List(ctx context.Context, db Querier, f Filter) ([]Record, error) {
 	}
 	rows, err := db.Query(ctx, `SELECT source, message_id, type, body_digest, coalesce(correlation_id, ''), state, coalesce(action, ''),
 			coalesce(business_key, ''), coalesce(process_instance_id, ''), coalesce(reason, ''), deliveries, duplicates, attempts,
-			conflicts, replays, received_at, updated_at, processed_at, parked_at
+			conflicts, replays, received_at, updated_at, processed_at, parked_at, coalesce(queue, ''), coalesce(park_kind, ''),
+			must_reconcile, engine_failures
 		FROM extworker_inbox
 		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR message_id = $2) AND (NOT $3 OR state = 'FAILED_FINAL' OR conflicts > 0)
 			AND (cardinality($4::text[]) = 0 OR state = ANY($4))
@@ -59,7 +71,7 @@ func List(ctx context.Context, db Querier, f Filter) ([]Record, error) {
 		var r Record
 		err := row.Scan(&r.Source, &r.MessageID, &r.Type, &r.BodyDigest, &r.CorrelationID, &r.State, &r.Action, &r.BusinessKey,
 			&r.ProcessInstanceID, &r.Reason, &r.Deliveries, &r.Duplicates, &r.Attempts, &r.Conflicts, &r.Replays,
-			&r.ReceivedAt, &r.UpdatedAt, &r.ProcessedAt, &r.ParkedAt)
+			&r.ReceivedAt, &r.UpdatedAt, &r.ProcessedAt, &r.ParkedAt, &r.Queue, &r.ParkKind, &r.MustReconcile, &r.EngineFailures)
 		return r, err
 	})
 	if err != nil {
@@ -73,22 +85,30 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// ReplayReport says what Replay did with the dead-letter queue's messages.
+// ReplayReport says what Replay did with the dead-letter queue's messages. Messages are
+// named by their stored id (StoredID).
 type ReplayReport struct {
 	// Replayed lists the message ids sent back to the queue.
 	Replayed []string
 	// Conflicts lists the selected messages left in the dead-letter queue because their
-	// body is not the one the inbox consumed under their id: replaying would only park
-	// them again. The producer has to send them with a new message id.
+	// body is not the one the inbox consumed under their id (or the inbox has no parked
+	// row of theirs): replaying would only park them again. The producer has to send them
+	// with a new message id.
 	Conflicts []string
+	// Unreplayable lists the selected messages left in the dead-letter queue because a
+	// replay cannot help them: they came without a message id ("" here), or with an id,
+	// type or correlation id that is not text the inbox can store. The producer has to
+	// send them anew.
+	Unreplayable []string
 	// Kept counts the messages not selected, left in the dead-letter queue.
 	Kept int
 }
 
 // Replay sends parked messages from queue's dead-letter queue back to queue: those whose
-// message id selected returns true for. Each one's inbox row goes back to RECEIVED (its
-// attempts to zero, its early window restarting, its replays counted, the operator named
-// in its reason), then the message is published to the queue with a confirm, then
+// stored message id selected returns true for. Each one's inbox row goes back to RECEIVED
+// (its attempts and engine failures to zero, its early window restarting, its replays
+// counted, the operator named in its reason; an unknown outcome at the engine stays to
+// be reconciled), then the message is published to the queue with a confirm, then
 // removed from the dead-letter queue: a replay that fails half-way may be run again.
 func Replay(ctx context.Context, pool *pgxpool.Pool, amqpURL, queue string, selected func(id string) bool) (ReplayReport, error) {
 	var rep ReplayReport
@@ -126,40 +146,74 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, amqpURL, queue string, sele
 		if !ok {
 			break
 		}
-		if !selected(d.MessageId) {
+		if !selected(dlqID(d)) {
 			keep = append(keep, d)
 			rep.Kept++
 			continue
 		}
-		source, _ := d.Headers[HeaderSource].(string)
-		tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'RECEIVED', attempts = 0, parked_at = NULL, received_at = now(),
-				updated_at = now(), replays = replays + 1, reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
-			WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('FAILED_FINAL', 'RECEIVED')`,
-			source, d.MessageId, Digest(d.Body))
+		kept, err := replayOne(ctx, pool, pub, queue, d, &rep)
+		if kept {
+			keep = append(keep, d)
+		}
 		if err != nil {
-			keep = append(keep, d)
-			return rep, fmt.Errorf("inbox: replay %s: %w", d.MessageId, err)
+			return rep, err
 		}
-		if tag.RowsAffected() == 0 {
-			keep = append(keep, d)
-			rep.Conflicts = append(rep.Conflicts, d.MessageId)
-			continue
-		}
-		headers := amqp.Table{}
-		for k, v := range d.Headers {
-			if k != HeaderReason && k != HeaderDigest && k != HeaderAttempt {
-				headers[k] = v
-			}
-		}
-		d.Headers = headers
-		if err := pub.publish(ctx, queue, d, nil, 0); err != nil {
-			keep = append(keep, d)
-			return rep, fmt.Errorf("inbox: replay %s: %w", d.MessageId, err)
-		}
-		if err := d.Ack(false); err != nil {
-			return rep, fmt.Errorf("inbox: replay %s: published again, but not removed from %s: %w", d.MessageId, dlq, err)
-		}
-		rep.Replayed = append(rep.Replayed, d.MessageId)
 	}
 	return rep, nil
+}
+
+// dlqID names a parked message: its stored id, or "" for one without an id.
+func dlqID(d amqp.Delivery) string {
+	if d.MessageId == "" {
+		return ""
+	}
+	return StoredID(d.MessageId)
+}
+
+// replayable reports whether a replay can help a parked message: one with an id, type
+// and correlation id the inbox can store.
+func replayable(d amqp.Delivery) bool {
+	return d.MessageId != "" && storable(d.MessageId) && storable(d.Type) && storable(d.CorrelationId)
+}
+
+// replayOne puts one selected message back on queue, recording what it did in rep. kept
+// says whether it stays in the dead-letter queue.
+func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue string, d amqp.Delivery, rep *ReplayReport) (kept bool, err error) {
+	id := dlqID(d)
+	source, _ := d.Headers[HeaderSource].(string)
+	switch {
+	case !replayable(d):
+		rep.Unreplayable = append(rep.Unreplayable, id)
+		return true, nil
+	case !storable(source):
+		rep.Conflicts = append(rep.Conflicts, id)
+		return true, nil
+	}
+	tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'RECEIVED', attempts = 0, engine_failures = 0, parked_at = NULL,
+			park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
+			reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
+		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('FAILED_FINAL', 'RECEIVED')`,
+		source, id, Digest(d.Body))
+	if err != nil {
+		return true, fmt.Errorf("inbox: replay %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		rep.Conflicts = append(rep.Conflicts, id)
+		return true, nil
+	}
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		if k != HeaderReason && k != HeaderDigest && k != HeaderAttempt {
+			headers[k] = v
+		}
+	}
+	d.Headers = headers
+	if err := pub.publish(ctx, queue, d, nil, 0); err != nil {
+		return true, fmt.Errorf("inbox: replay %s: %w", id, err)
+	}
+	if err := d.Ack(false); err != nil {
+		return false, fmt.Errorf("inbox: replay %s: published again, but not removed from %s: %w", id, DeadLetterQueue(queue), err)
+	}
+	rep.Replayed = append(rep.Replayed, id)
+	return false, nil
 }

@@ -49,8 +49,9 @@ func deliveryContext(ctx context.Context, d amqp.Delivery) context.Context {
 // of ctx's span: under Run, the span whose trace context the delivery carried (the
 // outbox's publish), else the root of a trace of its own. The engine's calls nest under
 // it. Neither the message id nor the correlation id goes on it (producers make them of
-// business data: the demo's are the invoice's), nor the body.
-func (c *Consumer) startHandleSpan(ctx context.Context, m Message) (context.Context, trace.Span) {
+// business data: the demo's are the invoice's), nor the body. typ is the message's type
+// as the inbox stores it (escaped when it is not valid text).
+func (c *Consumer) startHandleSpan(ctx context.Context, typ string) (context.Context, trace.Span) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, spanHandle, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
 		span.SetAttributes(
@@ -58,7 +59,7 @@ func (c *Consumer) startHandleSpan(ctx context.Context, m Message) (context.Cont
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.destination.name", c.cfg.Queue),
 			attribute.String("extworker.inbox.source", c.cfg.Source),
-			attribute.String("extworker.event_type", m.Type),
+			attribute.String("extworker.event_type", typ),
 		)
 	}
 	return ctx, span

@@ -83,7 +83,7 @@ func (f *inboxFixture) decide(m inbox.Message) (inbox.Action, error) {
 	case "start":
 		return inbox.Action{Start: &inbox.Start{ProcessKey: f.model.Key, BusinessKey: b.BK}}, nil
 	case "correlate":
-		return inbox.Action{Correlate: &inbox.Correlate{MessageName: f.model.MessageName, BusinessKey: b.BK}}, nil
+		return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: f.model.Key, MessageName: f.model.MessageName, BusinessKey: b.BK}}, nil
 	}
 	return inbox.Action{}, fmt.Errorf("unknown instruction %q", b.Do)
 }
