@@ -33,19 +33,22 @@ commands:
            intents, most recently changed first
   show     KEY [--scope S] [--json]
            one intent: its row, its events, and the engine's view of its task
-  resolve  KEY --as confirmed|rejected|retry [--provider-ref REF] [--error-code CODE]
-           [--value NAME=VALUE ...] --reason TEXT --operator NAME [--scope S] [--json]
+  resolve  KEY --as confirmed|rejected|retry|close [--provider-ref REF] [--error-code CODE]
+           [--value NAME=VALUE ...] --reason TEXT [--operator NAME] [--scope S] [--json]
            settle an unknown or held intent after checking with the provider (retry:
            send it again with the same provider key), then give its task a retry so the
-           workflow completes from the ledger. A verdict that declares money moved or
-           moves it (confirmed, retry) above EXTWORKER_APPROVAL_THRESHOLD or without an
-           amount, and any verdict on an orphan, waits for a second operator
+           workflow completes from the ledger; or close an orphan dealt with outside the
+           ledger. A verdict that declares money moved or moves it (confirmed, retry)
+           above EXTWORKER_APPROVAL_THRESHOLD or without an amount, and any verdict on an
+           orphan, waits for a second operator. You act as the operator registered for
+           your database login (extworker operators list); --operator, if given, must be
+           that name
   resolutions [--status pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]
            resolution requests, newest first
-  approve  ID --reason TEXT --operator NAME [--json]
-           apply a pending resolution: a different operator, with a database login of
-           their own, than the one who asked
-  reject   ID --reason TEXT --operator NAME [--json]
+  approve  ID --reason TEXT [--operator NAME] [--json]
+           apply a pending resolution: a different person, with a database login of
+           their own, than the one who asked (in the console or here)
+  reject   ID --reason TEXT [--operator NAME] [--json]
            turn a pending resolution down (or withdraw your own); the intent is unchanged
   prune    --older-than DURATION [--json]
            turn settled intents (confirmed, rejected, reconciled, compensated) last
@@ -541,12 +544,12 @@ type resolveJSON struct {
 }
 
 func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
-	fs, asJSON := e.newFlags("resolve", "KEY --as confirmed|rejected|retry [--provider-ref REF] [--error-code CODE] [--value NAME=VALUE ...] --reason TEXT --operator NAME [--scope S] [--json]")
-	as := fs.String("as", "", "the verdict after checking with the provider: confirmed, rejected, or retry (it never got it: send again) (required)")
+	fs, asJSON := e.newFlags("resolve", "KEY --as confirmed|rejected|retry|close [--provider-ref REF] [--error-code CODE] [--value NAME=VALUE ...] --reason TEXT [--operator NAME] [--scope S] [--json]")
+	as := fs.String("as", "", "the verdict after checking with the provider: confirmed, rejected, retry (it never got it: send again), or close (an orphan dealt with outside the ledger) (required)")
 	ref := fs.String("provider-ref", "", "the provider's reference of the effect (required with --as confirmed)")
 	code := fs.String("error-code", "", "the decline's code, thrown as the BPMN error (with --as rejected; default REJECTED)")
 	reason := fs.String("reason", "", "why, for the audit trail, e.g. what the provider's dashboard shows (required)")
-	operator := fs.String("operator", "", "who decides, for the audit trail (required)")
+	operator := fs.String("operator", "", "your operator name, checked against the one registered for your database login (default: that one)")
 	scope := fs.String("scope", "", "the intent's scope (needed when KEY exists in several scopes)")
 	values := keyValues{}
 	fs.Var(values, "value", "a result value the task completes with, NAME=VALUE (repeatable; with --as confirmed), e.g. paymentRef=ch_123")
@@ -563,19 +566,18 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	var state idempotency.State
 	switch *as {
 	case "":
-		problems = append(problems, "--as confirmed|rejected|retry is required")
+		problems = append(problems, "--as confirmed|rejected|retry|close is required")
 	case string(idempotency.StateConfirmed), string(idempotency.StateRejected):
 		state = idempotency.State(*as)
 	case "retry":
 		state = idempotency.StatePrepared
+	case "close":
+		state = idempotency.VerdictClose
 	default:
-		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed, rejected or retry", *as))
+		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed, rejected, retry or close", *as))
 	}
 	if strings.TrimSpace(*reason) == "" {
 		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
-	}
-	if strings.TrimSpace(*operator) == "" {
-		problems = append(problems, "--operator is required (who decides, for the audit trail)")
 	}
 	if state == idempotency.StateConfirmed && strings.TrimSpace(*ref) == "" {
 		problems = append(problems, "--provider-ref is required with --as confirmed (the provider's reference of the effect)")
@@ -583,8 +585,8 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	if state != idempotency.StateRejected && state != "" && *code != "" {
 		problems = append(problems, "--error-code only goes with --as rejected")
 	}
-	if state == idempotency.StatePrepared && (*ref != "" || len(values) > 0) {
-		problems = append(problems, "--provider-ref and --value go with --as confirmed, not retry")
+	if (state == idempotency.StatePrepared || state == idempotency.VerdictClose) && (*ref != "" || len(values) > 0) {
+		problems = append(problems, "--provider-ref and --value go with --as confirmed, not "+*as)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("effects resolve: %s", strings.Join(problems, "; "))
@@ -609,17 +611,18 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 		if *asJSON {
 			return printJSON(e.stdout, resolveJSON{Namespace: l.Namespace(), Intent: toIntentJSON(res.Row), Pending: &p})
 		}
-		fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s recorded: %s; the intent stays %s until a second operator decides:\n",
-			p.ID, res.Row.Scope, res.Row.Key, p.Verdict, res.Row.State)
-		fmt.Fprintf(e.stdout, "  extworker effects approve %d --operator NAME --reason TEXT   (another operator, with a database login of their own)\n", p.ID)
-		fmt.Fprintf(e.stdout, "  extworker effects reject %d --operator NAME --reason TEXT\n", p.ID)
+		fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s recorded by %s: %s; the intent stays %s until a second operator decides:\n",
+			p.ID, res.Row.Scope, res.Row.Key, p.RequestedBy, p.Verdict, res.Row.State)
+		fmt.Fprintf(e.stdout, "  extworker effects approve %d --reason TEXT   (another person, on their own login or in the console)\n", p.ID)
+		fmt.Fprintf(e.stdout, "  extworker effects reject %d --reason TEXT\n", p.ID)
 		return nil
 	}
-	return e.applied(ctx, "resolve", l.Namespace(), res.Row, strings.TrimSpace(*operator), *asJSON)
+	return e.applied(ctx, "resolve", l, res.Row, *asJSON)
 }
 
 // applied reports a verdict applied to row, and gives its task a retry when it needs one.
-func (e *effectsCmd) applied(ctx context.Context, cmd, namespace string, row idempotency.Row, operator string, asJSON bool) error {
+func (e *effectsCmd) applied(ctx context.Context, cmd string, l *idempotency.Ledger, row idempotency.Row, asJSON bool) error {
+	namespace := l.Namespace()
 	act := e.resumeTask(ctx, row)
 	if asJSON {
 		if err := printJSON(e.stdout, resolveJSON{Namespace: namespace, Intent: toIntentJSON(row), Engine: &act}); err != nil {
@@ -635,13 +638,26 @@ func (e *effectsCmd) applied(ctx context.Context, cmd, namespace string, row ide
 		case idempotency.StatePrepared:
 			fmt.Fprint(e.stdout, " (its next attempt sends it again with provider key "+row.ProviderKey+")")
 		}
-		fmt.Fprintf(e.stdout, ", by operator:%s\n", operator)
+		if row.OrphanClosedAt != nil {
+			fmt.Fprint(e.stdout, "; its orphan is closed")
+		}
+		fmt.Fprintf(e.stdout, ", by %s\n", decidedBy(ctx, l, row))
 		fmt.Fprintf(e.stdout, "engine: %s\n", act.Message)
 	}
 	if act.Action == "failed" {
 		return fmt.Errorf("effects %s: the ledger is resolved, but the engine step failed: %s", cmd, act.Message)
 	}
 	return nil
+}
+
+// decidedBy is who the database recorded as deciding row's last change (the actor of its
+// last event): the person registered for the login, never a name typed in.
+func decidedBy(ctx context.Context, l *idempotency.Ledger, row idempotency.Row) string {
+	events, err := l.Events(ctx, row.Scope, row.Key)
+	if err != nil || len(events) == 0 {
+		return "an operator (extworker effects show names who)"
+	}
+	return events[len(events)-1].Actor
 }
 
 // ---- resolutions, approve, reject
@@ -674,8 +690,11 @@ type resolutionJSON struct {
 
 func toResolutionJSON(r idempotency.ResolutionRequest) resolutionJSON {
 	as := string(r.As)
-	if r.As == idempotency.StatePrepared {
+	switch r.As {
+	case idempotency.StatePrepared:
 		as = "retry"
+	case idempotency.VerdictClose:
+		as = "close"
 	}
 	j := resolutionJSON{ID: r.ID, Scope: r.Scope, Key: r.Key, Verdict: r.VerdictText(), As: as, FromState: string(r.FromState),
 		ProviderRef: r.ProviderRef, ErrorCode: r.ErrorCode, Reason: r.Reason, RequestedBy: r.RequestedBy, RequestedDBUser: r.RequestedDBUser,
@@ -749,9 +768,9 @@ func printResolutions(w io.Writer, reqs []idempotency.ResolutionRequest) {
 
 // decide is approve and reject.
 func (e *effectsCmd) decide(ctx context.Context, cmd string, args []string) error {
-	fs, asJSON := e.newFlags(cmd, "ID --reason TEXT --operator NAME [--json]")
+	fs, asJSON := e.newFlags(cmd, "ID --reason TEXT [--operator NAME] [--json]")
 	reason := fs.String("reason", "", "why, for the audit trail (required)")
-	operator := fs.String("operator", "", "who decides, for the audit trail (required)")
+	operator := fs.String("operator", "", "your operator name, checked against the one registered for your database login (default: that one)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -768,9 +787,6 @@ func (e *effectsCmd) decide(ctx context.Context, cmd string, args []string) erro
 	}
 	if strings.TrimSpace(*reason) == "" {
 		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
-	}
-	if strings.TrimSpace(*operator) == "" {
-		problems = append(problems, "--operator is required (who decides, for the audit trail)")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("effects %s: %s", cmd, strings.Join(problems, "; "))
@@ -790,14 +806,14 @@ func (e *effectsCmd) decide(ctx context.Context, cmd string, args []string) erro
 			return printJSON(e.stdout, toResolutionJSON(req))
 		}
 		fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s (%s) rejected by %s; the intent is unchanged\n",
-			req.ID, req.Scope, req.Key, req.VerdictText(), d.Operator)
+			req.ID, req.Scope, req.Key, req.VerdictText(), strOf(req.DecidedBy))
 		return nil
 	}
 	res, err := l.Approve(ctx, id, d)
 	if err != nil {
 		return err
 	}
-	return e.applied(ctx, "approve", l.Namespace(), res.Row, d.Operator, *asJSON)
+	return e.applied(ctx, "approve", l, res.Row, *asJSON)
 }
 
 // resumeTask gives the resolved intent's task a retry if it ran out of them

@@ -35,6 +35,7 @@ func effectsEnv(t *testing.T) *idempotency.Ledger {
 	pool := testenv.DB(t) // skips (or fails in CI) without a database
 	var out, errOut bytes.Buffer
 	require.NoError(t, run([]string{"migrate"}, &out, &errOut), "migrate: %s %s", out.String(), errOut.String())
+	testenv.RegisterOperators(t, pool)
 	t.Cleanup(func() {
 		// The test's intents and resolutions go with it (events are append-only, and stay).
 		for _, table := range []string{"extworker_intents", "extworker_resolutions", "extworker_intent_tombstones"} {
@@ -279,11 +280,11 @@ func TestEffectsResolveRequiresFlags(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"K", "--reason", "r", "--operator", "o"}, []string{"--as confirmed|rejected|retry is required"}},
+		{[]string{"K", "--reason", "r", "--operator", "o"}, []string{"--as confirmed|rejected|retry|close is required"}},
 		{[]string{"K", "--as", "confirmed", "--provider-ref", "ch_1", "--operator", "o"}, []string{"--reason is required"}},
-		{[]string{"K", "--as", "rejected", "--reason", "r"}, []string{"--operator is required"}},
-		{[]string{"K"}, []string{"--as", "--reason", "--operator"}},
-		{[]string{"K", "--as", "maybe", "--reason", "r", "--operator", "o"}, []string{`--as "maybe": must be confirmed, rejected or retry`}},
+		{[]string{"K"}, []string{"--as", "--reason"}},
+		{[]string{"K", "--as", "maybe", "--reason", "r", "--operator", "o"}, []string{`--as "maybe": must be confirmed, rejected, retry or close`}},
+		{[]string{"K", "--as", "close", "--provider-ref", "ch_1", "--reason", "r"}, []string{"--provider-ref and --value go with --as confirmed, not close"}},
 		{[]string{"K", "--as", "retry", "--provider-ref", "ch_1", "--reason", "r", "--operator", "o"}, []string{"--provider-ref and --value go with --as confirmed"}},
 		{[]string{"K", "--as", "confirmed", "--reason", "r", "--operator", "o"}, []string{"--provider-ref is required with --as confirmed"}},
 		{[]string{"--as", "rejected", "--reason", "r", "--operator", "o"}, []string{"KEY is missing"}},
@@ -304,7 +305,6 @@ func TestEffectsResolveRequiresFlags(t *testing.T) {
 		{[]string{"approve", "--reason", "r", "--operator", "o"}, "one resolution ID expected"},
 		{[]string{"approve", "x1", "--reason", "r", "--operator", "o"}, `resolution ID "x1": want a number`},
 		{[]string{"reject", "7", "--operator", "o"}, "--reason is required"},
-		{[]string{"approve", "7", "--reason", "r"}, "--operator is required"},
 		{[]string{"resolutions", "--status", "maybe"}, `--status "maybe": want pending, approved, rejected or stale`},
 	} {
 		_, err := effects(t, c.args...)
@@ -332,11 +332,12 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	out := mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:R", "--as", "confirmed", "--provider-ref", "ch_manual", "--value", "paymentRef=ch_manual",
 		"--reason", "charge found in the provider dashboard", "--operator", "alice")
 	id := pendingID(t, out)
-	assert.Contains(t, out, "confirmed (provider ref ch_manual); the intent stays operator_hold until a second operator decides")
-	assert.Contains(t, out, "extworker effects approve "+id+" --operator NAME --reason TEXT")
+	assert.Contains(t, out, `recorded by alice: confirmed (provider ref ch_manual, values {"paymentRef": "ch_manual"}); the intent stays operator_hold until a second operator decides`,
+		"the approver sees every value that will be written (issue 23, item 3)")
+	assert.Contains(t, out, "extworker effects approve "+id+" --reason TEXT")
 	assert.Equal(t, idempotency.StateOperatorHold, mustState(t, l, "payment.collect", "invoice:R"))
 	out = mustEffectsAs(t, testenv.AliceLogin, "resolutions", "--status", "pending")
-	assert.Regexp(t, `(?m)^`+id+`\s+payment.collect\s+invoice:R\s+confirmed \(provider ref ch_manual\)\s+pending\s+alice \(`+testenv.AliceLogin+`\)`, out)
+	assert.Regexp(t, `(?m)^`+id+`\s+payment.collect\s+invoice:R\s+confirmed \(provider ref ch_manual, values \{"paymentRef": "ch_manual"\}\)\s+pending\s+alice \(`+testenv.AliceLogin+`\)`, out)
 	_, err := effectsAs(t, testenv.AliceLogin, "approve", id, "--operator", "alice", "--reason", "me again")
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval)
 	out = mustEffectsAs(t, testenv.BobLogin, "approve", id, "--operator", "bob", "--reason", "saw ch_manual too")
@@ -421,7 +422,7 @@ func TestEffectsResolveGivesTheTaskItsRetryBack(t *testing.T) {
 	assert.Contains(t, out, admin.IncidentTypeFailedExternalTask)
 
 	out = mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:E", "--as", "confirmed", "--provider-ref", "ch_E",
-		"--reason", "found in the provider dashboard", "--operator", "carol")
+		"--reason", "found in the provider dashboard", "--operator", "alice")
 	out = mustEffectsAs(t, testenv.BobLogin, "approve", pendingID(t, out), "--operator", "bob", "--reason", "agreed")
 	assert.Contains(t, out, "is now confirmed")
 	assert.Contains(t, out, "engine: retries set to 1 on task "+task.ID)
@@ -451,7 +452,7 @@ func TestEffectsResolveGivesTheTaskItsRetryBack(t *testing.T) {
 	out = mustEffects(t, "show", "invoice:E")
 	assert.Contains(t, out, "engine: task "+task.ID+" gone (completed or cancelled)")
 	holdIntent(t, l, "payment.collect", "invoice:E2", ref)
-	out = mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:E2", "--as", "rejected", "--reason", "never reached the provider", "--operator", "carol")
+	out = mustEffectsAs(t, testenv.AliceLogin, "resolve", "invoice:E2", "--as", "rejected", "--reason", "never reached the provider", "--operator", "alice")
 	assert.Contains(t, out, "is now rejected (error code REJECTED)")
 	assert.Contains(t, out, "engine: task "+task.ID+" gone; nothing to do in the engine")
 }
