@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -188,6 +191,7 @@ func (c *inboxCmd) show(ctx context.Context, args []string) error {
 	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	at := func(t time.Time) string { return fmtTime(t) + " (" + ageOf(now, t) + ")" }
 	line("source", safeCell(r.Source))
+	line("queue", safeCell(r.Queue))
 	line("message id", safeCell(r.MessageID))
 	line("type", safeCell(r.Type))
 	line("state", string(r.State))
@@ -197,9 +201,16 @@ func (c *inboxCmd) show(ctx context.Context, args []string) error {
 	line("correlation id", safeCell(r.CorrelationID))
 	line("body digest", r.BodyDigest)
 	line("reason", safeCell(r.Reason))
+	if r.ParkKind != "" {
+		line("parked for", string(r.ParkKind))
+	}
+	if r.MustReconcile {
+		line("must reconcile", "yes: an attempt's outcome at the engine is unknown; the next one asks the engine first")
+	}
 	line("deliveries", strconv.Itoa(r.Deliveries))
 	line("duplicates", strconv.Itoa(r.Duplicates))
 	line("attempts", strconv.Itoa(r.Attempts))
+	line("engine failures", strconv.Itoa(r.EngineFailures))
 	line("conflicts", strconv.Itoa(r.Conflicts))
 	line("replays", strconv.Itoa(r.Replays))
 	line("received", at(r.ReceivedAt))
@@ -213,15 +224,79 @@ func (c *inboxCmd) show(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.State == inbox.StateFailedFinal {
-		fmt.Fprintf(c.stdout, "\nparked: a copy waits in the dead-letter queue of the queue its consumer reads (QUEUE.dlq); once the reason is dealt with:\n"+
-			"  extworker inbox replay --queue QUEUE %s\n", oneLine(r.MessageID))
+	if hint := replayHint(r); hint != "" {
+		fmt.Fprintf(c.stdout, "\n%s\n", hint)
 	}
 	if r.Conflicts > 0 {
 		fmt.Fprintf(c.stdout, "\nconflicts: this message id came %d more time(s) with another body; those copies were parked in the dead-letter queue "+
 			"and never acted on. Replaying cannot help: the producer must send them under a new message id.\n", r.Conflicts)
 	}
 	return nil
+}
+
+// replayHint is what `inbox show` says of replaying a parked row: the command that does
+// it, as a shell takes it, or why none applies; "" for a row that is not parked.
+func replayHint(r inbox.Record) string {
+	switch {
+	case r.State != inbox.StateFailedFinal:
+		return ""
+	case r.ParkKind == inbox.ParkNoID:
+		return "parked: no replay applies: the message came without a message id, so the inbox cannot tell its copies apart; " +
+			"the producer must send it with one"
+	case r.ParkKind == inbox.ParkUnstorable:
+		return "parked: no replay applies: the message's own id, type or correlation id is not text the inbox can store " +
+			"(recorded escaped); the producer must send it anew"
+	case r.Queue == "":
+		return "parked: a copy waits in the dead-letter queue of the queue its consumer reads (QUEUE.dlq; this row was recorded " +
+			"before the inbox recorded queues); once the reason is dealt with:\n  extworker inbox replay --queue QUEUE " + shellQuote(r.MessageID)
+	}
+	dlq := inbox.DeadLetterQueue(r.Queue)
+	return fmt.Sprintf("parked: a copy waits in %s; once the reason is dealt with:\n  extworker inbox replay --queue %s %s",
+		shellQuote(dlq), shellQuote(r.Queue), shellQuote(r.MessageID))
+}
+
+// shellWord matches what a POSIX shell takes as one word as it is.
+var shellWord = regexp.MustCompile(`^[A-Za-z0-9._:/@%+=,-]+$`)
+
+// shellQuote quotes s for a shell: as it is when it is a plain word, in single quotes when
+// it is printable, else in ANSI-C quotes ($'...', bash, zsh, ksh) with every byte that is
+// not printable ASCII escaped, so that a terminal shows (and acts on) nothing of it.
+func shellQuote(s string) string {
+	switch {
+	case shellWord.MatchString(s):
+		return s
+	case printable(s):
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\'' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		}
+	}
+	b.WriteString("'")
+	return b.String()
+}
+
+// printable reports whether s is valid UTF-8 of printable characters only (no control
+// characters, no bidirectional overrides).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // ---- replay
@@ -231,6 +306,7 @@ type inboxReplayJSON struct {
 	DeadLetterQueue string   `json:"dead_letter_queue"`
 	Replayed        []string `json:"replayed"`
 	Conflicts       []string `json:"conflicts"`
+	Unreplayable    []string `json:"unreplayable"`
 	Kept            int      `json:"kept"`
 	NotFound        []string `json:"not_found,omitempty"`
 	Error           string   `json:"error,omitempty"`
@@ -272,13 +348,13 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 		named[id] = true
 	}
 	rep, replayErr := inbox.Replay(ctx, pool, c.cfg.AMQPURL, *queue, func(id string) bool { return *all || named[id] })
-	if replayErr != nil && len(rep.Replayed) == 0 && len(rep.Conflicts) == 0 && rep.Kept == 0 {
+	if replayErr != nil && len(rep.Replayed) == 0 && len(rep.Conflicts) == 0 && len(rep.Unreplayable) == 0 && rep.Kept == 0 {
 		return replayErr // nothing done (no broker, no such dead-letter queue): nothing to report
 	}
 
 	var notFound []string
 	for _, id := range ids {
-		if named[id] && !slices.Contains(rep.Replayed, id) && !slices.Contains(rep.Conflicts, id) {
+		if named[id] && !slices.Contains(rep.Replayed, id) && !slices.Contains(rep.Conflicts, id) && !slices.Contains(rep.Unreplayable, id) {
 			notFound = append(notFound, id)
 			named[id] = false // named twice, reported once
 		}
@@ -286,7 +362,7 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	dlq := inbox.DeadLetterQueue(*queue)
 	if *asJSON {
 		out := inboxReplayJSON{Queue: *queue, DeadLetterQueue: dlq, Replayed: orEmpty(rep.Replayed), Conflicts: orEmpty(rep.Conflicts),
-			Kept: rep.Kept, NotFound: notFound}
+			Unreplayable: orEmpty(rep.Unreplayable), Kept: rep.Kept, NotFound: notFound}
 		if replayErr != nil {
 			out.Error = replayErr.Error()
 		}
@@ -320,6 +396,13 @@ func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
 		fmt.Fprintf(w, "left %d message(s) in %s: the inbox consumed their message id with another body (or has no parked row of theirs), "+
 			"so a replay would only park them again; the producer must send them under a new message id:\n", len(rep.Conflicts), dlq)
 		for _, id := range rep.Conflicts {
+			fmt.Fprintf(w, "  %s\n", messageIDText(id))
+		}
+	}
+	if len(rep.Unreplayable) > 0 {
+		fmt.Fprintf(w, "left %d message(s) in %s that a replay cannot help: they came without a message id, or with an id, type or "+
+			"correlation id that is not text the inbox can store; the producer must send them anew:\n", len(rep.Unreplayable), dlq)
+		for _, id := range rep.Unreplayable {
 			fmt.Fprintf(w, "  %s\n", messageIDText(id))
 		}
 	}
@@ -371,11 +454,16 @@ type inboxRecordJSON struct {
 	UpdatedAt         time.Time  `json:"updated_at"`
 	ProcessedAt       *time.Time `json:"processed_at"`
 	ParkedAt          *time.Time `json:"parked_at"`
+	Queue             string     `json:"queue"`
+	ParkKind          string     `json:"park_kind"`
+	MustReconcile     bool       `json:"must_reconcile"`
+	EngineFailures    int        `json:"engine_failures"`
 }
 
 func toInboxRecordJSON(r inbox.Record) inboxRecordJSON {
 	return inboxRecordJSON{Source: r.Source, MessageID: r.MessageID, Type: r.Type, State: string(r.State), Action: r.Action,
 		BusinessKey: r.BusinessKey, ProcessInstanceID: r.ProcessInstanceID, CorrelationID: r.CorrelationID, BodyDigest: r.BodyDigest,
 		Reason: r.Reason, Deliveries: r.Deliveries, Duplicates: r.Duplicates, Attempts: r.Attempts, Conflicts: r.Conflicts,
-		Replays: r.Replays, ReceivedAt: r.ReceivedAt, UpdatedAt: r.UpdatedAt, ProcessedAt: r.ProcessedAt, ParkedAt: r.ParkedAt}
+		Replays: r.Replays, ReceivedAt: r.ReceivedAt, UpdatedAt: r.UpdatedAt, ProcessedAt: r.ProcessedAt, ParkedAt: r.ParkedAt,
+		Queue: r.Queue, ParkKind: string(r.ParkKind), MustReconcile: r.MustReconcile, EngineFailures: r.EngineFailures}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func inboxEnv(t *testing.T) *inboxFixture {
 			}
 			_ = ch.Close()
 		}
-		for _, table := range []string{"extworker_inbox", "extworker_inbox_conflicts"} {
+		for _, table := range []string{"extworker_inbox", "extworker_inbox_conflicts", "extworker_inbox_starts"} {
 			if _, err := pool.Exec(ctx, `DELETE FROM `+table+` WHERE source = $1`, f.source); err != nil {
 				t.Logf("cleanup: delete source %s from %s: %v", f.source, table, err)
 			}
@@ -306,7 +307,8 @@ func TestInboxShow(t *testing.T) {
 	assert.Regexp(t, `(?m)^deliveries\s+1$`, out)
 	assert.Regexp(t, `(?m)^replays\s+0$`, out)
 	assert.Regexp(t, `(?m)^parked\s+\d{4}-\d\d-\d\d `, out)
-	assert.Contains(t, out, "extworker inbox replay --queue QUEUE bad-1")
+	assert.Regexp(t, `(?m)^queue\s+`+f.queue+`$`, out)
+	assert.Contains(t, out, "extworker inbox replay --queue "+f.queue+" bad-1")
 
 	out = mustInbox(t, "show", "--json", f.source, conflictID) // flags before or after
 	var r inboxRecordJSON
@@ -333,6 +335,66 @@ func TestInboxShow(t *testing.T) {
 	for _, bad := range [][]string{{"show"}, {"show", f.source}, {"show", f.source, badID, "extra"}} {
 		_, err := inboxRun(t, bad...)
 		assert.ErrorContains(t, err, "SOURCE and MESSAGE_ID expected")
+	}
+}
+
+// TestInboxShowPrintsAWorkingReplayCommand: `inbox show` of a parked message prints the
+// replay command with the queue the row records, and that command works as printed; for
+// a message a replay cannot help (one without a message id) it says why instead.
+func TestInboxShowPrintsAWorkingReplayCommand(t *testing.T) {
+	f := inboxEnv(t)
+	noID := f.seedParked(t)
+
+	out := mustInbox(t, "show", f.source, badID)
+	assert.Regexp(t, `(?m)^queue\s+`+f.queue+`$`, out)
+	cmd := "extworker inbox replay --queue " + f.queue + " " + badID
+	require.Contains(t, out, "\n  "+cmd+"\n")
+	replayed, err := inboxAs(t, testenv.AliceLogin, strings.Fields(cmd)[2:]...)
+	require.NoError(t, err, replayed)
+	assert.Contains(t, replayed, "replayed 1 message(s)")
+	assert.Equal(t, inbox.StateReceived, f.row(t, badID).State)
+
+	out = mustInbox(t, "show", f.source, noID)
+	assert.NotContains(t, out, "inbox replay --queue")
+	assert.Contains(t, out, "no replay applies: the message came without a message id")
+}
+
+func TestReplayHint(t *testing.T) {
+	parked := func(kind inbox.ParkKind, queue, id string) inbox.Record {
+		return inbox.Record{State: inbox.StateFailedFinal, ParkKind: kind, Queue: queue, MessageID: id}
+	}
+	for _, tc := range []struct {
+		r    inbox.Record
+		want string
+	}{
+		{inbox.Record{State: inbox.StateProcessed, Queue: "q", MessageID: "m"}, ""},
+		{parked(inbox.ParkEarly, "orders", "evt-1"), "parked: a copy waits in orders.dlq; once the reason is dealt with:\n  extworker inbox replay --queue orders evt-1"},
+		{parked(inbox.ParkUnreadable, "orders", "it's \u202e"), `extworker inbox replay --queue orders $'it\'s \xe2\x80\xae'`},
+		{parked(inbox.ParkRefused, "orders", "a b"), `extworker inbox replay --queue orders 'a b'`},
+		{parked(inbox.ParkEarly, "", "evt-1"), "extworker inbox replay --queue QUEUE evt-1"},
+		{parked(inbox.ParkNoID, "orders", "sha256:00"), "no replay applies: the message came without a message id"},
+		{parked(inbox.ParkUnstorable, "orders", "hex:ff"), "no replay applies: the message's own id, type or correlation id"},
+	} {
+		got := replayHint(tc.r)
+		if tc.want == "" {
+			assert.Empty(t, got)
+			continue
+		}
+		assert.Contains(t, got, tc.want)
+	}
+}
+
+// TestShellQuote: what `inbox show` prints for a shell reads back, in bash, as the id.
+func TestShellQuote(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	require.NoError(t, err, "bash")
+	for _, id := range []string{"evt-1", "hex:6261642dff", "a b", "it's", `back\slash`, "bidi \u202e over", "esc \x1b[2J", "tab\tnl\n", "ü", "", "$(rm -rf /)", "`x`"} {
+		q := shellQuote(id)
+		assert.True(t, printable(q), "%q quoted as %q", id, q)
+		assert.NotContains(t, q, "\u202e")
+		out, err := exec.Command(bash, "-c", "printf %s "+q).Output()
+		require.NoError(t, err, "%q", q)
+		assert.Equal(t, id, string(out), "%q quoted as %s", id, q)
 	}
 }
 
@@ -413,7 +475,8 @@ func TestInboxReplay(t *testing.T) {
 	assert.Equal(t, f.queue, rep.Queue)
 	assert.Equal(t, dlq, rep.DeadLetterQueue)
 	assert.ElementsMatch(t, []string{escID, earlyID}, rep.Replayed)
-	assert.ElementsMatch(t, []string{conflictID, ""}, rep.Conflicts)
+	assert.Equal(t, []string{conflictID}, rep.Conflicts)
+	assert.Equal(t, []string{""}, rep.Unreplayable, "the message without an id")
 	assert.Zero(t, rep.Kept)
 	assert.Empty(t, rep.NotFound)
 	assert.Equal(t, 2, f.depth(t, dlq))
@@ -426,8 +489,9 @@ func TestInboxReplay(t *testing.T) {
 	assert.Equal(t, inbox.StateFailedFinal, f.row(t, noID).State)
 
 	out = mustInbox(t, "replay", "--queue", f.queue, "--all")
-	assert.Contains(t, out, "left 2 message(s)")
+	assert.Contains(t, out, "left 1 message(s) in "+dlq+": the inbox consumed their message id with another body")
 	assert.Contains(t, out, "\n  c-1\n")
+	assert.Contains(t, out, "left 1 message(s) in "+dlq+" that a replay cannot help")
 	assert.Contains(t, out, "\n  (no message id: the producer must send it with one)\n")
 
 	// The cause fixed (a consumer that now ignores them), the replayed messages are acted
