@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -129,6 +130,10 @@ func (l *Ledger) ApprovalNeeded(r Row, as State) (bool, string) {
 // (res.Operator, when given, must be their name), or, on the console's login only, the
 // registered operator res.Operator names.
 func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution) (Resolved, error) {
+	if !validText(res.Values) {
+		// json.Marshal would write U+FFFD in their place: not what the operator gave.
+		return Resolved{}, fmt.Errorf("resolve %s/%s: %w: a value is not valid UTF-8 text", scope, key, ErrInvalidVerdict)
+	}
 	values, err := json.Marshal(res.Values)
 	if err != nil {
 		return Resolved{}, fmt.Errorf("resolve: values: %w", err)
@@ -194,6 +199,27 @@ func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approve bool)
 		return ResolutionRequest{}, fmt.Errorf("%s resolution #%d: %w", verb, id, operatorError(err))
 	}
 	return l.Resolution(ctx, id)
+}
+
+// validText reports whether every string in v (and its map keys) is valid UTF-8.
+func validText(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return utf8.ValidString(x)
+	case map[string]any:
+		for k, e := range x {
+			if !utf8.ValidString(k) || !validText(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !validText(e) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ErrOperatorIdentity: the database could not tell who is acting (a login, or a name the

@@ -14,7 +14,9 @@
 -- ledger's trail, and their own database login for the CLI (NULL: console only). Only
 -- the ledger's owner writes it (`extworker operators add`); names compare without case.
 CREATE TABLE extworker_operators (
-    name     text        NOT NULL PRIMARY KEY CHECK (name = btrim(name) AND name <> '' AND length(name) <= 100),
+    -- Plain ASCII names: a look-alike (a Cyrillic a, a zero-width space) would be a
+    -- second person to the ledger and the same one to a reader of the trail.
+    name     text        NOT NULL PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$'),
     db_login text        UNIQUE,
     added_at timestamptz NOT NULL DEFAULT now(),
     added_by text        NOT NULL DEFAULT session_user
@@ -118,8 +120,8 @@ BEGIN
         RETURN 'the intent is orphaned (its task was cancelled after the effect was dispatched)';
     ELSIF p_verdict = 'rejected' THEN
         RETURN '';
-    ELSIF i.amount IS NULL THEN
-        RETURN 'the intent records no amount';
+    ELSIF i.amount IS NULL OR i.amount < 0 THEN
+        RETURN 'the intent records no amount (or a negative one)';
     ELSIF i.amount > threshold THEN
         RETURN format('its amount %s is above the approval threshold %s', i.amount, threshold);
     END IF;
@@ -193,6 +195,15 @@ BEGIN
         RAISE EXCEPTION 'a verdict needs a reason' USING ERRCODE = 'EXW05';
     ELSIF p_verdict = 'confirmed' AND coalesce(btrim(p_provider_ref), '') = '' THEN
         RAISE EXCEPTION 'confirming needs the provider''s reference' USING ERRCODE = 'EXW05';
+    ELSIF p_verdict <> 'confirmed' AND (p_result IS NOT NULL OR (p_verdict <> 'rejected' AND (coalesce(p_provider_ref, '') <> '' OR coalesce(p_error_code, '') <> ''))) THEN
+        RAISE EXCEPTION 'a % verdict writes no provider reference, values or error code beyond its own', p_verdict USING ERRCODE = 'EXW05';
+    ELSIF p_verdict = 'confirmed' AND coalesce(p_error_code, '') <> '' THEN
+        RAISE EXCEPTION 'a confirmation has no error code' USING ERRCODE = 'EXW05';
+    ELSIF concat(p_provider_ref, p_error_code, p_result::text) ~ '[\x01-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\u3164\ufeff\ufff9-\ufffb]' THEN
+        -- What the approver reads must be what is written: no character that is
+        -- invisible, reorders the text around it, or moves the cursor.
+        RAISE EXCEPTION 'the provider reference, error code and values may not hold control, format or invisible characters'
+            USING ERRCODE = 'EXW05';
     END IF;
     SELECT * INTO i FROM extworker_intents WHERE namespace = p_namespace AND scope = p_scope AND intent_key = p_key FOR UPDATE;
     IF i.id IS NULL THEN
@@ -244,6 +255,8 @@ DECLARE
 BEGIN
     IF v_reason = '' THEN
         RAISE EXCEPTION 'a decision needs a reason' USING ERRCODE = 'EXW05';
+    ELSIF p_approve IS NULL THEN
+        RAISE EXCEPTION 'a decision approves (true) or rejects (false)' USING ERRCODE = 'EXW05';
     END IF;
     SELECT * INTO r FROM extworker_resolutions WHERE id = p_id AND namespace = p_namespace FOR UPDATE;
     IF r.id IS NULL THEN
@@ -280,6 +293,26 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- What identifies an intent, what it moves and whether it was orphaned are fixed once
+-- recorded, for everyone (the owner disables the trigger deliberately): a worker login
+-- could otherwise lower the amount or clear the orphan flag under the two-person rule, or
+-- swap the intent a pending resolution names. The WHEN clause keeps it off the hot path.
+-- +goose StatementBegin
+CREATE FUNCTION extworker_intents_fixed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    RAISE EXCEPTION 'intent %: its namespace, scope, key, provider key, request digest, amount and compensated intent are fixed once recorded, and an orphan stays flagged', OLD.id
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+-- +goose StatementEnd
+CREATE TRIGGER extworker_intents_fixed BEFORE UPDATE ON extworker_intents FOR EACH ROW
+    WHEN (OLD.namespace IS DISTINCT FROM NEW.namespace OR OLD.scope IS DISTINCT FROM NEW.scope
+        OR OLD.intent_key IS DISTINCT FROM NEW.intent_key OR OLD.provider_key IS DISTINCT FROM NEW.provider_key
+        OR OLD.request_digest IS DISTINCT FROM NEW.request_digest OR OLD.amount IS DISTINCT FROM NEW.amount
+        OR OLD.compensates_id IS DISTINCT FROM NEW.compensates_id
+        OR (OLD.orphaned_at IS NOT NULL AND NEW.orphaned_at IS DISTINCT FROM OLD.orphaned_at)
+        OR (OLD.orphan_closed_at IS NOT NULL AND NEW.orphan_closed_at IS DISTINCT FROM OLD.orphan_closed_at))
+    EXECUTE FUNCTION extworker_intents_fixed();
+
 -- The hold guard reads the role names of this ledger.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION extworker_guard_operator_hold() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -303,7 +336,9 @@ CREATE OR REPLACE FUNCTION extworker_prune(p_namespace text, p_older_than interv
 DECLARE
     n integer;
 BEGIN
-    IF p_older_than < interval '1 day' THEN
+    -- The cutoff itself, not the interval: '-100 years 36001 days' compares equal to a
+    -- day, and lands in the future.
+    IF p_older_than IS NULL OR now() - p_older_than > now() - interval '1 day' THEN
         RAISE EXCEPTION 'extworker_prune: retention % is under a day', p_older_than USING ERRCODE = 'invalid_parameter_value';
     END IF;
     WITH victims AS (
@@ -341,7 +376,7 @@ BEGIN
         'extworker_verdict_text(extworker_resolutions)',
         'extworker_resolve(text, text, text, text, text, jsonb, text, text, text)',
         'extworker_decide(text, bigint, boolean, text, text)', 'extworker_guard_operator_hold()',
-        'extworker_prune(text, interval, integer)', 'extworker_events_append_only()'] LOOP
+        'extworker_prune(text, interval, integer)', 'extworker_events_append_only()', 'extworker_intents_fixed()'] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, current_schema());
     END LOOP;
 END $$;
@@ -351,6 +386,8 @@ REVOKE ALL ON FUNCTION extworker_decide(text, bigint, boolean, text, text) FROM 
 REVOKE ALL ON FUNCTION extworker_apply_verdict(bigint, text, integer, extworker_resolutions, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION extworker_operator_identity(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION extworker_prune(text, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION extworker_approval_needed(extworker_intents, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION extworker_verdict_text(extworker_resolutions) FROM PUBLIC;
 
 -- The grants, for the roles this ledger names (extworker_ledger_roles), when a DBA has
 -- created them. Operators read; they write nothing but through the functions. Nobody
@@ -446,9 +483,14 @@ BEGIN
     END IF;
 END $$;
 -- +goose StatementEnd
+REVOKE ALL ON FUNCTION extworker_apply_grants() FROM PUBLIC;
+REVOKE ALL ON FUNCTION extworker_apply_outbox_grants() FROM PUBLIC;
+REVOKE ALL ON FUNCTION extworker_apply_inbox_grants() FROM PUBLIC;
 
 -- +goose Down
 DROP FUNCTION extworker_revoke_all(text);
+DROP TRIGGER extworker_intents_fixed ON extworker_intents;
+DROP FUNCTION extworker_intents_fixed();
 DROP FUNCTION extworker_decide(text, bigint, boolean, text, text);
 DROP FUNCTION extworker_resolve(text, text, text, text, text, jsonb, text, text, text);
 DROP FUNCTION extworker_verdict_text(extworker_resolutions);

@@ -237,3 +237,94 @@ func TestTenantsNameTheirOwnRoles(t *testing.T) {
 	require.NoError(t, b.QueryRow(ctx, `SELECT extworker_decide('ns', $1, true, 'checked', 'ben')`, id).Scan(&status))
 	assert.Equal(t, "approved", status)
 }
+
+// TestHostileOperatorSQL: one person with one login (and a worker's login, and plain SQL)
+// tries each way an outside tester found to move money alone (issue 23); each is refused
+// by the database, and the held intent stays held.
+func TestHostileOperatorSQL(t *testing.T) {
+	t.Parallel()
+	owner, _, as := migrated(t)
+	ctx := testenv.Context(t, time.Minute)
+	_, err := owner.Exec(ctx, `INSERT INTO extworker_operators (name, db_login) VALUES ('alice', $1), ('bob', $2)`, testenv.AliceLogin, testenv.BobLogin)
+	require.NoError(t, err)
+	hold := func(key string, orphaned bool) {
+		_, err := owner.Exec(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, amount, orphaned_at)
+			VALUES ('ns', 'payment.collect', $1, 'd', 'ew_'||$1, 'operator_hold', 50000, CASE WHEN $2 THEN now() END)`, key, orphaned)
+		require.NoError(t, err)
+	}
+	state := func(key string) (s string, closed bool) {
+		require.NoError(t, owner.QueryRow(ctx, `SELECT state, orphan_closed_at IS NOT NULL FROM extworker_intents WHERE intent_key = $1`, key).Scan(&s, &closed))
+		return s, closed
+	}
+	alice, worker := as(testenv.AliceLogin), as(testenv.WorkerLogin)
+	request := func(key, verdict, ref string, values any) int64 {
+		var id int64
+		require.NoError(t, alice.QueryRow(ctx, `SELECT resolution_id FROM extworker_resolve('ns', 'payment.collect', $1, $2, $3, $4, NULL, 'seen', NULL)`,
+			key, verdict, ref, values).Scan(&id))
+		return id
+	}
+
+	t.Run("a decision that is neither approval nor rejection", func(t *testing.T) {
+		hold("null-1", false)
+		hold("null-2", true)
+		for key, verdict := range map[string]string{"null-1": "confirmed", "null-2": "closed"} {
+			ref := map[string]string{"confirmed": "ch_1"}[verdict]
+			id := request(key, verdict, ref, nil)
+			_, err := alice.Exec(ctx, `SELECT extworker_decide('ns', $1, NULL, 'x', NULL)`, id)
+			assert.ErrorContains(t, err, "approves (true) or rejects (false)")
+			s, closed := state(key)
+			assert.Equal(t, "operator_hold", s)
+			assert.False(t, closed)
+		}
+	})
+	t.Run("a worker reshapes a held intent", func(t *testing.T) {
+		hold("shape-1", true)
+		for _, stmt := range []string{
+			`UPDATE extworker_intents SET amount = 0 WHERE intent_key = 'shape-1'`,
+			`UPDATE extworker_intents SET orphaned_at = NULL WHERE intent_key = 'shape-1'`,
+			`UPDATE extworker_intents SET scope = 'payment.payout', intent_key = 'swapped' WHERE intent_key = 'shape-1'`,
+			`UPDATE extworker_intents SET provider_key = 'pk_other', request_digest = 'other' WHERE intent_key = 'shape-1'`,
+		} {
+			_, err := worker.Exec(ctx, stmt)
+			assert.True(t, refused(err), "%s: %v", stmt, err)
+		}
+	})
+	t.Run("values the approver cannot see", func(t *testing.T) {
+		hold("bidi-1", false)
+		for _, c := range []struct {
+			ref    string
+			values any
+		}{
+			{"ch_ok\u200b", nil},
+			{"ch_ok", map[string]any{"amount": "1\u202e00001"}},
+			{"ch\u2066ok", nil},
+		} {
+			_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'bidi-1', 'confirmed', $1, $2, NULL, 'seen', NULL)`, c.ref, c.values)
+			assert.ErrorContains(t, err, "control, format or invisible characters", "%+q %v", c.ref, c.values)
+		}
+		_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'bidi-1', 'prepared', 'ch_1', '{"a":1}', 'X', 'seen', NULL)`)
+		assert.ErrorContains(t, err, "writes no provider reference, values or error code")
+	})
+	t.Run("a look-alike name", func(t *testing.T) {
+		for _, name := range []string{"\u0430lice", "alice\u200b", " alice", "al ice", ""} {
+			_, err := owner.Exec(ctx, `INSERT INTO extworker_operators (name) VALUES ($1)`, name)
+			assert.ErrorContains(t, err, "extworker_operators_name_check", "%+q", name)
+		}
+	})
+	t.Run("prune's minimum by a mixed interval", func(t *testing.T) {
+		_, err := alice.Exec(ctx, `SELECT extworker_prune('ns', '-100 years 36001 days', 10)`)
+		assert.ErrorContains(t, err, "is under a day")
+	})
+	t.Run("a negative amount", func(t *testing.T) {
+		_, err := owner.Exec(ctx, `INSERT INTO extworker_intents (namespace, scope, intent_key, request_digest, provider_key, state, amount)
+			VALUES ('ns', 'payment.collect', 'neg-1', 'd', 'ew_neg', 'operator_hold', -5)`)
+		require.NoError(t, err)
+		var status string
+		require.NoError(t, alice.QueryRow(ctx, `SELECT status FROM extworker_resolve('ns', 'payment.collect', 'neg-1', 'confirmed', 'ch_1', NULL, NULL, 'seen', NULL)`).Scan(&status))
+		assert.Equal(t, "pending", status)
+	})
+	t.Run("the grant functions", func(t *testing.T) {
+		_, err := alice.Exec(ctx, `SELECT extworker_apply_grants()`)
+		assert.True(t, refused(err), "%v", err)
+	})
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
@@ -983,8 +984,13 @@ func (kv keyValues) String() string { return fmt.Sprint(map[string]any(kv)) }
 
 func (kv keyValues) Set(s string) error {
 	name, value, ok := strings.Cut(s, "=")
-	if !ok || name == "" {
-		return fmt.Errorf("%q: want NAME=VALUE", s)
+	switch _, dup := kv[name]; {
+	case !ok || name == "":
+		return fmt.Errorf("%+q: want NAME=VALUE", s)
+	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%+q: not valid UTF-8 text (the task would complete with other bytes than these)", s)
+	case dup:
+		return fmt.Errorf("%+q: %s is given twice", s, name)
 	}
 	kv[name] = value
 	return nil

@@ -285,6 +285,8 @@ func TestEffectsResolveRequiresFlags(t *testing.T) {
 		{[]string{"K"}, []string{"--as", "--reason"}},
 		{[]string{"K", "--as", "maybe", "--reason", "r", "--operator", "o"}, []string{`--as "maybe": must be confirmed, rejected, retry or close`}},
 		{[]string{"K", "--as", "close", "--provider-ref", "ch_1", "--reason", "r"}, []string{"--provider-ref and --value go with --as confirmed, not close"}},
+		{[]string{"K", "--as", "confirmed", "--provider-ref", "ch_1", "--value", "a=1", "--value", "a=2", "--reason", "r"}, []string{"a is given twice"}},
+		{[]string{"K", "--as", "confirmed", "--provider-ref", "ch_1", "--value", "k=x\xff\xfey", "--reason", "r"}, []string{"not valid UTF-8"}},
 		{[]string{"K", "--as", "retry", "--provider-ref", "ch_1", "--reason", "r", "--operator", "o"}, []string{"--provider-ref and --value go with --as confirmed"}},
 		{[]string{"K", "--as", "confirmed", "--reason", "r", "--operator", "o"}, []string{"--provider-ref is required with --as confirmed"}},
 		{[]string{"--as", "rejected", "--reason", "r", "--operator", "o"}, []string{"KEY is missing"}},
