@@ -36,16 +36,23 @@ CREATE TABLE extworker_inbox_starts (
 );
 CREATE INDEX extworker_inbox_starts_updated ON extworker_inbox_starts (updated_at);
 
+-- The inbox's grants (00009's, for the role names the ledger records) cover the new table.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION extworker_apply_inbox_grants() RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    w text := extworker_role('worker');
+    o text := extworker_role('operator');
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('extworker_apply_grants'));
-    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_worker') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON extworker_inbox, extworker_inbox_conflicts, extworker_inbox_starts TO extworker_worker;
+    REVOKE ALL ON extworker_inbox, extworker_inbox_conflicts, extworker_inbox_starts FROM PUBLIC;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = w) THEN
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON extworker_inbox, extworker_inbox_conflicts, extworker_inbox_starts TO %I', w);
     END IF;
-    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_operator') THEN
-        GRANT SELECT, UPDATE ON extworker_inbox TO extworker_operator;
-        GRANT SELECT ON extworker_inbox_conflicts, extworker_inbox_starts TO extworker_operator;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = o) THEN
+        EXECUTE format('GRANT SELECT, UPDATE ON extworker_inbox TO %I', o);
+        EXECUTE format('REVOKE INSERT, DELETE, TRUNCATE ON extworker_inbox FROM %I', o);
+        EXECUTE format('GRANT SELECT ON extworker_inbox_conflicts, extworker_inbox_starts TO %I', o);
+        EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON extworker_inbox_conflicts, extworker_inbox_starts FROM %I', o);
     END IF;
 END $$;
 -- +goose StatementEnd
@@ -53,14 +60,20 @@ END $$;
 -- +goose Down
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION extworker_apply_inbox_grants() RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    w text := extworker_role('worker');
+    o text := extworker_role('operator');
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('extworker_apply_grants'));
-    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_worker') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON extworker_inbox, extworker_inbox_conflicts TO extworker_worker;
+    REVOKE ALL ON extworker_inbox, extworker_inbox_conflicts FROM PUBLIC;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = w) THEN
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON extworker_inbox, extworker_inbox_conflicts TO %I', w);
     END IF;
-    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'extworker_operator') THEN
-        GRANT SELECT, UPDATE ON extworker_inbox TO extworker_operator;
-        GRANT SELECT ON extworker_inbox_conflicts TO extworker_operator;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = o) THEN
+        EXECUTE format('GRANT SELECT, UPDATE ON extworker_inbox TO %I', o);
+        EXECUTE format('REVOKE INSERT, DELETE, TRUNCATE ON extworker_inbox FROM %I', o);
+        EXECUTE format('GRANT SELECT ON extworker_inbox_conflicts TO %I', o);
+        EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON extworker_inbox_conflicts FROM %I', o);
     END IF;
 END $$;
 -- +goose StatementEnd
