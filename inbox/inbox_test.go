@@ -54,7 +54,7 @@ const procBPMN = `<?xml version="1.0" encoding="UTF-8"?>
   </bpmn:process>
 </bpmn:definitions>`
 
-func newEnv(t *testing.T) env {
+func newEnv(t testing.TB) env {
 	t.Helper()
 	pool := testenv.DB(t)
 	migrateOnce.Do(func() {
