@@ -164,6 +164,17 @@ func TestEngineCorrelationMismatchMessage(t *testing.T) {
 	assert.Equal(t, 400, ee.StatusCode)
 	assert.Contains(t, ee.Message, "Cannot correlate message '"+e.paid+"'")
 	t.Logf("engine: %d %s: %s", ee.StatusCode, ee.Type, ee.Message)
+
+	// The consumer sends a message to an instance by its id (the engine's /message takes
+	// no process definition): one that no longer waits gives the same answer.
+	ctx := testenv.Context(t, 10*time.Second)
+	bk := testenv.Unique("INV")
+	pi := e.startWaiting(t, bk)
+	require.NoError(t, e.engine.CorrelateMessage(ctx, admin.MessageCorrelation{MessageName: e.paid, BusinessKey: bk, ProcessInstanceID: pi}))
+	err = e.engine.CorrelateMessage(ctx, admin.MessageCorrelation{MessageName: e.paid, BusinessKey: bk, ProcessInstanceID: pi})
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 400, ee.StatusCode)
+	assert.Contains(t, ee.Message, "Cannot correlate message '"+e.paid+"'")
 }
 
 func TestStartOncePerMessageAndBusinessKey(t *testing.T) {

@@ -182,10 +182,14 @@ func (c *inboxCmd) show(ctx context.Context, args []string) error {
 	if len(rows) == 0 {
 		return fmt.Errorf("inbox show: no message %q from source %q in the inbox (extworker inbox list --source %s lists that source's)", id, source, source)
 	}
-	r := rows[0]
 	if *asJSON {
-		return printJSON(c.stdout, toInboxRecordJSON(r))
+		return printJSON(c.stdout, toInboxRecordJSON(rows[0]))
 	}
+	return c.printRecord(rows[0])
+}
+
+// printRecord prints one inbox row, whole, and what an operator can do about it.
+func (c *inboxCmd) printRecord(r inbox.Record) error {
 	now := time.Now()
 	tw := newTabWriter(c.stdout)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -320,19 +324,7 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var problems []string
-	if strings.TrimSpace(*queue) == "" {
-		problems = append(problems, "--queue Q is required (the queue the consumer reads; the parked messages are in Q.dlq)")
-	}
-	switch {
-	case *all && len(ids) > 0:
-		problems = append(problems, fmt.Sprintf("--all or MESSAGE_IDs, not both (got --all and %q)", ids))
-	case !*all && len(ids) == 0:
-		problems = append(problems, "name the messages to replay (MESSAGE_ID...; extworker inbox list --parked lists them), or --all")
-	case slices.Contains(ids, ""):
-		problems = append(problems, "a MESSAGE_ID is empty")
-	}
-	if len(problems) > 0 {
+	if problems := replayProblems(*queue, *all, ids); len(problems) > 0 {
 		return fmt.Errorf("inbox replay: %s", strings.Join(problems, "; "))
 	}
 	if c.cfg.AMQPURL == "" {
@@ -380,6 +372,23 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 			dlq, strings.Join(quoteAll(notFound), ", "))
 	}
 	return nil
+}
+
+// replayProblems lists what is wrong with replay's arguments.
+func replayProblems(queue string, all bool, ids []string) []string {
+	var problems []string
+	if strings.TrimSpace(queue) == "" {
+		problems = append(problems, "--queue Q is required (the queue the consumer reads; the parked messages are in Q.dlq)")
+	}
+	switch {
+	case all && len(ids) > 0:
+		problems = append(problems, fmt.Sprintf("--all or MESSAGE_IDs, not both (got --all and %q)", ids))
+	case !all && len(ids) == 0:
+		problems = append(problems, "name the messages to replay (MESSAGE_ID...; extworker inbox list --parked lists them), or --all")
+	case slices.Contains(ids, ""):
+		problems = append(problems, "a MESSAGE_ID is empty")
+	}
+	return problems
 }
 
 func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
