@@ -255,7 +255,11 @@ func TestDeadAttemptStillInFlight(t *testing.T) {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			arrived <- struct{}{}
 			<-release
-			r = r.WithContext(context.WithoutCancel(r.Context()))
+			// A context its sender's death does not cancel, with a Done channel: without one
+			// the reverse proxy falls back on CloseNotify, and gives up on the dead sender.
+			ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+			defer cancel()
+			r = r.WithContext(ctx)
 		}
 		proxy.ServeHTTP(w, r)
 	}))
