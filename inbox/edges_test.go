@@ -112,6 +112,16 @@ func forward(r *http.Request, engine *url.URL, body []byte) (int, []byte, http.H
 	return res.StatusCode, out, res.Header
 }
 
+// within waits for ch, for at most 30s.
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out after 30s waiting for %s", what)
+	}
+}
+
 func posts(suffix string) func(*http.Request) bool {
 	return func(r *http.Request) bool {
 		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, suffix)
@@ -256,14 +266,14 @@ func TestSecondMessageDoesNotStartASecondInstance(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.Retry, out.Disposition)
 	require.Equal(t, inbox.StateUnknownOutcome, out.State, "a's answer was lost: %s", out.Reason)
-	<-p.arrived
+	within(t, p.arrived, "a's start to reach the network")
 
 	cb := e.consumerVia(t, testenv.EngineURL(), 10*time.Second, cfg)
 	first, err := cb.Handle(testenv.Context(t, 30*time.Second), b)
 	require.NoError(t, err)
 	assert.False(t, first.Started, "b started an instance while a's start was in flight")
 	close(p.release)
-	<-p.landed
+	within(t, p.landed, "a's start to land at the engine")
 
 	bOut := handleUntil(t, cb, b, "b settled", func(o inbox.Outcome) bool { return o.Disposition != inbox.Retry })
 	aOut := handleUntil(t, ca, a, "a settled", func(o inbox.Outcome) bool { return o.Disposition != inbox.Retry })
@@ -469,7 +479,10 @@ func TestCopiesOfAWaitingMessageShareOneRetryChain(t *testing.T) {
 	m := msg("twice-early-"+bk, payload{Do: "correlate", BusinessKey: bk})
 	b.publish(t, m)
 	b.publish(t, m)
-	testenv.Eventually(t, 30*time.Second, "both copies handled", func() (bool, error) { return c.Stats().Received.Load() == 2, nil })
+	testenv.Eventually(t, 30*time.Second, "both copies handled", func() (bool, error) {
+		st := c.Stats()
+		return st.Retried.Load()+st.Duplicates.Load() == 2, nil
+	})
 	q, err := b.ch.QueueDeclarePassive(inbox.RetryQueue(b.queue), true, false, false, false, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, q.Messages, "copies waiting in the retry queue")
