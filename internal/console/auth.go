@@ -371,6 +371,12 @@ func (h *handler) trusted(remote string) bool {
 // checkCSRF refuses a state-changing request without the token of the session (or of
 // the login form), or from another origin.
 func (h *handler) checkCSRF(r *http.Request, want string) error {
+	if err := r.ParseForm(); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return fmt.Errorf("the form is larger than the console takes (%d bytes); nothing was done", mbe.Limit)
+		}
+		return errors.New("the form could not be read; nothing was done")
+	}
 	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" && !h.sameOrigin(r, origin) {
 		return fmt.Errorf("the form came from another origin (%s)", origin)
 	}

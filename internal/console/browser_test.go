@@ -126,11 +126,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, name, text("#operator"))
 	}
 
-	// alice finds the held intent in its queue, with the engine's view beside it.
+	// alice finds the held intent in its queue, with the engine's view beside it. A key
+	// with a right-to-left override reads as it is, not reversed.
+	spoof := "S-\u202E" + invoice
+	hold(t, e.worker, "payment.collect", spoof, "task-"+invoice)
 	logIn("alice")
-	assert.Equal(t, key, text("#held a.intent"))
+	held := text("#held")
+	assert.Contains(t, held, key)
+	assert.Contains(t, held, `S-\u202E`+invoice, "the override shown escaped")
+	assert.NotContains(t, held, "\u202E", "and not applied")
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(intentURL(srv.URL, "payment.collect", spoof))))
+	assert.Equal(t, `S-\u202E`+invoice, text("#intent-key"))
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(srv.URL+"/")))
 	screenshot("overview")
-	require.Equal(t, http.StatusOK, submit("#held a.intent"))
+	require.Equal(t, http.StatusOK, submit(`#held a.intent[href*="invoice%3A"]`))
 	assert.Equal(t, "0 (incident)", text("#task-retries"))
 	assert.Contains(t, text("#engine"), "failedExternalTask")
 	cockpit, err := chromedp.Run(b, chromedp.Attributes(chromedp.CSS("#cockpit")))
@@ -162,17 +171,36 @@ func TestConsoleInBrowser(t *testing.T) {
 	form, err := chromedp.Run(b, chromedp.Attributes(chromedp.CSS(`input[name="csrf"]`)))
 	require.NoError(t, err)
 	aliceHTTP := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	asAlice := func(req *http.Request, extra []*http.Cookie) *http.Response {
+		t.Helper()
+		for _, ck := range cookies.Cookies {
+			req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
+		}
+		for _, ck := range extra {
+			req.AddCookie(ck)
+		}
+		resp, err := aliceHTTP.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	// postAsAlice posts her approval, and follows its redirect: the status, and the page
+	// it shows.
 	postAsAlice := func(values url.Values) (int, string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, approveURL, strings.NewReader(values.Encode()))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		for _, ck := range cookies.Cookies {
-			req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
-		}
-		resp, err := aliceHTTP.Do(req)
-		require.NoError(t, err)
+		resp := asAlice(req, nil)
 		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusSeeOther {
+			req, err = http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+resp.Header.Get("Location"), nil)
+			require.NoError(t, err)
+			next := asAlice(req, resp.Cookies())
+			defer next.Body.Close()
+			var sb strings.Builder
+			_, _ = io.Copy(&sb, next.Body)
+			return resp.StatusCode, sb.String()
+		}
 		var sb strings.Builder
 		_, _ = io.Copy(&sb, resp.Body)
 		return resp.StatusCode, sb.String()
@@ -181,21 +209,36 @@ func TestConsoleInBrowser(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, status)
 	assert.Contains(t, body, "CSRF token is missing or wrong")
 	status, body = postAsAlice(url.Values{"csrf": {form["value"]}, "reason": {"my own"}})
-	assert.Equal(t, http.StatusForbidden, status)
+	assert.Equal(t, http.StatusSeeOther, status, "refused, and said so on the page it leads to")
 	assert.Contains(t, body, "a resolution is approved by a different operator")
 	still, err := e.worker.Resolution(ctx, pending[0].ID)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.ResolutionPending, still.Status)
 
-	// bob approves; the console gives the task its retry back.
+	// bob sees what he approves, before the button: the verdict, the provider's
+	// reference and the values the task completes with.
 	require.Equal(t, http.StatusOK, submit("#logout"), "back at the login form")
 	logIn("bob")
-	require.NoError(t, chromedp.Do(b, chromedp.Navigate(intentURL(srv.URL, "payment.collect", key)),
-		chromedp.SendKeys(chromedp.CSS("#approve-reason-"+itoa(pending[0].ID)), "ch_"+invoice+" checked in the dashboard")))
+	article := "#resolution-" + itoa(pending[0].ID)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(intentURL(srv.URL, "payment.collect", key))))
+	verdict := text(article + " .verdict")
+	for _, want := range []string{"confirmed", "Provider reference", "ch_" + invoice, "Result values", "paymentRef", "ch_" + invoice} {
+		assert.Contains(t, verdict, want)
+	}
+
+	// bob approves; the console gives the task its retry back. The answer is a page of
+	// its own: reloading it approves nothing again.
+	require.NoError(t, chromedp.Do(b, chromedp.SendKeys(chromedp.CSS("#approve-reason-"+itoa(pending[0].ID)), "ch_"+invoice+" checked in the dashboard")))
 	require.Equal(t, http.StatusOK, submit("#approve-"+itoa(pending[0].ID)))
 	assert.Contains(t, text(".done"), "approved: the intent is now confirmed")
 	assert.Equal(t, "Engine: retries set to 1 on task "+taskID, text("#engine-action"))
 	screenshot("intent-approved")
+	resp, err := chromedp.RunResponse(b, chromedp.Reload())
+	require.NoError(t, err)
+	assert.Equal(t, int64(http.StatusOK), resp.Status, "a reload is a GET")
+	n, err = chromedp.Run(b, chromedp.Nodes(chromedp.CSS(".done, .error"), chromedp.AtLeast(0)))
+	require.NoError(t, err)
+	assert.Empty(t, n, "what the form did is said once")
 
 	// The worker completes the task from the ledger; the provider is not called again.
 	testenv.Eventually(t, time.Minute, "the process instance completed", func() (bool, error) {

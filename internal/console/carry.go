@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/extworker/extworker/internal/operate"
@@ -114,6 +115,12 @@ func (h *handler) aead() cipher.AEAD {
 	return g
 }
 
+// compressors are reused: a flate.Writer is a large allocation.
+var compressors = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(nil, flate.DefaultCompression)
+	return w
+}}
+
 // seal is v compressed and sealed for the cookie name; false when too long.
 func (h *handler) seal(name string, v any) (string, bool) {
 	raw, err := json.Marshal(v)
@@ -121,9 +128,11 @@ func (h *handler) seal(name string, v any) (string, bool) {
 		return "", false
 	}
 	var z bytes.Buffer
-	fw, _ := flate.NewWriter(&z, flate.BestCompression)
+	fw := compressors.Get().(*flate.Writer)
+	fw.Reset(&z)
 	_, _ = fw.Write(raw)
 	_ = fw.Close()
+	compressors.Put(fw)
 	g := h.aead()
 	nonce := make([]byte, g.NonceSize())
 	_, _ = rand.Read(nonce)

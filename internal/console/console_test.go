@@ -42,7 +42,7 @@ type env struct {
 	pool, consolePool *pgxpool.Pool // the owner's, the console's
 }
 
-func newEnv(t *testing.T) env {
+func newEnv(t testing.TB) env {
 	t.Helper()
 	pool := testenv.DB(t) // skips (or fails in CI) without a database
 	migrateOnce.Do(func() {
@@ -70,7 +70,7 @@ func newEnv(t *testing.T) env {
 
 // hold drives an intent into operator hold: its dispatch is ambiguous, and it has no
 // way to reconcile.
-func hold(t *testing.T, l *idempotency.Ledger, scope, key, taskID string) {
+func hold(t testing.TB, l *idempotency.Ledger, scope, key, taskID string) {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	in := idempotency.Intent{Scope: scope, Key: key, Request: map[string]string{"id": key}, Task: idempotency.TaskRef{Actor: "w", TaskID: taskID}}
@@ -119,13 +119,13 @@ func newConsole(t *testing.T, e env, engine operate.Engine) *httptest.Server {
 
 // browser is an HTTP client with cookies that does not follow redirects, so that tests
 // see them.
-func browser(t *testing.T) *http.Client {
+func browser(t testing.TB) *http.Client {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
-	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &http.Client{Jar: jar, Timeout: 20 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-func get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
+func get(t testing.TB, c *http.Client, u string) (*http.Response, string) {
 	t.Helper()
 	resp, err := c.Get(u)
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-func post(t *testing.T, c *http.Client, u string, form url.Values) (*http.Response, string) {
+func post(t testing.TB, c *http.Client, u string, form url.Values) (*http.Response, string) {
 	t.Helper()
 	resp, err := c.PostForm(u, form)
 	require.NoError(t, err)
@@ -148,7 +148,7 @@ func post(t *testing.T, c *http.Client, u string, form url.Values) (*http.Respon
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // csrfOf is the CSRF token in a page's forms.
-func csrfOf(t *testing.T, page string) string {
+func csrfOf(t testing.TB, page string) string {
 	t.Helper()
 	m := csrfField.FindStringSubmatch(page)
 	require.NotNil(t, m, "no CSRF token in the page:\n%s", page)
@@ -156,14 +156,14 @@ func csrfOf(t *testing.T, page string) string {
 }
 
 // login logs c in as name with password, and returns the overview page.
-func login(t *testing.T, c *http.Client, base, name, password string) *http.Response {
+func login(t testing.TB, c *http.Client, base, name, password string) *http.Response {
 	t.Helper()
 	_, page := get(t, c, base+"/login")
 	resp, _ := post(t, c, base+"/login", url.Values{"csrf": {csrfOf(t, page)}, "name": {name}, "password": {password}})
 	return resp
 }
 
-func loggedIn(t *testing.T, base, name string) *http.Client {
+func loggedIn(t testing.TB, base, name string) *http.Client {
 	t.Helper()
 	c := browser(t)
 	resp := login(t, c, base, name, passwords[name])

@@ -48,7 +48,7 @@ func (c *clock) freeze()                 { c.frozen.Store(time.Now().UnixNano())
 // otherwise, no engine and alice's and bob's passwords), on a clock of the test's own.
 // A request may claim the remote address its X-Test-Remote header names (see from), as
 // requests from many clients would.
-func serve(t *testing.T, e env, o console.Options) (*httptest.Server, http.Handler, *clock) {
+func serve(t testing.TB, e env, o console.Options) (*httptest.Server, http.Handler, *clock) {
 	t.Helper()
 	o.Ledger, o.DB = e.console, e.consolePool
 	if o.Engine.Dial == nil {
@@ -81,7 +81,7 @@ func (a remoteTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // from is a new browser whose requests come from addr.
-func from(t *testing.T, addr string) *http.Client {
+func from(t testing.TB, addr string) *http.Client {
 	c := browser(t)
 	c.Transport = remoteTransport(addr)
 	return c
@@ -89,7 +89,7 @@ func from(t *testing.T, addr string) *http.Client {
 
 // tryLogin logs c in as name and reports whether that worked, with the page the
 // redirect led to (the login form, with why not, when it did not).
-func tryLogin(t *testing.T, c *http.Client, base, name, password string) (bool, string) {
+func tryLogin(t testing.TB, c *http.Client, base, name, password string) (bool, string) {
 	t.Helper()
 	resp := login(t, c, base, name, password)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "a login's answer is a redirect")
@@ -99,7 +99,7 @@ func tryLogin(t *testing.T, c *http.Client, base, name, password string) (bool, 
 }
 
 // formField is the value of the first input named name in page.
-func formField(t *testing.T, page, name string) string {
+func formField(t testing.TB, page, name string) string {
 	t.Helper()
 	m := regexp.MustCompile(`name="` + regexp.QuoteMeta(name) + `"[^>]*value="([^"]*)"`).FindStringSubmatch(page)
 	require.NotNil(t, m, "no field %s in the page:\n%s", name, page)
@@ -111,7 +111,7 @@ var tagOrTextarea = regexp.MustCompile(`(?s)<textarea[^>]*>.*?</textarea>|<[^>]*
 // assertNothingHidden checks that page's text (outside tags, attribute values and the
 // form's own textarea) has no character a reader cannot see or that reorders text:
 // controls, format characters (bidi overrides, zero-width ones) and invalid UTF-8.
-func assertNothingHidden(t *testing.T, page, where string) {
+func assertNothingHidden(t testing.TB, page, where string) {
 	t.Helper()
 	assert.True(t, utf8.ValidString(page), "%s: the page is not valid UTF-8", where)
 	text := tagOrTextarea.ReplaceAllString(page, " ")
@@ -128,7 +128,7 @@ func assertNothingHidden(t *testing.T, page, where string) {
 
 // heldWith drives an intent into operator hold as hold does, with the task, process
 // instance, business key and provider message given.
-func heldWith(t *testing.T, l *idempotency.Ledger, scope, key string, task idempotency.TaskRef, message string) {
+func heldWith(t testing.TB, l *idempotency.Ledger, scope, key string, task idempotency.TaskRef, message string) {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	in := idempotency.Intent{Scope: scope, Key: key, Request: map[string]string{"id": key}, Task: task}
@@ -144,8 +144,8 @@ func heldWith(t *testing.T, l *idempotency.Ledger, scope, key string, task idemp
 }
 
 // (a) Text from outside with bidi overrides and other invisible characters is shown
-// with those characters escaped, visibly, never interpreted: a key S-‮2001 reads
-// S-\u202E2001, not S-1002.
+// with those characters escaped, visibly, never interpreted: a key of S-, U+202E and
+// 2001 reads S-\u202E2001, not S-1002.
 func TestExternalTextShownEscaped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
