@@ -64,7 +64,9 @@ type Config struct {
 	// intent's money moved (confirmed) or sends it again (retry) needs a second operator
 	// when the intent's Amount is above it or was not given; every verdict on an orphaned
 	// intent does. Minor units. Default 0: every such verdict on an intent that moves
-	// money, or may.
+	// money, or may. The database enforces the threshold it holds for the namespace
+	// (SetApprovalThreshold, which `extworker migrate` calls); this one only previews
+	// (ApprovalNeeded), so keep the two equal.
 	ApprovalThreshold int64
 }
 

@@ -58,7 +58,8 @@ type Intent struct {
 	Task TaskRef
 	// Amount is the money the effect moves, in minor units (cents), if it moves any: an
 	// operator's verdict that declares it moved (or sends it again) needs a second
-	// operator when it is above Config.ApprovalThreshold, or not given (0).
+	// operator when it is above the namespace's threshold (SetApprovalThreshold), not
+	// given (0), or negative.
 	Amount int64
 	// Compensates names the intent whose effect this one undoes (a refund for a charge).
 	// That intent must be confirmed or reconciled; when this one confirms, it becomes
