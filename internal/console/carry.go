@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/extworker/extworker/internal/operate"
 )
@@ -59,12 +60,35 @@ const (
 	maxSealed = 3800
 )
 
-// setFlash carries f to the next page.
+// setFlash carries f to the next page; a message too long for a cookie (a ledger's
+// refusal naming a very long key, say) is cut short.
 func (h *handler) setFlash(w http.ResponseWriter, r *http.Request, f flash) {
 	f.Exp = h.now().Add(flashTTL).Unix()
-	if v, ok := h.seal(flashCookie, f); ok {
+	v, ok := h.seal(flashCookie, f)
+	if !ok {
+		f.Error = shorten(f.Error, 600)
+		for i := range f.Done {
+			f.Done[i] = shorten(f.Done[i], 600)
+		}
+		if f.Action != nil {
+			f.Action.Message = shorten(f.Action.Message, 600)
+		}
+		v, ok = h.seal(flashCookie, f)
+	}
+	if ok {
 		h.setCookie(w, r, &http.Cookie{Name: flashCookie, Value: v, MaxAge: int(flashTTL / time.Second)})
 	}
+}
+
+// shorten is s cut to at most n bytes, at a character's start, marked as cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + " […]"
 }
 
 // takeFlash is the flash r carries, cleared from the browser.

@@ -39,6 +39,13 @@ func allowedHosts(list []string, addr string) (map[string]bool, error) {
 	if len(list) > 0 {
 		return out, nil
 	}
+	derived, err := listenNames(addr)
+	add(derived...)
+	return out, err
+}
+
+// listenNames are the names a console listening on addr answers to by default.
+func listenNames(addr string) ([]string, error) {
 	host := ""
 	if addr != "" {
 		var err error
@@ -49,15 +56,11 @@ func allowedHosts(list []string, addr string) (map[string]bool, error) {
 	a, err := netip.ParseAddr(host)
 	switch {
 	case addr == "" || host == "localhost" || err == nil && a.IsLoopback():
-		add(loopbackNames...)
-		add(host)
+		return append([]string{host}, loopbackNames...), nil
 	case host == "" || err == nil && a.IsUnspecified():
-		add(loopbackNames...)
-		add(machineNames()...)
-	default:
-		add(host)
+		return append(machineNames(), loopbackNames...), nil
 	}
-	return out, nil
+	return []string{host}, nil
 }
 
 // machineNames are this machine's name and its interfaces' addresses.

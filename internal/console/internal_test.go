@@ -77,3 +77,8 @@ func TestSafeNext(t *testing.T) {
 		assert.Equal(t, want, safeNext(in), in)
 	}
 }
+
+func TestShorten(t *testing.T) {
+	assert.Equal(t, "abc", shorten("abc", 3))
+	assert.Equal(t, "ab […]", shorten("ab€x", 3), "cut at a character's start")
+}

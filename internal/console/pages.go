@@ -485,8 +485,7 @@ func (h *handler) decide(w http.ResponseWriter, r *http.Request, id identity) {
 		h.render(w, r, http.StatusNotFound, "error", id, page{Title: "Resolution", Error: "no such resolution"})
 		return
 	}
-	ctx := r.Context()
-	req, err := h.opts.Ledger.Resolution(ctx, rid)
+	req, err := h.opts.Ledger.Resolution(r.Context(), rid)
 	if err != nil {
 		h.refuse(w, r, "/resolutions", err.Error(), draft{})
 		return
@@ -499,24 +498,31 @@ func (h *handler) decide(w http.ResponseWriter, r *http.Request, id identity) {
 		return
 	}
 	d := idempotency.Decision{Operator: id.Operator, Reason: strings.TrimSpace(form.Reason)}
-	if !approving {
+	if approving {
+		h.approve(w, r, id, req, d, back, keep)
+	} else {
 		h.reject(w, r, id, req, d, back, keep)
-		return
 	}
-	out, err := h.opts.Ledger.Approve(ctx, rid, d)
+}
+
+// approve applies req as the second operator; the engine gets the task's retry back,
+// unless the verdict closed an orphan (its task is gone).
+func (h *handler) approve(w http.ResponseWriter, r *http.Request, id identity, req idempotency.ResolutionRequest, d idempotency.Decision,
+	back string, keep draft) {
+	out, err := h.opts.Ledger.Approve(r.Context(), req.ID, d)
 	if err != nil {
-		h.opts.Logger.Warn("console: approval refused", slog.String("operator", id.Operator), slog.Int64("resolution", rid), slog.Any("error", err))
+		h.opts.Logger.Warn("console: approval refused", slog.String("operator", id.Operator), slog.Int64("resolution", req.ID), slog.Any("error", err))
 		h.refuse(w, r, back, err.Error(), keep)
 		return
 	}
-	f := flash{Done: []string{fmt.Sprintf("Resolution #%d approved: the intent is now %s.", rid, out.Row.State)}}
+	f := flash{Done: []string{fmt.Sprintf("Resolution #%d approved: the intent is now %s.", req.ID, out.Row.State)}}
 	if req.As == idempotency.VerdictClose {
-		f.Done = []string{fmt.Sprintf("Resolution #%d approved: the orphan is closed; the intent stays %s.", rid, out.Row.State)}
+		f.Done = []string{fmt.Sprintf("Resolution #%d approved: the orphan is closed; the intent stays %s.", req.ID, out.Row.State)}
 	} else {
-		act := h.opts.Engine.ResumeTask(ctx, out.Row)
+		act := h.opts.Engine.ResumeTask(r.Context(), out.Row)
 		f.Action = &act
 	}
-	h.opts.Logger.Info("console: resolution approved", slog.String("operator", id.Operator), slog.Int64("resolution", rid))
+	h.opts.Logger.Info("console: resolution approved", slog.String("operator", id.Operator), slog.Int64("resolution", req.ID))
 	h.done(w, r, back, f)
 }
 
