@@ -89,6 +89,7 @@ func TestSearchNotFoundIsTrustedOnlyAfterTheIndexLag(t *testing.T) {
 	start := time.Now()
 	_, err := l.Do(ctx, in, eff)
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
+	dispatched := time.Now() // the dispatch was before this: the lag is over once lag has passed since
 
 	_, err = l.Do(ctx, in, eff)
 	require.Error(t, err)
@@ -105,7 +106,7 @@ func TestSearchNotFoundIsTrustedOnlyAfterTheIndexLag(t *testing.T) {
 
 	// The engine would hold the task for the retry delay; here the test waits for the lag
 	// to have passed on the clock, then runs the next attempt.
-	testenv.Eventually(t, 10*time.Second, "the index lag passed", func() (bool, error) { return time.Since(start) > lag, nil })
+	testenv.Eventually(t, 10*time.Second, "the index lag passed", func() (bool, error) { return time.Since(dispatched) > lag, nil })
 	out, err := l.Do(ctx, in, eff)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, out.State)
