@@ -60,7 +60,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	keys, now := h.loginKeys(r, name), h.now()
 	if wait := h.limits.wait(now, keys...); wait > 0 {
 		h.opts.Logger.Warn("console: login refused: too many failures", slog.String("operator", logName(name)), slog.String("remote", r.RemoteAddr))
-		h.loginFailed(w, r, next, fmt.Sprintf("Too many failed logins for this name or from this address: try again in %s.", age(wait.Round(time.Second)+time.Second)))
+		h.loginFailed(w, r, next, fmt.Sprintf("Too many failed logins for this name or from this address: try again in %s.", age((wait+time.Second-1).Truncate(time.Second))))
 		return
 	}
 	operator, ok := h.checkPassword(name, password)
