@@ -11,23 +11,29 @@
 // The console changes money-moving records, so it is built to be hard to misuse:
 //
 //   - Every request is authenticated, by one of two means: a login form checked against
-//     bcrypt hashes (Options.Operators) that sets a session cookie (HMAC-signed, HttpOnly,
-//     SameSite=Strict, Secure over TLS, expiring), or a reverse proxy's header naming the
-//     operator it authenticated (Options.AuthHeader), believed only from the proxy's
-//     addresses (Options.TrustedProxies). Failed logins are limited per name and per
-//     address, compare against a hash even for unknown names, and are logged without the
-//     password.
+//     bcrypt hashes (Options.Operators, of one cost) that sets a session cookie
+//     (HMAC-signed, HttpOnly, SameSite=Strict, Secure over TLS or with
+//     Options.SecureCookies, expiring, revoked on the server at logout), or a reverse
+//     proxy's header naming exactly one operator it authenticated (Options.AuthHeader),
+//     believed only from the proxy's addresses (Options.TrustedProxies, none wider than
+//     a /8 or an IPv6 /32). Failed logins are throttled per name, per address and per
+//     browser that logged in before (throttle), compare against a hash of the same cost
+//     even for unknown names, and are logged without the password.
+//   - A request naming a host the console is not (Options.AllowedHosts, by default the
+//     listen address's names) is refused before anything else: no DNS rebinding.
 //   - The operator named in the ledger is always the authenticated one, never a form
 //     field. The ledger attests nothing itself: the console's database login is a
 //     member of extworker_console, which the ledger trusts to name operators (the
 //     two-person rule then compares names), so that login belongs to the console alone.
 //   - Pages are read with GET, which never changes anything; every change is a POST whose
 //     form carries the session's CSRF token (compared in constant time) and whose Origin
-//     or Referer, when sent, is the console's own.
+//     or Referer, when sent, is the console's own, answered with a redirect to a page
+//     that says what it did (POST/Redirect/GET: a reload sends nothing again).
 //   - Every response forbids scripts, frames, plugins and foreign form targets
-//     (Content-Security-Policy), sniffing and cross-site referrers; pages are not cached.
-//     The pages are server-rendered html/template, which escapes everything from the
-//     ledger, the engine and the broker, and contain no JavaScript at all.
+//     (Content-Security-Policy), sniffing, cross-site referrers and caching. The pages
+//     are server-rendered html/template, with no JavaScript at all; everything from the
+//     ledger, the engine and the broker is escaped, and so is every character a reader
+//     could not see or that rearranges text (a bidi override), shown as its \u escape.
 package console
 
 import (
@@ -80,8 +86,9 @@ type Options struct {
 	SessionKey []byte
 	// SessionTTL is how long a login lasts (default 8h).
 	SessionTTL time.Duration
-	// SecureCookies marks the cookies Secure: set it when the console is served over
-	// TLS (or behind a proxy that terminates it).
+	// SecureCookies marks every cookie Secure: set it behind a proxy that terminates
+	// TLS, where the console sees plain HTTP. A request over TLS to the console itself
+	// gets Secure cookies without it.
 	SecureCookies bool
 	// Addr is the address the console listens on (EXTWORKER_CONSOLE_ADDR): AllowedHosts'
 	// default is derived from it.
