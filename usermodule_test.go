@@ -164,7 +164,7 @@ func TestUserModule(t *testing.T) {
 	addr, consoleAddr := freeAddr(t), freeAddr(t)
 	// The operator console, on through the entry point as a user turns it on: an operators
 	// file and the console's own database login (docs/console.md).
-	hash, err := bcrypt.GenerateFromPassword([]byte("courier-ops-password"), bcrypt.MinCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte("courier-ops-password"), bcrypt.DefaultCost) // the console refuses costs under 10
 	require.NoError(t, err)
 	operators := filepath.Join(t.TempDir(), "operators")
 	require.NoError(t, os.WriteFile(operators, []byte("carol:"+string(hash)+"\n"), 0o600))
@@ -324,7 +324,12 @@ func checkConsole(t *testing.T, base, name, password string) {
 	}
 	_, page := do(http.MethodGet, "/login", nil)
 	resp, _ = do(http.MethodPost, "/login", url.Values{"csrf": {csrf(page)}, "name": {name}, "password": {"not-" + password}})
-	assert.NotEqual(t, http.StatusSeeOther, resp.StatusCode, "a wrong password logs nobody in")
+	// Every form is answered with a redirect (POST/Redirect/GET): a wrong password goes back
+	// to the login form, with no session.
+	assert.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"), "a wrong password logs nobody in: %s", resp.Header.Get("Location"))
+	for _, ck := range resp.Cookies() {
+		assert.NotEqual(t, "extworker_console", ck.Name, "no session for a wrong password")
+	}
 	_, page = do(http.MethodGet, "/login", nil)
 	resp, _ = do(http.MethodPost, "/login", url.Values{"csrf": {csrf(page)}, "name": {name}, "password": {password}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the login")

@@ -51,6 +51,7 @@ func newEnv(t testing.TB) env {
 		_, err := migrations.Up(context.Background(), db)
 		require.NoError(t, err)
 	})
+	testenv.RegisterOperators(t, pool) // the people the console names: alice, bob, carol
 	ns := testenv.Unique("ns")
 	t.Cleanup(func() {
 		// The test's intents and resolutions go with it (events are append-only, and stay).

@@ -36,7 +36,7 @@ const consoleMaxConns = 4
 // configuration errors, except an unreachable database.
 func Open(ctx context.Context, cfg daemon.Config, client *camunda7.Client, logger *slog.Logger) (*Server, error) {
 	o := Options{AuthHeader: cfg.ConsoleAuthHeader, SessionTTL: cfg.ConsoleSessionTTL, CockpitURL: cfg.CockpitURL(), Logger: logger,
-		Addr: cfg.ConsoleAddr,
+		Addr: cfg.ConsoleAddr, AllowedHosts: cfg.ConsoleAllowedHosts, SecureCookies: cfg.ConsoleSecureCookies,
 		Engine: operate.Engine{URL: daemon.RedactURL(cfg.EngineURL), Dial: func() (*camunda7.Client, error) {
 			if client == nil {
 				return nil, errors.New("no engine client")
@@ -102,9 +102,9 @@ func loginNotice(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) s
 		notice = fmt.Sprintf("The console's database login %s is a worker's, not an operator's: the ledger refuses to take a held intent out of hold for it. "+
 			"Set EXTWORKER_CONSOLE_DATABASE_URL to a login in role %s (docs/console.md).", user, role)
 	case !console:
-		notice = fmt.Sprintf("The console's database login %s is not a member of %s: the two-person rule tells operators apart by database user, "+
-			"and every operator here shares this one, so approvals will be refused. Set EXTWORKER_CONSOLE_DATABASE_URL to a login in role %s (docs/console.md).",
-			user, role, role)
+		notice = fmt.Sprintf("The console's database login %s is not a member of %s: the ledger does not take the operator names this console attests, "+
+			"so every operator here acts as that one login and approvals will be refused. Set EXTWORKER_CONSOLE_DATABASE_URL to a login in role %s, "+
+			"and register each operator (extworker operators add NAME; docs/operators.md).", user, role, role)
 	}
 	if notice != "" {
 		logger.Warn("console: " + notice)

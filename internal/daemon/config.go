@@ -139,8 +139,14 @@ type Config struct {
 	// end with it.
 	ConsoleSessionKeyFile string        `envconfig:"CONSOLE_SESSION_KEY_FILE"`
 	ConsoleSessionTTL     time.Duration `envconfig:"CONSOLE_SESSION_TTL" default:"8h"`
-	ConsoleTLSCertFile    string        `envconfig:"CONSOLE_TLS_CERT_FILE"`
-	ConsoleTLSKeyFile     string        `envconfig:"CONSOLE_TLS_KEY_FILE"`
+	// ConsoleSecureCookies marks the console's cookies Secure behind a proxy that
+	// terminates TLS (with the console's own TLS they are anyway).
+	ConsoleSecureCookies bool `envconfig:"CONSOLE_SECURE_COOKIES" default:"false"`
+	// ConsoleAllowedHosts are the Host names the console answers to (comma-separated);
+	// empty derives them from ConsoleAddr. Any other Host is refused (421).
+	ConsoleAllowedHosts []string `envconfig:"CONSOLE_ALLOWED_HOSTS"`
+	ConsoleTLSCertFile  string   `envconfig:"CONSOLE_TLS_CERT_FILE"`
+	ConsoleTLSKeyFile   string   `envconfig:"CONSOLE_TLS_KEY_FILE"`
 	// ConsoleDatabaseURL is the console's login to the ledger: a member of
 	// extworker_console (docs/console.md), which may take intents out of operator hold
 	// and is told apart from other operators by name. Empty: DatabaseURL.
