@@ -176,6 +176,15 @@ CREATE FUNCTION extworker_verdict_text(r extworker_resolutions) RETURNS text LAN
 $$;
 -- +goose StatementEnd
 
+-- The characters a reader cannot see for what they are: controls (C0, DEL, C1), every
+-- space but U+0020, zero-width and joiner characters, bidi controls, invisible
+-- operators, fillers, the Braille blank, variation selectors and tag characters.
+-- +goose StatementBegin
+CREATE FUNCTION extworker_unseen_pattern() RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT '[\x01-\x1f\x7f-\xa0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U000e0000-\U000e0fff]'
+$$;
+-- +goose StatementEnd
+
 -- An operator's verdict on an intent: applied at once when one person may give it
 -- (status 'applied'), else recorded for a second person (status 'pending', with why).
 -- +goose StatementBegin
@@ -199,11 +208,14 @@ BEGIN
         RAISE EXCEPTION 'a % verdict writes no provider reference, values or error code beyond its own', p_verdict USING ERRCODE = 'EXW05';
     ELSIF p_verdict = 'confirmed' AND coalesce(p_error_code, '') <> '' THEN
         RAISE EXCEPTION 'a confirmation has no error code' USING ERRCODE = 'EXW05';
-    ELSIF concat(p_provider_ref, p_error_code, p_result::text) ~ '[\x01-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\u3164\ufeff\ufff9-\ufffb]' THEN
+    ELSIF concat(p_provider_ref, p_error_code, p_result::text) ~ extworker_unseen_pattern() THEN
         -- What the approver reads must be what is written: no character that is
-        -- invisible, reorders the text around it, or moves the cursor.
-        RAISE EXCEPTION 'the provider reference, error code and values may not hold control, format or invisible characters'
+        -- invisible, looks like a space, reorders the text around it, or moves the cursor.
+        RAISE EXCEPTION 'the provider reference, error code and values may not hold control, format, invisible or space-like characters other than the space (found U+%)',
+            upper(lpad(to_hex(ascii(substring(concat(p_provider_ref, p_error_code, p_result::text) FROM extworker_unseen_pattern()))), 4, '0'))
             USING ERRCODE = 'EXW05';
+    ELSIF p_provider_ref <> btrim(p_provider_ref) OR p_provider_ref LIKE '%  %' THEN
+        RAISE EXCEPTION 'the provider reference may not begin or end with a space, nor hold two in a row' USING ERRCODE = 'EXW05';
     END IF;
     SELECT * INTO i FROM extworker_intents WHERE namespace = p_namespace AND scope = p_scope AND intent_key = p_key FOR UPDATE;
     IF i.id IS NULL THEN
@@ -373,7 +385,7 @@ BEGIN
     FOREACH f IN ARRAY ARRAY['extworker_role(text)', 'extworker_member(text)', 'extworker_operator_identity(text)',
         'extworker_approval_needed(extworker_intents, text)',
         'extworker_apply_verdict(bigint, text, integer, extworker_resolutions, text, text)',
-        'extworker_verdict_text(extworker_resolutions)',
+        'extworker_verdict_text(extworker_resolutions)', 'extworker_unseen_pattern()',
         'extworker_resolve(text, text, text, text, text, jsonb, text, text, text)',
         'extworker_decide(text, bigint, boolean, text, text)', 'extworker_guard_operator_hold()',
         'extworker_prune(text, interval, integer)', 'extworker_events_append_only()', 'extworker_intents_fixed()'] LOOP
@@ -494,6 +506,7 @@ DROP FUNCTION extworker_intents_fixed();
 DROP FUNCTION extworker_decide(text, bigint, boolean, text, text);
 DROP FUNCTION extworker_resolve(text, text, text, text, text, jsonb, text, text, text);
 DROP FUNCTION extworker_verdict_text(extworker_resolutions);
+DROP FUNCTION extworker_unseen_pattern();
 DROP FUNCTION extworker_apply_verdict(bigint, text, integer, extworker_resolutions, text, text);
 DROP FUNCTION extworker_approval_needed(extworker_intents, text);
 DROP FUNCTION extworker_operator_identity(text);

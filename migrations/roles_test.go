@@ -298,9 +298,21 @@ func TestHostileOperatorSQL(t *testing.T) {
 			{"ch_ok\u200b", nil},
 			{"ch_ok", map[string]any{"amount": "1\u202e00001"}},
 			{"ch\u2066ok", nil},
+			// What the console attack found still shown raw (issue 23, second round).
+			{"ch\u00a012", nil},
+			{"ch_\u034f12", nil},
+			{"ch_12", map[string]any{"ref": "ch\ufe0f12"}},
+			{"ch_12", map[string]any{"ref": "ch\u280012"}},
+			{"ch\u3164x", nil},
+			{"ch\u2003x", nil},
+			{"ch\U000e0041x", nil},
 		} {
 			_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'bidi-1', 'confirmed', $1, $2, NULL, 'seen', NULL)`, c.ref, c.values)
-			assert.ErrorContains(t, err, "control, format or invisible characters", "%+q %v", c.ref, c.values)
+			assert.ErrorContains(t, err, "control, format, invisible or space-like characters", "%+q %v", c.ref, c.values)
+		}
+		for _, ref := range []string{"ch_1  2", " ch_1", "ch_1 "} {
+			_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'bidi-1', 'confirmed', $1, NULL, NULL, 'seen', NULL)`, ref)
+			assert.ErrorContains(t, err, "may not begin or end with a space, nor hold two in a row", "%q", ref)
 		}
 		_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'bidi-1', 'prepared', 'ch_1', '{"a":1}', 'X', 'seen', NULL)`)
 		assert.ErrorContains(t, err, "writes no provider reference, values or error code")
