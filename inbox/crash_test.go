@@ -138,7 +138,7 @@ func TestConsumerKilledAfterTheEngineActed(t *testing.T) {
 
 			left := e.record(t, id)
 			assert.Equal(t, inbox.StateProcessing, left.State, "the dead consumer's row")
-			c := e.consumer(t, inbox.Config{Queue: b.queue, InFlightWindow: time.Second})
+			c := e.consumerVia(t, testenv.EngineURL(), quickTimeout, inbox.Config{Queue: b.queue, InFlightWindow: quickWindow})
 			run(t, c)
 			r := e.waitState(t, id, inbox.StateProcessed)
 			assert.Contains(t, r.Reason, "reconciled")
@@ -282,7 +282,7 @@ func TestDeadAttemptStillInFlight(t *testing.T) {
 	_ = cmd.Wait()
 	assert.Equal(t, inbox.StateProcessing, e.record(t, id).State, "the dead consumer's row")
 
-	c := e.consumer(t, inbox.Config{Queue: b.queue, InFlightWindow: 3 * time.Second, BackoffInitial: 100 * time.Millisecond})
+	c := e.consumerVia(t, testenv.EngineURL(), 2*time.Second, inbox.Config{Queue: b.queue, InFlightWindow: 3 * time.Second, BackoffInitial: 100 * time.Millisecond})
 	run(t, c)
 	testenv.Eventually(t, 30*time.Second, "the next consumer to wait rather than look", func() (bool, error) {
 		return c.Stats().Retried.Load() >= 1, nil

@@ -75,14 +75,21 @@ func escaped(s string) string {
 // StoredID is the message id an inbox row is keyed by, and the one `extworker inbox`
 // shows and replays by: the id itself, or its escaped form ("hex:" and its bytes in hex;
 // "hex:sha256:" and their digest past 512 bytes) when PostgreSQL cannot store it (invalid
-// UTF-8, NUL bytes), when it is longer than 1024 bytes, or when it begins with "hex:"
-// (so that no id is recorded under another's escaped form). A message without an id is
-// recorded under "sha256:" and its body's digest.
+// UTF-8, NUL bytes), when it is longer than 1024 bytes, or when it begins with "hex:" or
+// "sha256:" (reservedID: so that no id is recorded under another's escaped form, or under
+// the id of a message without one). A message without an id is recorded under "sha256:"
+// and its body's digest.
 func StoredID(id string) string {
-	if storable(id) && len(id) <= maxStoredID && !strings.HasPrefix(id, "hex:") {
+	if storable(id) && len(id) <= maxStoredID && !reservedID(id) {
 		return id
 	}
 	return escaped(id)
+}
+
+// reservedID reports whether id begins as the inbox's own ids do: "hex:" (an escaped id)
+// or "sha256:" (the id of a message without one).
+func reservedID(id string) bool {
+	return strings.HasPrefix(id, "hex:") || strings.HasPrefix(id, "sha256:")
 }
 
 // storedText is a field's stored form: s itself when ok, else escaped(s).

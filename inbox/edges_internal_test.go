@@ -19,7 +19,7 @@ func TestStoredID(t *testing.T) {
 	for _, tc := range []struct{ id, want string }{
 		{"evt-1", "evt-1"},
 		{"invoice.paid:INV-7", "invoice.paid:INV-7"},
-		{"sha256:abc", "sha256:abc"},
+		{"sha256:abc", "hex:7368613235363a616263"}, // never stored under the id of a message without one
 		{"bad-\xff", "hex:6261642dff"},
 		{"a\x00b", "hex:610062"},
 		{"hex:41", "hex:6865783a3431"}, // never stored under another's escaped form
@@ -190,4 +190,27 @@ func TestMessageOf(t *testing.T) {
 		assert.Equal(t, tc.fresh, m.fresh, "%+v", tc.d.Headers)
 	}
 	assert.Equal(t, int32(1<<30), attempt(amqp.Delivery{Headers: amqp.Table{HeaderAttempt: int32(1<<31 - 1)}}))
+}
+
+func TestInFlightWindow(t *testing.T) {
+	for _, tc := range []struct {
+		configured, timeout, want time.Duration
+		refused                   bool
+	}{
+		{0, 30 * time.Second, time.Minute, false},
+		{0, 45 * time.Second, 90 * time.Second, false},
+		{0, 10 * time.Minute, 20 * time.Minute, false},
+		{31 * time.Second, 30 * time.Second, 31 * time.Second, false},
+		{30 * time.Second, 30 * time.Second, 0, true},
+		{time.Millisecond, 30 * time.Second, 0, true},
+		{time.Minute, 2 * time.Minute, 0, true},
+	} {
+		got, err := inFlightWindow(tc.configured, tc.timeout)
+		if tc.refused {
+			assert.ErrorContains(t, err, fmt.Sprintf("InFlightWindow %v must exceed the engine client's timeout %v", tc.configured, tc.timeout))
+			continue
+		}
+		assert.NoError(t, err)
+		assert.Equal(t, tc.want, got, "%v with a client timeout of %v", tc.configured, tc.timeout)
+	}
 }

@@ -131,8 +131,7 @@ func posts(suffix string) func(*http.Request) bool {
 // consumerVia is a consumer of e's source whose engine is at base.
 func (e env) consumerVia(t *testing.T, base string, timeout time.Duration, cfg inbox.Config) *inbox.Consumer {
 	t.Helper()
-	ec, err := camunda7.New(camunda7.Config{BaseURL: base, Timeout: timeout})
-	require.NoError(t, err)
+	ec := quickClient(t, base, timeout)
 	cfg.Source = e.source
 	if cfg.Queue == "" {
 		cfg.Queue = "unused"
@@ -268,7 +267,7 @@ func TestSecondMessageDoesNotStartASecondInstance(t *testing.T) {
 	require.Equal(t, inbox.StateUnknownOutcome, out.State, "a's answer was lost: %s", out.Reason)
 	within(t, p.arrived, "a's start to reach the network")
 
-	cb := e.consumerVia(t, testenv.EngineURL(), 10*time.Second, cfg)
+	cb := e.consumerVia(t, testenv.EngineURL(), 2*time.Second, cfg)
 	first, err := cb.Handle(testenv.Context(t, 30*time.Second), b)
 	require.NoError(t, err)
 	assert.False(t, first.Started, "b started an instance while a's start was in flight")
@@ -316,9 +315,8 @@ func TestUnknownOutcomeSurvivesRetryableFailures(t *testing.T) {
 		return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: loop, MessageName: e.paid, BusinessKey: string(m.Body)}}, nil
 	}
 	consumer := func(base string) *inbox.Consumer {
-		ec, err := camunda7.New(camunda7.Config{BaseURL: base})
-		require.NoError(t, err)
-		c, err := inbox.NewConsumer(e.pool, ec, testenv.AMQPURL(), decide, inbox.Config{Source: e.source, Queue: "unused", InFlightWindow: time.Millisecond})
+		c, err := inbox.NewConsumer(e.pool, quickClient(t, base, quickTimeout), testenv.AMQPURL(), decide,
+			inbox.Config{Source: e.source, Queue: "unused", InFlightWindow: quickWindow})
 		require.NoError(t, err)
 		return c
 	}
@@ -332,11 +330,13 @@ func TestUnknownOutcomeSurvivesRetryableFailures(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.StateUnknownOutcome, out.State, out.Reason)
 
+	time.Sleep(quickWindow) // the lost request can no longer land: the next attempt asks
 	out, err = consumer("http://127.0.0.1:1/engine-rest").Handle(ctx, m)
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Retry, out.Disposition)
 	assert.Equal(t, inbox.StateUnknownOutcome, out.State, "the engine unreachable: the outcome is still unknown (%s)", out.Reason)
 
+	time.Sleep(quickWindow)
 	out, err = consumer(testenv.EngineURL()).Handle(ctx, m)
 	require.NoError(t, err)
 	assert.True(t, out.Reconciled, "asked the engine first: %s", out.Reason)
@@ -355,28 +355,32 @@ const engine500 = `{"type":"ProcessEngineException","message":"ENGINE-03004 Exce
 func TestEngineFailuresAreParkedAfterALimit(t *testing.T) {
 	e := newEnv(t)
 	p := newEngineProxy(t, proxyRule{match: posts("/start"), drop: true, status: http.StatusInternalServerError, body: engine500})
-	c := e.consumerVia(t, p.url, 10*time.Second, inbox.Config{InFlightWindow: time.Millisecond, BackoffInitial: time.Millisecond})
-	ctx := testenv.Context(t, 30*time.Second)
+	c := e.consumerVia(t, p.url, quickTimeout, inbox.Config{InFlightWindow: quickWindow, BackoffInitial: time.Millisecond})
+	ctx := testenv.Context(t, 60*time.Second)
 	m := msg("fail-"+testenv.Unique("x"), payload{Do: "start", BusinessKey: testenv.Unique("INV")})
 	var out inbox.Outcome
-	for i := 1; i <= 5; i++ {
+	for i := 1; i <= 20 && out.Disposition != inbox.Park; i++ {
+		// Each failure leaves an outcome to reconcile: the next attempt waits out the
+		// in-flight window (as the retry queue would hold the message) before it asks.
+		time.Sleep(out.Delay)
 		var err error
 		out, err = c.Handle(ctx, m)
 		require.NoError(t, err)
-		if i < 5 {
-			require.Equal(t, inbox.Retry, out.Disposition, "attempt %d: %s", i, out.Reason)
+		if out.Disposition != inbox.Park {
+			require.Equal(t, inbox.Retry, out.Disposition, "delivery %d: %s", i, out.Reason)
 		}
 	}
 	assert.Equal(t, inbox.Park, out.Disposition, out.Reason)
 	assert.Equal(t, inbox.StateFailedFinal, out.State)
 	assert.Contains(t, out.Reason, "ENGINE-03004")
+	assert.Equal(t, inbox.DefaultMaxEngineFailures, e.record(t, m.ID).EngineFailures, "parked at the limit's failure")
 }
 
 // TestOverlongBusinessKeyIsParkedAtOnce: a business key longer than the engine can store
 // (255 characters) is parked at its first delivery, without asking the engine.
 func TestOverlongBusinessKeyIsParkedAtOnce(t *testing.T) {
 	e := newEnv(t)
-	c := e.consumer(t, inbox.Config{InFlightWindow: time.Millisecond})
+	c := e.consumer(t, inbox.Config{})
 	bk := strings.Repeat("k", 300)
 	out, err := c.Handle(testenv.Context(t, 30*time.Second), msg("long-"+testenv.Unique("x"), payload{Do: "start", BusinessKey: bk}))
 	require.NoError(t, err)
@@ -491,4 +495,113 @@ func TestCopiesOfAWaitingMessageShareOneRetryChain(t *testing.T) {
 	r := e.record(t, m.ID)
 	assert.Equal(t, inbox.StateFailedRetryable, r.State)
 	assert.Equal(t, 1, r.Duplicates)
+}
+
+// TestInFlightWindowMustExceedTheClientTimeout: a window that does not exceed the engine
+// client's timeout is refused, naming both; left zero, it is made longer than the
+// client's timeout.
+func TestInFlightWindowMustExceedTheClientTimeout(t *testing.T) {
+	pool := testenv.DB(t)
+	ec, err := camunda7.New(camunda7.Config{BaseURL: testenv.EngineURL(), Timeout: 2 * time.Minute})
+	require.NoError(t, err)
+	decide := func(inbox.Message) (inbox.Action, error) { return inbox.Action{Ignore: "x"}, nil }
+	for _, w := range []time.Duration{time.Millisecond, time.Minute, 2 * time.Minute} {
+		_, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), decide, inbox.Config{Source: "s", Queue: "q", InFlightWindow: w})
+		require.Error(t, err, "InFlightWindow %v with a client timeout of 2m", w)
+		assert.Contains(t, err.Error(), "InFlightWindow "+w.String())
+		assert.Contains(t, err.Error(), "2m0s")
+	}
+	for _, w := range []time.Duration{0, 2*time.Minute + time.Second} {
+		_, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), decide, inbox.Config{Source: "s", Queue: "q", InFlightWindow: w})
+		assert.NoError(t, err, "InFlightWindow %v", w)
+	}
+}
+
+// TestStartFindsTwoInstancesOfItsBusinessKey: two instances of the definition with the
+// business key exist (a start that reached the engine after InFlightWindow, say). A start
+// message for the key finds them: nothing is started or cancelled, and the inbox says so
+// (a WARN, without the business key, and Stats.DuplicateStarts).
+func TestStartFindsTwoInstancesOfItsBusinessKey(t *testing.T) {
+	for _, tc := range []struct{ name, process string }{{"ended", "ship"}, {"running", "wait"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			process := map[string]string{"ship": e.ship, "wait": e.wait}[tc.process]
+			ctx := testenv.Context(t, 30*time.Second)
+			bk := testenv.Unique("SECRET")
+			for range 2 {
+				_, err := e.engine.StartProcess(ctx, process, admin.StartProcessRequest{BusinessKey: bk})
+				require.NoError(t, err)
+			}
+			var logs lockedBuffer
+			c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), func(inbox.Message) (inbox.Action, error) {
+				return inbox.Action{Start: &inbox.Start{ProcessKey: process, BusinessKey: bk}}, nil
+			}, inbox.Config{Source: e.source, Queue: "unused", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			require.NoError(t, err)
+			out, err := c.Handle(ctx, inbox.Message{ID: testenv.Unique("start"), Body: []byte("{}")})
+			require.NoError(t, err)
+			assert.Equal(t, inbox.StateIgnoredDuplicate, out.State, out.Reason)
+			assert.False(t, out.Started)
+			assert.Equal(t, 2, e.instances(t, process, bk), "nothing started, nothing cancelled")
+			assert.Equal(t, int64(1), c.Stats().DuplicateStarts.Load())
+			assert.Contains(t, logs.String(), `"level":"WARN"`)
+			assert.Contains(t, logs.String(), "more than one process instance")
+			assert.Contains(t, logs.String(), `"instances":2`)
+			assert.NotContains(t, logs.String(), "SECRET", "no business key in the log")
+		})
+	}
+}
+
+// TestExplicitSHA256IDIsNotTheIDOfAMessageWithoutOne: a message without an id is
+// recorded under "sha256:" and its body's digest. A message that carries exactly that
+// text as its own id is another message: it is acted on, not acknowledged as a
+// duplicate of the parked one.
+func TestExplicitSHA256IDIsNotTheIDOfAMessageWithoutOne(t *testing.T) {
+	e := newEnv(t)
+	c := e.consumer(t, inbox.Config{})
+	ctx := testenv.Context(t, 30*time.Second)
+	bk := testenv.Unique("INV")
+	noID := msg("", payload{Do: "start", BusinessKey: bk})
+	out, err := c.Handle(ctx, noID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Park, out.Disposition, out.Reason)
+	derived := "sha256:" + inbox.Digest(noID.Body)
+	require.Equal(t, inbox.StateFailedFinal, e.record(t, derived).State)
+
+	withID := noID
+	withID.ID = derived
+	out, err = c.Handle(ctx, withID)
+	require.NoError(t, err)
+	assert.False(t, out.Duplicate, "acknowledged as the message without an id: %s", out.Reason)
+	assert.True(t, out.Started, out.Reason)
+	assert.Equal(t, 1, e.instances(t, e.ship, bk))
+	assert.NotEqual(t, derived, inbox.StoredID(derived))
+	assert.Equal(t, inbox.StateProcessed, e.record(t, inbox.StoredID(derived)).State)
+	assert.Equal(t, inbox.StateFailedFinal, e.record(t, derived).State, "the message without an id stays parked")
+}
+
+// TestDuplicateFromAnotherQueueDoesNotMoveTheRow: a message parked from one queue, then
+// delivered again from another queue of the same source (a duplicate), keeps the queue
+// its parked copy waits in; a delivery that acts on the message records its own queue.
+func TestDuplicateFromAnotherQueueDoesNotMoveTheRow(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	qa, qb := testenv.Unique("qa"), testenv.Unique("qb")
+	a, b := e.consumer(t, inbox.Config{Queue: qa}), e.consumer(t, inbox.Config{Queue: qb})
+	parked := inbox.Message{ID: testenv.Unique("parked"), Body: []byte("not json")}
+	out, err := a.Handle(ctx, parked)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Park, out.Disposition)
+	out, err = b.Handle(ctx, parked)
+	require.NoError(t, err)
+	require.True(t, out.Duplicate)
+	assert.Equal(t, qa, e.record(t, parked.ID).Queue, "the queue whose dead-letter queue holds the parked copy")
+
+	early := msg(testenv.Unique("early"), payload{Do: "correlate", BusinessKey: testenv.Unique("INV")})
+	out, err = a.Handle(ctx, early)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Retry, out.Disposition)
+	out, err = b.Handle(ctx, early) // acted on again from qb: its copies now go through qb's queues
+	require.NoError(t, err)
+	require.False(t, out.Duplicate, out.Reason)
+	assert.Equal(t, qb, e.record(t, early.ID).Queue)
 }

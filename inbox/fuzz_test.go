@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -23,10 +24,16 @@ import (
 // `go test` runs it.
 
 // fuzzConfig makes every wait short: an early message is parked at its second delivery,
-// an engine failing on a message at its second failure.
+// an engine failing on a message at its second failure, an unknown outcome asked about
+// after quickWindow (with fuzzClient, whose timeout it exceeds).
 func fuzzConfig(source string) inbox.Config {
-	return inbox.Config{Source: source, Queue: "fuzz", EarlyWindow: time.Millisecond, InFlightWindow: time.Millisecond,
+	return inbox.Config{Source: source, Queue: "fuzz", EarlyWindow: time.Millisecond, InFlightWindow: quickWindow,
 		BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, MaxEngineFailures: 2}
+}
+
+// fuzzClient is the engine client of the fuzzed consumers.
+func fuzzClient(t testing.TB) *camunda7.Client {
+	return quickClient(t, testenv.EngineURL(), quickTimeout)
 }
 
 // maxRounds bounds the deliveries a fuzzed message may take to settle.
@@ -45,6 +52,7 @@ func settles(t *testing.T, e env, source string, handle func(round int) (inbox.O
 			break
 		}
 		require.Less(t, round, maxRounds, "still retried after %d deliveries: %s", round, out.Reason)
+		time.Sleep(out.Delay) // as the retry queue would: an unknown outcome waits out the in-flight window
 	}
 	ctx := testenv.Context(t, 10*time.Second)
 	rows, err := inbox.List(ctx, e.pool, inbox.Filter{Source: source})
@@ -65,7 +73,7 @@ func FuzzMessageFields(f *testing.F) {
 	f.Add("evt-1", "invoice.paid", "corr-1", []byte(`{"do":"start","bk":"INV-1"}`))
 	f.Fuzz(func(t *testing.T, id, typ, corr string, body []byte) {
 		source := testenv.Unique("fuzz")
-		c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), e.decide, fuzzConfig(source))
+		c, err := inbox.NewConsumer(e.pool, fuzzClient(t), testenv.AMQPURL(), e.decide, fuzzConfig(source))
 		require.NoError(t, err)
 		m := inbox.Message{ID: id, Type: typ, CorrelationID: corr, Body: body}
 		settles(t, e, source, func(int) (inbox.Outcome, error) { return c.Handle(context.Background(), m) })
@@ -83,7 +91,7 @@ func FuzzBusinessKey(f *testing.F) {
 			}
 			return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: e.wait, MessageName: e.paid, BusinessKey: bk}}, nil
 		}
-		c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), decide, fuzzConfig(source))
+		c, err := inbox.NewConsumer(e.pool, fuzzClient(t), testenv.AMQPURL(), decide, fuzzConfig(source))
 		require.NoError(t, err)
 		m := inbox.Message{ID: "bk", Body: []byte(bk)}
 		settles(t, e, source, func(int) (inbox.Outcome, error) { return c.Handle(context.Background(), m) })
@@ -96,7 +104,7 @@ func FuzzDeliveryHeaders(f *testing.F) {
 		[]byte(`{"do":"correlate","bk":"INV-1"}`))
 	f.Fuzz(func(t *testing.T, id, typ, corr, key, value, traceparent string, attempt int64, redelivered bool, body []byte) {
 		source := testenv.Unique("fuzz")
-		c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), e.decide, fuzzConfig(source))
+		c, err := inbox.NewConsumer(e.pool, fuzzClient(t), testenv.AMQPURL(), e.decide, fuzzConfig(source))
 		require.NoError(t, err)
 		settles(t, e, source, func(round int) (inbox.Outcome, error) {
 			headers := amqp.Table{key: value, inbox.HeaderTraceparent: traceparent, inbox.HeaderAttempt: attempt}

@@ -28,6 +28,11 @@ type Stats struct {
 	// Retried counts deliveries sent to the retry queue; Parked those sent to the
 	// dead-letter queue; Conflicts the parked ones whose id came with another body.
 	Retried, Parked, Conflicts atomic.Int64
+	// DuplicateStarts counts the starts that found more than one instance of their process
+	// definition with their business key (each a WARN record): a start that reached the
+	// engine after InFlightWindow (held by a proxy, say), or one from outside the inbox,
+	// started a second instance. Nothing is cancelled: which to keep is an operator's call.
+	DuplicateStarts atomic.Int64
 }
 
 // advisory-lock classes (pg_advisory_lock(int4, int4)): one for a message, one for a start
@@ -172,13 +177,19 @@ func (r *row) upsert(ctx context.Context, f recorded) (string, error) {
 	)
 	// Every time is the database's now(), received_at too: the early window is measured
 	// on one clock.
+	// A delivery that is a duplicate, or a conflicting copy, leaves the row's queue: the
+	// queue is the one whose retry or dead-letter queue holds the message's copy.
 	err := r.conn.QueryRow(ctx, `INSERT INTO extworker_inbox (source, message_id, type, body_digest, correlation_id, queue, received_at, updated_at)
 			VALUES ($1, $2, $3, $4, nullif($5, ''), $6, now(), now())
-		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(), queue = EXCLUDED.queue,
+		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(),
 			duplicates = extworker_inbox.duplicates + CASE WHEN extworker_inbox.body_digest = EXCLUDED.body_digest
 				AND (extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')
 					OR ($7 AND extworker_inbox.state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME')
-						AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now())) THEN 1 ELSE 0 END
+						AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now())) THEN 1 ELSE 0 END,
+			queue = CASE WHEN extworker_inbox.body_digest <> EXCLUDED.body_digest
+				OR extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')
+				OR ($7 AND extworker_inbox.state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME')
+					AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now()) THEN extworker_inbox.queue ELSE EXCLUDED.queue END
 		RETURNING state, body_digest, attempts, engine_failures, must_reconcile,
 			extract(epoch FROM now() - received_at)::float8,
 			coalesce(extract(epoch FROM now() - attempt_started_at), 0)::float8,

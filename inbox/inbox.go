@@ -42,17 +42,23 @@
 //
 // One start per process definition and business key, across messages: a start that
 // another message sent, and whose answer was lost, may still land; a message for the
-// same key waits until it can no longer (Config.InFlightWindow), then asks the engine
-// before it starts anything (the table extworker_inbox_starts).
+// same key waits until it can no longer (Config.InFlightWindow, which must exceed the
+// engine client's timeout), then asks the engine before it starts anything (the table
+// extworker_inbox_starts). A request that reaches the engine later than that (a proxy
+// held it) can still start a second instance; a start that finds more than one instance
+// of its definition with its business key logs a WARN and counts it
+// (Stats.DuplicateStarts), and cancels nothing.
 //
 // At its edges: a message whose id, type or correlation id PostgreSQL cannot store as
 // text (invalid UTF-8, NUL bytes), or whose business key the engine cannot store (not
 // text, longer than MaxBusinessKey), is parked at once with the reason, its id escaped
 // (StoredID); a data exception from PostgreSQL (SQLSTATE class 22) is the message's
-// fault, never an outage. An engine that keeps failing on a message (5xx) parks it after
-// Config.MaxEngineFailures answers. Each park is a WARN record, without reason, body or
-// business key. Copies of a message waiting in the retry queue share its one retry
-// chain: another copy delivered meanwhile is acknowledged as a duplicate.
+// fault, never an outage. An id that begins with "hex:" or "sha256:" is recorded escaped
+// too, so that no message is taken for another (a message without an id is recorded
+// under "sha256:" and its body's digest). An engine that keeps failing on a message (5xx)
+// parks it after Config.MaxEngineFailures answers. Each park is a WARN record, without
+// reason, body or business key. Copies of a message waiting in the retry queue share its
+// one retry chain: another copy delivered meanwhile is acknowledged as a duplicate.
 //
 // The tables are extworker_inbox, extworker_inbox_conflicts and extworker_inbox_starts,
 // in the ledger's database (package migrations). Bodies are never stored, only their
@@ -233,7 +239,15 @@ type Config struct {
 	// InFlightWindow is how long after an attempt began asking the engine a request of
 	// it may still land there, when nobody recorded its end (its consumer died, or gave
 	// up waiting for the answer): until then the next attempt does not look, and waits.
-	// It must exceed the engine client's timeout. Default 1m.
+	// It must exceed the engine client's timeout (ClientTimeout): NewConsumer refuses a
+	// window that does not. Default the longer of 1m and twice the client's timeout.
+	//
+	// A request that reaches the engine later than this (a proxy or load balancer that
+	// holds it, an engine that takes it up only after a long pause) is not waited for: a
+	// start it carries can still start a second instance of the business key. The
+	// inbox cannot prevent that; a start that finds more than one instance says so
+	// (Stats.DuplicateStarts, a WARN record). Give the window room for the slowest path
+	// to the engine.
 	InFlightWindow time.Duration
 	// MaxEngineFailures is how many failures of its own (5xx answers) the engine may give
 	// to one message before it is parked: an answer such as "an exception occurred in the
@@ -255,7 +269,27 @@ type Binding struct {
 	RoutingKey string
 }
 
-func (c Config) withDefaults() (Config, error) {
+// ClientTimeout is how long engine waits for the answer to a request that does not
+// long-poll, which Config.InFlightWindow must exceed: the client's Timeout
+// (camunda7.Config.Timeout), or its LongPollMargin when that is longer
+// (Client.LongPollTimeout(0), the client's one exported account of it).
+func ClientTimeout(engine *camunda7.Client) time.Duration { return engine.LongPollTimeout(0) }
+
+// inFlightWindow is the window for a client whose requests time out after timeout: the
+// one configured, which must exceed timeout, or by default the longer of a minute and
+// twice timeout.
+func inFlightWindow(configured, timeout time.Duration) (time.Duration, error) {
+	switch {
+	case configured <= 0:
+		return max(time.Minute, 2*timeout), nil
+	case configured <= timeout:
+		return 0, fmt.Errorf("inbox: Config.InFlightWindow %v must exceed the engine client's timeout %v (camunda7.Config.Timeout, "+
+			"or its LongPollMargin when longer): a request the client gave up on may land at the engine until then", configured, timeout)
+	}
+	return configured, nil
+}
+
+func (c Config) withDefaults(clientTimeout time.Duration) (Config, error) {
 	if c.Source == "" || c.Queue == "" {
 		return c, errors.New("inbox: Config needs Source and Queue")
 	}
@@ -274,8 +308,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BackoffMax < c.BackoffInitial {
 		c.BackoffMax = max(time.Minute, c.BackoffInitial)
 	}
-	if c.InFlightWindow <= 0 {
-		c.InFlightWindow = time.Minute
+	var err error
+	if c.InFlightWindow, err = inFlightWindow(c.InFlightWindow, clientTimeout); err != nil {
+		return c, err
 	}
 	if c.MaxEngineFailures <= 0 {
 		c.MaxEngineFailures = DefaultMaxEngineFailures
@@ -306,12 +341,12 @@ type Consumer struct {
 // NewConsumer returns a consumer of cfg.Queue on the broker at amqpURL that records in
 // pool's inbox and acts through engine.
 func NewConsumer(pool *pgxpool.Pool, engine *camunda7.Client, amqpURL string, decide Decide, cfg Config) (*Consumer, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
 	if pool == nil || engine == nil || decide == nil {
 		return nil, errors.New("inbox: NewConsumer needs a pool, an engine client and a Decide")
+	}
+	cfg, err := cfg.withDefaults(ClientTimeout(engine))
+	if err != nil {
+		return nil, err
 	}
 	return &Consumer{pool: pool, engine: admin.New(engine), amqpURL: amqpURL, decide: decide, cfg: cfg, declared: make(chan struct{})}, nil
 }

@@ -110,6 +110,22 @@ func (e env) consumer(t *testing.T, cfg inbox.Config) *inbox.Consumer {
 	return c
 }
 
+// The tests' short in-flight window, and the timeout of the engine client that goes with
+// it: NewConsumer refuses a window that does not exceed the client's timeout.
+const (
+	quickTimeout = time.Second
+	quickWindow  = 1500 * time.Millisecond
+)
+
+// quickClient is a client of the engine at base whose requests time out after timeout
+// (its long-poll margin is no longer: inbox.ClientTimeout is the longer of the two).
+func quickClient(t testing.TB, base string, timeout time.Duration) *camunda7.Client {
+	t.Helper()
+	ec, err := camunda7.New(camunda7.Config{BaseURL: base, Timeout: timeout, LongPollMargin: timeout})
+	require.NoError(t, err)
+	return ec
+}
+
 func msg(id string, p payload) inbox.Message {
 	b, _ := json.Marshal(p)
 	return inbox.Message{ID: id, Type: "test." + p.Do, CorrelationID: "corr-" + id, Body: b}

@@ -23,8 +23,10 @@ type Record struct {
 	Replays                   int
 	ReceivedAt, UpdatedAt     time.Time
 	ProcessedAt, ParkedAt     *time.Time
-	// Queue is the queue the message was last consumed from ("" for rows recorded before
-	// the inbox recorded it, or by a caller of Handle without a queue).
+	// Queue is the queue of the last delivery that acted on the message: the one whose
+	// retry or dead-letter queue holds its copy. A duplicate, or a conflicting copy,
+	// delivered from another queue leaves it. ("" for rows recorded before the inbox
+	// recorded it.)
 	Queue string
 	// ParkKind says why a parked message was parked; "" otherwise.
 	ParkKind ParkKind
@@ -40,6 +42,8 @@ type Record struct {
 type Filter struct {
 	Source    string
 	MessageID string
+	// MessageIDPrefix selects the rows whose message id begins with it.
+	MessageIDPrefix string
 	// Parked selects the parked rows (FAILED_FINAL) and those with conflicting copies.
 	Parked bool
 	States []State
@@ -62,8 +66,8 @@ func List(ctx context.Context, db Querier, f Filter) ([]Record, error) {
 			must_reconcile, engine_failures
 		FROM extworker_inbox
 		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR message_id = $2) AND (NOT $3 OR state = 'FAILED_FINAL' OR conflicts > 0)
-			AND (cardinality($4::text[]) = 0 OR state = ANY($4))
-		ORDER BY updated_at DESC LIMIT $5`, f.Source, f.MessageID, f.Parked, states, f.Limit)
+			AND (cardinality($4::text[]) = 0 OR state = ANY($4)) AND ($6 = '' OR left(message_id, char_length($6)) = $6)
+		ORDER BY updated_at DESC LIMIT $5`, f.Source, f.MessageID, f.Parked, states, f.Limit, f.MessageIDPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list: %w", err)
 	}

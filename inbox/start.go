@@ -81,6 +81,9 @@ func (c *Consumer) startNew(ctx context.Context, r *row, k startKey, s Start) (O
 // message started it (its mark says so; or, after an attempt whose outcome was unknown,
 // an instance without any mark), else ignored as a duplicate.
 func (c *Consumer) startedBefore(ctx context.Context, r *row, k startKey, existing []admin.ProcessInstance, ambiguous, claimed bool) (Outcome, error) {
+	if len(existing) > 1 {
+		c.duplicateStart(r, k, existing)
+	}
 	id, by, err := c.startedBy(ctx, existing, r.token())
 	if err != nil {
 		return r.failed(ctx, "reconciling start "+k.process, err)
@@ -99,6 +102,21 @@ func (c *Consumer) startedBefore(ctx context.Context, r *row, k startKey, existi
 		reason += ", started by " + by
 	}
 	return r.settle(ctx, StateIgnoredDuplicate, reason, id, Outcome{Disposition: Ack})
+}
+
+// duplicateStart counts and logs a start whose business key has more than one instance
+// of its process definition (Stats.DuplicateStarts): by the instances' ids, never the
+// business key. Nothing is cancelled.
+func (c *Consumer) duplicateStart(r *row, k startKey, existing []admin.ProcessInstance) {
+	ids := make([]string, 0, len(existing))
+	for _, pi := range existing {
+		ids = append(ids, pi.ID)
+	}
+	c.stats.DuplicateStarts.Add(1)
+	c.cfg.Logger.Warn("inbox: more than one process instance of the start's process definition has its business key "+
+		"(a start that reached the engine after InFlightWindow, or one from outside the inbox); none is cancelled",
+		"source", c.cfg.Source, "queue", c.cfg.Queue, "message_id", logID(r.id), "process", k.process,
+		"instances", len(existing), "instance_ids", strings.Join(ids, ","))
 }
 
 // startedByThis reports whether the instance found was started by this message: its mark

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,6 +43,13 @@ commands:
            another body (a conflict) stays in Q.dlq: the producer must send it under
            a new message id. Needs EXTWORKER_AMQP_URL
 
+Values are printed as they are stored, with what a terminal would act on or hide
+escaped: \x1b, \u202e, \u200b, \xff (a byte that is not UTF-8), \n, \t, and \\ for a
+backslash. SOURCE, MESSAGE_ID and Q are read the same way, so what list and show print
+finds the message again (in single quotes for the shell: 'abc\u202efdp.exe'). An id that
+begins with "-" may follow "--" (it must, when it reads as a flag: -- --all). An id list
+cut short ("…") finds its message in show, when no other id begins the same.
+
 states: ` + validInboxStatesText
 
 // allInboxStates are the inbox's states, in lifecycle order.
@@ -50,8 +60,12 @@ var allInboxStates = []inbox.State{
 
 const validInboxStatesText = "RECEIVED, PROCESSING, PROCESSED, FAILED_RETRYABLE, FAILED_FINAL, IGNORED_DUPLICATE, UNKNOWN_OUTCOME"
 
-// reasonWidth is how much of a row's reason `inbox list` prints; `inbox show` prints it all.
-const reasonWidth = 60
+// How much of a row's reason, and of its message id, type, action and business key,
+// `inbox list` prints; `inbox show` prints them all.
+const (
+	reasonWidth = 60
+	valueWidth  = 40
+)
 
 // runInbox is the operator's view of the inbox; inboxUsage lists its commands.
 func runInbox(ctx context.Context, cfg daemon.Config, logger *slog.Logger, args []string, stdout, stderr io.Writer) error {
@@ -104,12 +118,16 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 	if *limit <= 0 {
 		return fmt.Errorf("inbox list: --limit %d: must be at least 1", *limit)
 	}
+	src, err := termsafe.ParseValue(*source)
+	if err != nil {
+		return fmt.Errorf("inbox list: --source: %w", err)
+	}
 	pool, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rows, err := inbox.List(ctx, pool, inbox.Filter{Source: *source, Parked: *parked, States: states, Limit: *limit})
+	rows, err := inbox.List(ctx, pool, inbox.Filter{Source: src, Parked: *parked, States: states, Limit: *limit})
 	if err != nil {
 		return err
 	}
@@ -118,7 +136,7 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 		for _, r := range rows {
 			out.Messages = append(out.Messages, toInboxRecordJSON(r))
 		}
-		return printJSON(c.stdout, out)
+		return printSafeJSON(c.stdout, out)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(c.stdout, "no inbox messages match")
@@ -128,9 +146,9 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 	tw := newTabWriter(c.stdout)
 	fmt.Fprintln(tw, "SOURCE\tMESSAGE ID\tTYPE\tSTATE\tACTION\tBUSINESS KEY\tDELIV/DUP/ATT\tCONFLICTS\tUPDATED\tREASON")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", safeCell(r.Source), safeCell(r.MessageID), safeCell(r.Type),
-			r.State, safeCell(r.Action), safeCell(r.BusinessKey), r.Deliveries, r.Duplicates, r.Attempts, r.Conflicts,
-			ageOf(now, r.UpdatedAt), safeCell(cut(r.Reason, reasonWidth)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", cell(r.Source), cutCell(r.MessageID, valueWidth),
+			cutCell(r.Type, valueWidth), r.State, cutCell(r.Action, valueWidth), cutCell(r.BusinessKey, valueWidth),
+			r.Deliveries, r.Duplicates, r.Attempts, r.Conflicts, ageOf(now, r.UpdatedAt), cutCell(r.Reason, reasonWidth))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -141,25 +159,154 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 	return nil
 }
 
-// safeCell is tableCell with what a terminal would act on stripped before the table is
-// laid out (the writer strips it too, but after tabwriter has counted it).
-func safeCell(s string) string { return tableCell(termsafe.String(s)) }
-
-// cut shortens s, made one line and terminal-safe first, to n characters, ending in "…"
-// when it was longer.
-func cut(s string, n int) string {
-	r := []rune(termsafe.String(oneLine(s)))
-	if len(r) <= n {
-		return string(r)
+// cell is a stored value as list and show print it: escaped (termsafe.Value: one line,
+// nothing a terminal acts on or hides, no two values alike, read back by show and
+// replay), "-" when empty, and a value that is "-" itself as its escape, \x2d.
+func cell(v string) string {
+	switch v {
+	case "":
+		return "-"
+	case "-":
+		return `\x2d`
 	}
-	return strings.TrimRight(string(r[:n-1]), " ") + "…"
+	return termsafe.Value(v)
+}
+
+// cutCell is cell(v) cut to n characters.
+func cutCell(v string, n int) string { return cutEscaped(cell(v), n) }
+
+// cutEscaped shortens v, a value as termsafe.Value prints it, to at most n characters,
+// never inside an escape, ending in "…" when it was longer: what is left of it is the
+// beginning of the value, which show finds the message by.
+func cutEscaped(v string, n int) string {
+	if utf8.RuneCountInString(v) <= n {
+		return v
+	}
+	end, width := 0, 0
+	for end < len(v) {
+		size, w := escapedToken(v[end:])
+		if width+w > n-1 {
+			break
+		}
+		end, width = end+size, width+w
+	}
+	return strings.TrimRight(v[:end], " ") + "…"
+}
+
+// escapedToken is the length in bytes, and the width, of v's first character or escape
+// (\xHH, \uHHHH, \UHHHHHHHH, \n, \\ ...).
+func escapedToken(v string) (size, width int) {
+	if v[0] != '\\' || len(v) < 2 {
+		_, size = utf8.DecodeRuneInString(v)
+		return size, 1
+	}
+	switch v[1] {
+	case 'x':
+		size = 4
+	case 'u':
+		size = 6
+	case 'U':
+		size = 10
+	default:
+		size = 2
+	}
+	size = min(size, len(v))
+	return size, size
+}
+
+// printSafeJSON prints v as printJSON does, with the characters the terminal writer would
+// escape written as JSON escapes: the JSON stays valid, and decodes to the stored values.
+func printSafeJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(termsafe.JSON(buf.Bytes()))
+	return err
+}
+
+// ---- arguments
+
+// flagKind is what an argument is to a flag set.
+type flagKind int
+
+const (
+	notFlag   flagKind = iota
+	wholeFlag          // a flag with its value, if any, in the argument (-json, --queue=Q, -h)
+	valueFlag          // a flag whose value is the next argument (--queue Q)
+)
+
+// kindOf says whether arg names one of fs's flags (or -h, -help).
+func kindOf(fs *flag.FlagSet, arg string) flagKind {
+	if len(arg) < 2 || arg[0] != '-' {
+		return notFlag
+	}
+	name, _, hasValue := strings.Cut(strings.TrimPrefix(arg[1:], "-"), "=")
+	if name == "h" || name == "help" {
+		return wholeFlag
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return notFlag
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || (ok && b.IsBoolFlag()) {
+		return wholeFlag
+	}
+	return valueFlag
+}
+
+// splitArgs separates args into fs's flags (with their values) and the positional
+// arguments, which may begin with "-": an argument is a flag only when it names one of
+// fs's; every argument after "--" is positional.
+func splitArgs(fs *flag.FlagSet, args []string) (flags, pos []string) {
+	for i := 0; i < len(args); i++ {
+		switch kind := kindOf(fs, args[i]); {
+		case args[i] == "--":
+			return flags, append(pos, args[i+1:]...)
+		case kind == notFlag:
+			pos = append(pos, args[i])
+		case kind == valueFlag && i+1 < len(args):
+			flags = append(flags, args[i], args[i+1])
+			i++
+		default:
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, pos
+}
+
+// parseValueArgs parses args for show and replay, whose positional arguments are stored
+// values (splitArgs), and reads those as list and show print them (termsafe.ParseValue).
+func parseValueArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	flags, pos := splitArgs(fs, args)
+	if err := fs.Parse(flags); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s: %w", fs.Name(), err)
+	}
+	return parseValues(fs.Name(), pos)
+}
+
+// parseValues reads values as list and show print them.
+func parseValues(cmd string, vals []string) ([]string, error) {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		var err error
+		if out[i], err = termsafe.ParseValue(v); err != nil {
+			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+	}
+	return out, nil
 }
 
 // ---- show
 
 func (c *inboxCmd) show(ctx context.Context, args []string) error {
 	fs, asJSON := c.newFlags("show", "SOURCE MESSAGE_ID [--json]")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseValueArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -169,23 +316,39 @@ func (c *inboxCmd) show(ctx context.Context, args []string) error {
 	case pos[0] == "" || pos[1] == "":
 		return fmt.Errorf("inbox show: SOURCE and MESSAGE_ID must not be empty, got %q", pos)
 	}
-	source, id := pos[0], pos[1]
 	pool, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rows, err := inbox.List(ctx, pool, inbox.Filter{Source: source, MessageID: id, Limit: 1})
+	r, err := findRecord(ctx, pool, pos[0], pos[1])
 	if err != nil {
 		return err
 	}
-	if len(rows) == 0 {
-		return fmt.Errorf("inbox show: no message %q from source %q in the inbox (extworker inbox list --source %s lists that source's)", id, source, source)
-	}
 	if *asJSON {
-		return printJSON(c.stdout, toInboxRecordJSON(rows[0]))
+		return printSafeJSON(c.stdout, toInboxRecordJSON(r))
 	}
-	return c.printRecord(rows[0])
+	return c.printRecord(r)
+}
+
+// findRecord finds source's message id; an id list cut short ("…"), that no message has,
+// finds the one message whose id begins with what precedes the "…".
+func findRecord(ctx context.Context, db inbox.Querier, source, id string) (inbox.Record, error) {
+	rows, err := inbox.List(ctx, db, inbox.Filter{Source: source, MessageID: id, Limit: 1})
+	if prefix, cut := strings.CutSuffix(id, "…"); err == nil && len(rows) == 0 && cut && prefix != "" {
+		rows, err = inbox.List(ctx, db, inbox.Filter{Source: source, MessageIDPrefix: prefix, Limit: 2})
+	}
+	switch {
+	case err != nil:
+		return inbox.Record{}, err
+	case len(rows) == 0:
+		return inbox.Record{}, fmt.Errorf("inbox show: no message %q from source %q in the inbox (extworker inbox list --source %s lists that source's)",
+			id, source, shellArg(source))
+	case len(rows) > 1:
+		return inbox.Record{}, fmt.Errorf("inbox show: more than one message id of source %q begins with %q: give the whole id "+
+			"(extworker inbox list --source %s --json prints them whole)", source, strings.TrimSuffix(id, "…"), shellArg(source))
+	}
+	return rows[0], nil
 }
 
 // printRecord prints one inbox row, whole, and what an operator can do about it.
@@ -194,17 +357,17 @@ func (c *inboxCmd) printRecord(r inbox.Record) error {
 	tw := newTabWriter(c.stdout)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	at := func(t time.Time) string { return fmtTime(t) + " (" + ageOf(now, t) + ")" }
-	line("source", safeCell(r.Source))
-	line("queue", safeCell(r.Queue))
-	line("message id", safeCell(r.MessageID))
-	line("type", safeCell(r.Type))
+	line("source", cell(r.Source))
+	line("queue", cell(r.Queue))
+	line("message id", cell(r.MessageID))
+	line("type", cell(r.Type))
 	line("state", string(r.State))
-	line("action", safeCell(r.Action))
-	line("business key", safeCell(r.BusinessKey))
-	line("process instance", safeCell(r.ProcessInstanceID))
-	line("correlation id", safeCell(r.CorrelationID))
-	line("body digest", r.BodyDigest)
-	line("reason", safeCell(r.Reason))
+	line("action", cell(r.Action))
+	line("business key", cell(r.BusinessKey))
+	line("process instance", cell(r.ProcessInstanceID))
+	line("correlation id", cell(r.CorrelationID))
+	line("body digest", cell(r.BodyDigest))
+	line("reason", cell(r.Reason))
 	if r.ParkKind != "" {
 		line("parked for", string(r.ParkKind))
 	}
@@ -239,7 +402,8 @@ func (c *inboxCmd) printRecord(r inbox.Record) error {
 }
 
 // replayHint is what `inbox show` says of replaying a parked row: the command that does
-// it, as a shell takes it, or why none applies; "" for a row that is not parked.
+// it, as a shell takes it (its values as list prints them, quoted, the message id after
+// "--": replay reads them back), or why none applies; "" for a row that is not parked.
 func replayHint(r inbox.Record) string {
 	switch {
 	case r.State != inbox.StateFailedFinal:
@@ -252,12 +416,15 @@ func replayHint(r inbox.Record) string {
 			"(recorded escaped); the producer must send it anew"
 	case r.Queue == "":
 		return "parked: a copy waits in the dead-letter queue of the queue its consumer reads (QUEUE.dlq; this row was recorded " +
-			"before the inbox recorded queues); once the reason is dealt with:\n  extworker inbox replay --queue QUEUE " + shellQuote(r.MessageID)
+			"before the inbox recorded queues); once the reason is dealt with:\n  extworker inbox replay --queue QUEUE -- " + shellArg(r.MessageID)
 	}
-	dlq := inbox.DeadLetterQueue(r.Queue)
-	return fmt.Sprintf("parked: a copy waits in %s; once the reason is dealt with:\n  extworker inbox replay --queue %s %s",
-		shellQuote(dlq), shellQuote(r.Queue), shellQuote(r.MessageID))
+	return fmt.Sprintf("parked: a copy waits in %s; once the reason is dealt with:\n  extworker inbox replay --queue %s -- %s",
+		cell(inbox.DeadLetterQueue(r.Queue)), shellArg(r.Queue), shellArg(r.MessageID))
 }
+
+// shellArg is a stored value as an argument of a printed command: as list prints it
+// (termsafe.Value), quoted for the shell.
+func shellArg(v string) string { return shellQuote(termsafe.Value(v)) }
 
 // shellWord matches what a POSIX shell takes as one word as it is.
 var shellWord = regexp.MustCompile(`^[A-Za-z0-9._:/@%+=,-]+$`)
@@ -320,9 +487,12 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	fs, asJSON := c.newFlags("replay", "--queue Q (--all | MESSAGE_ID...) [--json]")
 	queue := fs.String("queue", "", "the queue the consumer reads; its dead-letter queue is Q.dlq (required)")
 	all := fs.Bool("all", false, "replay every message in the dead-letter queue, instead of the MESSAGE_IDs given")
-	ids, err := parseInterleaved(fs, args)
+	ids, err := parseValueArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if *queue, err = termsafe.ParseValue(*queue); err != nil {
+		return fmt.Errorf("inbox replay: --queue: %w", err)
 	}
 	if problems := replayProblems(*queue, *all, ids); len(problems) > 0 {
 		return fmt.Errorf("inbox replay: %s", strings.Join(problems, "; "))
@@ -358,7 +528,7 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 		if replayErr != nil {
 			out.Error = replayErr.Error()
 		}
-		if err := printJSON(c.stdout, out); err != nil {
+		if err := printSafeJSON(c.stdout, out); err != nil {
 			return err
 		}
 	} else {
@@ -392,11 +562,11 @@ func replayProblems(queue string, all bool, ids []string) []string {
 }
 
 func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
-	w, dlq := c.stdout, inbox.DeadLetterQueue(queue)
+	w, dlq := c.stdout, cell(inbox.DeadLetterQueue(queue))
 	if len(rep.Replayed) == 0 {
 		fmt.Fprintf(w, "replayed nothing from %s\n", dlq)
 	} else {
-		fmt.Fprintf(w, "replayed %d message(s) from %s to %s (their inbox rows are RECEIVED again; the consumer acts on them anew):\n", len(rep.Replayed), dlq, queue)
+		fmt.Fprintf(w, "replayed %d message(s) from %s to %s (their inbox rows are RECEIVED again; the consumer acts on them anew):\n", len(rep.Replayed), dlq, cell(queue))
 		for _, id := range rep.Replayed {
 			fmt.Fprintf(w, "  %s\n", messageIDText(id))
 		}
@@ -418,12 +588,12 @@ func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
 	fmt.Fprintf(w, "kept %d other message(s) in %s (not selected)\n", rep.Kept, dlq)
 }
 
-// messageIDText prints a message id; a message that came without one says so.
+// messageIDText prints a message id as list does; a message that came without one says so.
 func messageIDText(id string) string {
 	if id == "" {
 		return "(no message id: the producer must send it with one)"
 	}
-	return oneLine(id)
+	return cell(id)
 }
 
 func quoteAll(ids []string) []string {

@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,6 +22,7 @@ import (
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/termsafe"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -224,7 +228,7 @@ func TestInboxList(t *testing.T) {
 	assert.Regexp(t, `^SOURCE\s+MESSAGE ID\s+TYPE\s+STATE\s+ACTION\s+BUSINESS KEY\s+DELIV/DUP/ATT\s+CONFLICTS\s+UPDATED\s+REASON$`, lines[0])
 	line := func(id string) string {
 		for _, l := range lines[1:] {
-			if strings.Fields(l)[1] == id {
+			if strings.Fields(l)[1] == cutCell(id, valueWidth) {
 				return l
 			}
 		}
@@ -237,15 +241,16 @@ func TestInboxList(t *testing.T) {
 	assert.Regexp(t, `\sorder\.placed\s+FAILED_FINAL\s+-\s+-\s+1/0/0\s+0\s+(just now|\d+s ago)\s+the consumer could not read the message: body is not JSON:…$`, line(badID))
 	assert.Regexp(t, `\sFAILED_FINAL\s.*the message has no message id: it cannot be deduplicated, \S*…$`, line(noID))
 	assert.Regexp(t, `\sinvoice\.paid\s+FAILED_FINAL\s+correlate \S+\s+BK-nobody-\w+\s+\d+/0/\d+\s+0\s.*\searly for \S+, past the window of 300ms`, line(earlyID))
-	assert.Regexp(t, `\sevil\s+FAILED_FINAL\s`, line(escID))
+	assert.Regexp(t, `\sevil\\x1b\]0;pwned\\a\\x1b\[2J\s+FAILED_FINAL\s`, line(escID), "the type as it is, its escapes shown")
 	assert.Equal(t, strings.Index(line(badID), "FAILED_FINAL"), strings.Index(line(escID), "FAILED_FINAL"),
-		"the columns stay aligned: escape sequences are stripped before the table is laid out")
+		"the columns stay aligned: escape sequences are escaped before the table is laid out")
 
 	// --parked: parked, or with a conflicting copy parked.
 	out = mustInbox(t, "list", "--source", f.source, "--parked")
 	for _, id := range []string{conflictID, badID, escID, noID, earlyID} {
-		assert.Contains(t, out, id)
+		assert.Contains(t, out, cutCell(id, valueWidth))
 	}
+	assert.Contains(t, out, noID[:39]+"…", "an id longer than the column is cut")
 	assert.NotContains(t, out, okID)
 
 	out = mustInbox(t, "list", "--source", f.source, "--state", "FAILED_FINAL")
@@ -308,7 +313,7 @@ func TestInboxShow(t *testing.T) {
 	assert.Regexp(t, `(?m)^replays\s+0$`, out)
 	assert.Regexp(t, `(?m)^parked\s+\d{4}-\d\d-\d\d `, out)
 	assert.Regexp(t, `(?m)^queue\s+`+f.queue+`$`, out)
-	assert.Contains(t, out, "extworker inbox replay --queue "+f.queue+" bad-1")
+	assert.Contains(t, out, "extworker inbox replay --queue "+f.queue+" -- bad-1")
 
 	out = mustInbox(t, "show", "--json", f.source, conflictID) // flags before or after
 	var r inboxRecordJSON
@@ -329,6 +334,7 @@ func TestInboxShow(t *testing.T) {
 	out = mustInbox(t, "show", f.source, escID)
 	assert.NotContains(t, out, "\x1b")
 	assert.NotContains(t, out, "\x07")
+	assert.Regexp(t, `(?m)^type\s+evil\\x1b\]0;pwned\\a\\x1b\[2J$`, out)
 
 	_, err := inboxRun(t, "show", f.source, "nope")
 	assert.ErrorContains(t, err, `no message "nope" from source "`+f.source+`" in the inbox`)
@@ -347,9 +353,9 @@ func TestInboxShowPrintsAWorkingReplayCommand(t *testing.T) {
 
 	out := mustInbox(t, "show", f.source, badID)
 	assert.Regexp(t, `(?m)^queue\s+`+f.queue+`$`, out)
-	cmd := "extworker inbox replay --queue " + f.queue + " " + badID
+	cmd := "extworker inbox replay --queue " + f.queue + " -- " + badID
 	require.Contains(t, out, "\n  "+cmd+"\n")
-	replayed, err := inboxAs(t, testenv.AliceLogin, strings.Fields(cmd)[2:]...)
+	replayed, err := inboxAs(t, testenv.AliceLogin, replayCommand(t, out)...)
 	require.NoError(t, err, replayed)
 	assert.Contains(t, replayed, "replayed 1 message(s)")
 	assert.Equal(t, inbox.StateReceived, f.row(t, badID).State)
@@ -368,10 +374,12 @@ func TestReplayHint(t *testing.T) {
 		want string
 	}{
 		{inbox.Record{State: inbox.StateProcessed, Queue: "q", MessageID: "m"}, ""},
-		{parked(inbox.ParkEarly, "orders", "evt-1"), "parked: a copy waits in orders.dlq; once the reason is dealt with:\n  extworker inbox replay --queue orders evt-1"},
-		{parked(inbox.ParkUnreadable, "orders", "it's \u202e"), `extworker inbox replay --queue orders $'it\'s \xe2\x80\xae'`},
-		{parked(inbox.ParkRefused, "orders", "a b"), `extworker inbox replay --queue orders 'a b'`},
-		{parked(inbox.ParkEarly, "", "evt-1"), "extworker inbox replay --queue QUEUE evt-1"},
+		{parked(inbox.ParkEarly, "orders", "evt-1"), "parked: a copy waits in orders.dlq; once the reason is dealt with:\n  extworker inbox replay --queue orders -- evt-1"},
+		{parked(inbox.ParkUnreadable, "orders", "it's \u202e"), `extworker inbox replay --queue orders -- 'it'\''s \u202e'`},
+		{parked(inbox.ParkRefused, "orders", "a b"), `extworker inbox replay --queue orders -- 'a b'`},
+		{parked(inbox.ParkRefused, "orders", "--all"), `extworker inbox replay --queue orders -- --all`},
+		{parked(inbox.ParkRefused, "or\u202eders", `back\slash`), `extworker inbox replay --queue 'or\u202eders' -- 'back\\slash'`},
+		{parked(inbox.ParkEarly, "", "evt-1"), "extworker inbox replay --queue QUEUE -- evt-1"},
 		{parked(inbox.ParkNoID, "orders", "sha256:00"), "no replay applies: the message came without a message id"},
 		{parked(inbox.ParkUnstorable, "orders", "hex:ff"), "no replay applies: the message's own id, type or correlation id"},
 	} {
@@ -384,17 +392,83 @@ func TestReplayHint(t *testing.T) {
 	}
 }
 
-// TestShellQuote: what `inbox show` prints for a shell reads back, in bash, as the id.
+// TestShellQuote: what `inbox show` prints for a shell reads back, in bash, as the id;
+// shellArg's, read by replay (termsafe.ParseValue), too.
 func TestShellQuote(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	require.NoError(t, err, "bash")
-	for _, id := range []string{"evt-1", "hex:6261642dff", "a b", "it's", `back\slash`, "bidi \u202e over", "esc \x1b[2J", "tab\tnl\n", "ü", "", "$(rm -rf /)", "`x`"} {
+	for _, id := range []string{"evt-1", "hex:6261642dff", "a b", "it's", `back\slash`, "bidi \u202e over", "esc \x1b[2J", "tab\tnl\n", "ü", "", "$(rm -rf /)", "`x`",
+		"-rf", "--all", "zero\u200bwidth", "\xff"} {
 		q := shellQuote(id)
 		assert.True(t, printable(q), "%q quoted as %q", id, q)
 		assert.NotContains(t, q, "\u202e")
 		out, err := exec.Command(bash, "-c", "printf %s "+q).Output()
 		require.NoError(t, err, "%q", q)
 		assert.Equal(t, id, string(out), "%q quoted as %s", id, q)
+
+		a := shellArg(id)
+		assert.True(t, printable(a), "%q as an argument: %q", id, a)
+		out, err = exec.Command(bash, "-c", "printf %s "+a).Output()
+		require.NoError(t, err, "%q", a)
+		back, err := termsafe.ParseValue(string(out))
+		require.NoError(t, err)
+		assert.Equal(t, id, back, "%q as an argument: %s", id, a)
+	}
+}
+
+func TestCutEscaped(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"eleven-char", 10, "eleven-ch…"},
+		{"word and more", 10, "word and…"},
+		{`abc\u202efdp.exe`, 9, "abc…"},
+		{`abc\u202efdp.exe`, 10, `abc\u202e…`},
+		{`abcd\u202efdp.exe`, 11, `abcd\u202e…`},
+		{`a\\b\\c\\d\\e`, 6, `a\\b…`},
+		{`\U000e0041xyz`, 12, `\U000e0041x…`},
+		{"üüüüüüüüüüüü", 5, "üüüü…"},
+	} {
+		got := cutEscaped(tc.v, tc.n)
+		assert.Equal(t, tc.want, got, "%q cut to %d", tc.v, tc.n)
+		assert.LessOrEqual(t, utf8.RuneCountInString(got), tc.n)
+		_, err := termsafe.ParseValue(strings.TrimSuffix(got, "…"))
+		assert.NoError(t, err, "never inside an escape: %q", got)
+	}
+}
+
+func TestCell(t *testing.T) {
+	for v, want := range map[string]string{"": "-", "-": `\x2d`, "\u202e": `\u202e`, "a\tb": `a\tb`, "ok": "ok"} {
+		assert.Equal(t, want, cell(v), "%q", v)
+		if v != "" {
+			back, err := termsafe.ParseValue(want)
+			require.NoError(t, err)
+			assert.Equal(t, v, back)
+		}
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.String("queue", "", "")
+	fs.Bool("all", false, "")
+	fs.Bool("json", false, "")
+	for _, tc := range []struct{ args, flags, pos []string }{
+		{[]string{"--queue", "q", "m1", "m2"}, []string{"--queue", "q"}, []string{"m1", "m2"}},
+		{[]string{"m1", "--json", "--queue=q"}, []string{"--json", "--queue=q"}, []string{"m1"}},
+		{[]string{"--queue", "q", "-rf", "--al"}, []string{"--queue", "q"}, []string{"-rf", "--al"}},
+		{[]string{"--queue", "q", "--", "--all", "--json"}, []string{"--queue", "q"}, []string{"--all", "--json"}},
+		{[]string{"--queue", "-q", "--all"}, []string{"--queue", "-q", "--all"}, nil},
+		{[]string{"-all=false", "-h"}, []string{"-all=false", "-h"}, nil},
+		{[]string{"-", "---all", "--queue"}, []string{"--queue"}, []string{"-", "---all"}},
+	} {
+		flags, pos := splitArgs(fs, tc.args)
+		assert.Equal(t, tc.flags, flags, "%q", tc.args)
+		assert.Equal(t, tc.pos, pos, "%q", tc.args)
 	}
 }
 
@@ -512,4 +586,155 @@ func TestInboxReplay(t *testing.T) {
 	_, err = inboxAs(t, testenv.AliceLogin, "replay", "--queue", testenv.Unique("no-such-queue"), "--all")
 	assert.ErrorContains(t, err, "no dead-letter queue")
 	assert.False(t, errors.As(err, new(daemon.ConfigError)))
+}
+
+// parkUnreadable publishes a message the fixture's Decide cannot read under each id, and
+// consumes them until all are parked.
+func (f *inboxFixture) parkUnreadable(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		f.publish(t, id, "order.placed", []byte("not json"))
+	}
+	dlq := inbox.DeadLetterQueue(f.queue)
+	f.consume(t, f.decide, inbox.Config{}, fmt.Sprintf("%d messages parked in %s", len(ids), dlq),
+		func() bool { return f.depth(t, dlq) == len(ids) })
+}
+
+// shellWords splits a command line as bash does.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	out, err := exec.Command("bash", "-c", `set -- `+line+`; printf '%s\0' "$@"`).Output()
+	require.NoError(t, err, line)
+	return strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+}
+
+// replayCommand is the replay command `inbox show` printed, as bash splits it, from
+// "replay" on.
+func replayCommand(t *testing.T, show string) []string {
+	t.Helper()
+	for _, l := range strings.Split(show, "\n") {
+		if strings.HasPrefix(l, "  extworker inbox replay ") {
+			w := shellWords(t, strings.TrimSpace(l))
+			require.Equal(t, []string{"extworker", "inbox", "replay"}, w[:3])
+			return w[2:] // replay ...
+		}
+	}
+	t.Fatalf("no replay command in:\n%s", show)
+	return nil
+}
+
+// TestInboxIDsThatLookLikeFlags: ids that begin with "-" are shown as they are (after
+// "--" or not), and the replay command `show` prints replays that one message, never
+// every message of the queue.
+func TestInboxIDsThatLookLikeFlags(t *testing.T) {
+	f := inboxEnv(t)
+	f.parkUnreadable(t, "--all", "-rf", "other-1")
+	dlq := inbox.DeadLetterQueue(f.queue)
+
+	out := mustInbox(t, "show", f.source, "-rf")
+	assert.Regexp(t, `(?m)^message id\s+-rf$`, out)
+	out = mustInbox(t, "show", f.source, "--", "-rf")
+	assert.Regexp(t, `(?m)^message id\s+-rf$`, out)
+	var r inboxRecordJSON
+	require.NoError(t, json.Unmarshal([]byte(mustInbox(t, "show", "--json", f.source, "--", "--all")), &r))
+	assert.Equal(t, "--all", r.MessageID)
+
+	for i, id := range []string{"--all", "-rf"} {
+		out := mustInbox(t, "show", f.source, "--", id)
+		args := replayCommand(t, out)
+		assert.Equal(t, []string{"--", id}, args[len(args)-2:], "the id after --")
+		replayed, err := inboxAs(t, testenv.AliceLogin, args...)
+		require.NoError(t, err, replayed)
+		assert.Contains(t, replayed, "replayed 1 message(s)")
+		assert.Equal(t, inbox.StateReceived, f.row(t, id).State, id)
+		assert.Equal(t, 2-i, f.depth(t, dlq), "only %s left the dead-letter queue", id)
+	}
+	assert.Equal(t, inbox.StateFailedFinal, f.row(t, "other-1").State, "not replayed")
+
+	_, err := inboxRun(t, "replay", "--queue", f.queue, "--", "--all")
+	assert.ErrorContains(t, err, `not in the dead-letter queue`, "an id after --, not the flag")
+	assert.Equal(t, 1, f.depth(t, dlq))
+}
+
+// TestInboxPrintsWhatIsStored: ids that differ only in characters a terminal hides or
+// acts on print apart, as escapes, and what is printed finds the message again in show
+// and replay.
+func TestInboxPrintsWhatIsStored(t *testing.T) {
+	f := inboxEnv(t)
+	printed := map[string]string{
+		"abc\u202efdp.exe": `abc\u202efdp.exe`,
+		"abcfdp.exe":       "abcfdp.exe",
+		"\u202e":           `\u202e`,
+		"zero\u200bwidth":  `zero\u200bwidth`,
+		"zerowidth":        "zerowidth",
+		"esc\x1b[2J":       `esc\x1b[2J`,
+		`back\slash`:       `back\\slash`,
+		"tab\tin":          `tab\tin`,
+	}
+	var ids []string
+	for id := range printed {
+		ids = append(ids, id)
+	}
+	f.parkUnreadable(t, ids...)
+
+	out := mustInbox(t, "list", "--source", f.source)
+	for _, bad := range []string{"\u202e", "\u200b", "\x1b", "\t"} {
+		assert.NotContains(t, out, bad)
+	}
+	cells := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		cells[strings.Fields(l)[1]] = true
+	}
+	for id, want := range printed {
+		assert.True(t, cells[want], "list prints %q as %s:\n%s", id, want, out)
+		show := mustInbox(t, "show", f.source, want)
+		assert.Regexp(t, `(?m)^message id\s+`+regexp.QuoteMeta(want)+`$`, show)
+		var r inboxRecordJSON
+		require.NoError(t, json.Unmarshal([]byte(mustInbox(t, "show", "--json", f.source, want)), &r))
+		assert.Equal(t, id, r.MessageID, "show %s finds the message it printed", want)
+	}
+
+	show := mustInbox(t, "show", f.source, `abc\u202efdp.exe`)
+	replayed, err := inboxAs(t, testenv.AliceLogin, replayCommand(t, show)...)
+	require.NoError(t, err, replayed)
+	assert.Contains(t, replayed, "replayed 1 message(s)")
+	assert.Contains(t, replayed, "\n  abc\\u202efdp.exe\n")
+	assert.Equal(t, inbox.StateReceived, f.row(t, "abc\u202efdp.exe").State)
+	assert.Equal(t, inbox.StateFailedFinal, f.row(t, "abcfdp.exe").State)
+	replayed, err = inboxAs(t, testenv.AliceLogin, "replay", "--queue", f.queue, `zero\u200bwidth`)
+	require.NoError(t, err, replayed)
+	assert.Equal(t, inbox.StateReceived, f.row(t, "zero\u200bwidth").State)
+	assert.Equal(t, inbox.StateFailedFinal, f.row(t, "zerowidth").State)
+}
+
+// TestInboxListCutsLongValues: a long business key or id is cut in list, like a reason,
+// so that one message does not widen every line; show has all of it, and finds the
+// message by the id list printed.
+func TestInboxListCutsLongValues(t *testing.T) {
+	f := inboxEnv(t)
+	id, bk := "evt-"+strings.Repeat("i", 200), "BK-"+strings.Repeat("k", 252)
+	f.publish(t, id, "order.placed", jsonBody("start", bk))
+	f.publish(t, "short-1", "order.placed", []byte("not json"))
+	f.consume(t, f.decide, inbox.Config{}, "both handled", func() bool {
+		rows, err := inbox.List(context.Background(), f.pool, inbox.Filter{Source: f.source, States: []inbox.State{inbox.StateProcessed, inbox.StateFailedFinal}})
+		return err == nil && len(rows) == 2
+	})
+	out := mustInbox(t, "list", "--source", f.source)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		assert.Less(t, utf8.RuneCountInString(l), 300, "a line as wide as the business key:\n%s", out)
+	}
+	var cut string
+	for _, l := range lines[1:] {
+		if fs := strings.Fields(l); strings.HasPrefix(fs[1], "evt-") {
+			cut = fs[1]
+			assert.Regexp(t, `\sBK-k+…\s`, l)
+		}
+	}
+	require.True(t, strings.HasSuffix(cut, "…"), "the id cut: %q", cut)
+	show := mustInbox(t, "show", f.source, cut)
+	assert.Regexp(t, `(?m)^message id\s+`+id+`$`, show)
+	assert.Regexp(t, `(?m)^business key\s+`+bk+`$`, show)
+	_, err := inboxRun(t, "show", f.source, "nope…")
+	assert.ErrorContains(t, err, "no message")
 }
