@@ -54,7 +54,7 @@ func NewInboxCollector(read func(context.Context) (inbox.Parked, error), timeout
 	}
 	return &InboxCollector{read: read, timeout: timeout, log: logger, stats: map[string][]*inbox.Stats{},
 		messages: prometheus.NewDesc(Namespace+"_inbox_messages_total",
-			"Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id).",
+			"Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id), duplicate_start (a start that found more than one instance of its business key).",
 			[]string{"queue", "outcome"}, nil),
 		parked: prometheus.NewDesc(Namespace+"_inbox_parked",
 			"Inbox messages parked in a dead-letter queue (FAILED_FINAL), waiting for an operator.", nil, nil),
@@ -104,6 +104,7 @@ var inboxOutcomes = []struct {
 	{"retried", func(s *inbox.Stats) int64 { return s.Retried.Load() }},
 	{"parked", func(s *inbox.Stats) int64 { return s.Parked.Load() }},
 	{"conflict", func(s *inbox.Stats) int64 { return s.Conflicts.Load() }},
+	{"duplicate_start", func(s *inbox.Stats) int64 { return s.DuplicateStarts.Load() }},
 }
 
 // Collect implements prometheus.Collector.

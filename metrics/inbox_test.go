@@ -42,6 +42,7 @@ func TestInboxCollector(t *testing.T) {
 	orders1.Duplicates.Add(1)
 	orders1.Parked.Add(2)
 	orders1.Conflicts.Add(1)
+	orders2.DuplicateStarts.Add(1)
 	orders2.Received.Add(3)
 	orders2.Started.Add(1)
 	orders2.Retried.Add(2)
@@ -52,11 +53,12 @@ func TestInboxCollector(t *testing.T) {
 	payments.Retried.Add(1)
 
 	const counters = `
-# HELP extworker_inbox_messages_total Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id).
+# HELP extworker_inbox_messages_total Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id), duplicate_start (a start that found more than one instance of its business key).
 # TYPE extworker_inbox_messages_total counter
 extworker_inbox_messages_total{outcome="conflict",queue="orders"} 1
 extworker_inbox_messages_total{outcome="correlated",queue="orders"} 0
 extworker_inbox_messages_total{outcome="duplicate",queue="orders"} 1
+extworker_inbox_messages_total{outcome="duplicate_start",queue="orders"} 1
 extworker_inbox_messages_total{outcome="ignored",queue="orders"} 0
 extworker_inbox_messages_total{outcome="parked",queue="orders"} 2
 extworker_inbox_messages_total{outcome="received",queue="orders"} 8
@@ -66,6 +68,7 @@ extworker_inbox_messages_total{outcome="started",queue="orders"} 3
 extworker_inbox_messages_total{outcome="conflict",queue="payments"} 0
 extworker_inbox_messages_total{outcome="correlated",queue="payments"} 1
 extworker_inbox_messages_total{outcome="duplicate",queue="payments"} 0
+extworker_inbox_messages_total{outcome="duplicate_start",queue="payments"} 0
 extworker_inbox_messages_total{outcome="ignored",queue="payments"} 1
 extworker_inbox_messages_total{outcome="parked",queue="payments"} 0
 extworker_inbox_messages_total{outcome="received",queue="payments"} 4

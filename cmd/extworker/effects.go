@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/operate"
+	"github.com/extworker/extworker/internal/termsafe"
 )
 
 // This file is `extworker effects`: the operator's view of the effect ledger. It lists
@@ -929,10 +931,17 @@ func toEventJSON(e idempotency.Event) eventJSON {
 		Actor: e.Actor, TaskID: e.TaskID, Reason: e.Reason, DBUser: e.DBUser}
 }
 
+// printJSON prints v as indented JSON, with the characters the terminal writer would
+// escape written as JSON escapes: the JSON stays valid, and decodes to the stored values.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(termsafe.JSON(buf.Bytes()))
+	return err
 }
 
 // ---- text helpers

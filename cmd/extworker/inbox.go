@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -136,7 +134,7 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 		for _, r := range rows {
 			out.Messages = append(out.Messages, toInboxRecordJSON(r))
 		}
-		return printSafeJSON(c.stdout, out)
+		return printJSON(c.stdout, out)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(c.stdout, "no inbox messages match")
@@ -212,19 +210,6 @@ func escapedToken(v string) (size, width int) {
 	}
 	size = min(size, len(v))
 	return size, size
-}
-
-// printSafeJSON prints v as printJSON does, with the characters the terminal writer would
-// escape written as JSON escapes: the JSON stays valid, and decodes to the stored values.
-func printSafeJSON(w io.Writer, v any) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(termsafe.JSON(buf.Bytes()))
-	return err
 }
 
 // ---- arguments
@@ -326,7 +311,7 @@ func (c *inboxCmd) show(ctx context.Context, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return printSafeJSON(c.stdout, toInboxRecordJSON(r))
+		return printJSON(c.stdout, toInboxRecordJSON(r))
 	}
 	return c.printRecord(r)
 }
@@ -528,7 +513,7 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 		if replayErr != nil {
 			out.Error = replayErr.Error()
 		}
-		if err := printSafeJSON(c.stdout, out); err != nil {
+		if err := printJSON(c.stdout, out); err != nil {
 			return err
 		}
 	} else {
