@@ -173,6 +173,10 @@ type session struct {
 	Nonce string
 }
 
+// sessionGrace is how long after its session's end a browser keeps the session cookie:
+// a form sent in that time is kept for its operator (keepForm), nothing else is done.
+const sessionGrace = time.Hour
+
 // The console's cookies: all HttpOnly, SameSite=Strict, and Secure over TLS.
 const (
 	sessionCookie = "extworker_console"
@@ -294,51 +298,20 @@ func (h *handler) who(r *http.Request) (identity, error) {
 	if err != nil {
 		return identity{}, err
 	}
-	return identity{Operator: s.Operator, CSRF: h.sign("csrf", "session|"+s.Nonce), Session: true, nonce: s.Nonce, expires: s.Expires}, nil
+	return identity{Operator: s.Operator, CSRF: h.sessionCSRF(s.Nonce), Session: true, nonce: s.Nonce, expires: s.Expires}, nil
 }
 
-// errAmbiguousOperator: the proxy's header named more than one operator.
-var errAmbiguousOperator = errors.New("the proxy named more than one operator")
-
-// proxied is the operator the trusted proxy's header names: exactly one value, one name.
-func (h *handler) proxied(r *http.Request) (identity, error) {
-	if !h.trusted(r.RemoteAddr) {
-		return identity{}, fmt.Errorf("the request did not come through the authenticating proxy (from %s)", r.RemoteAddr)
-	}
-	values := r.Header.Values(h.opts.AuthHeader)
-	if len(values) > 1 || len(values) == 1 && strings.Contains(values[0], ",") {
-		return identity{}, fmt.Errorf("%w (%s has %d values); the proxy must replace the header, not add to it", errAmbiguousOperator,
-			h.opts.AuthHeader, len(values)+strings.Count(strings.Join(values, ""), ","))
-	}
-	name := ""
-	if len(values) == 1 {
-		name = strings.TrimSpace(values[0])
-	}
-	if name == "" {
-		return identity{}, fmt.Errorf("the proxy named no operator (%s is empty)", h.opts.AuthHeader)
-	}
-	if !operatorName.MatchString(name) {
-		return identity{}, fmt.Errorf("the proxy named an operator the console cannot record (%s must be letters, digits and ._@+-)", h.opts.AuthHeader)
-	}
-	// Without a session, the token is bound to the operator: only this process's key
-	// makes it.
-	return identity{Operator: name, CSRF: h.sign("csrf", "header|"+name)}, nil
-}
+// sessionCSRF is the CSRF token of the session with nonce.
+func (h *handler) sessionCSRF(nonce string) string { return h.sign("csrf", "session|"+nonce) }
 
 // sessionOf is r's session: signed, not expired, not logged out, of an operator still
 // in the file.
 func (h *handler) sessionOf(r *http.Request) (session, error) {
-	c, err := r.Cookie(sessionCookie)
-	if err != nil {
-		return session{}, errors.New("not logged in")
-	}
-	v, ok := h.verify("session", c.Value)
-	if !ok {
-		return session{}, errors.New("not logged in")
-	}
-	s, ok := decodeSession(v)
+	s, ok := h.signedSession(r)
 	switch {
-	case !ok || !h.now().Before(s.Expires):
+	case !ok:
+		return session{}, errors.New("not logged in")
+	case !h.now().Before(s.Expires):
 		return session{}, errors.New("the session has expired; log in again")
 	case h.revoked.revoked(s.Nonce):
 		return session{}, errors.New("the session was logged out; log in again")
@@ -347,6 +320,33 @@ func (h *handler) sessionOf(r *http.Request) (session, error) {
 		return session{}, errors.New("the operator is no longer in the operators file")
 	}
 	return s, nil
+}
+
+// signedSession is the session r's cookie holds, signed by this console, whether it is
+// still good or not.
+func (h *handler) signedSession(r *http.Request) (session, bool) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return session{}, false
+	}
+	v, ok := h.verify("session", c.Value)
+	if !ok {
+		return session{}, false
+	}
+	return decodeSession(v)
+}
+
+// endedSession is r's session when it is one this console signed for an operator in
+// the file, that has expired or was logged out since: whose forms are kept (keepForm).
+func (h *handler) endedSession(r *http.Request) (session, bool) {
+	s, ok := h.signedSession(r)
+	if !ok {
+		return session{}, false
+	}
+	if _, known := h.opts.Operators[s.Operator]; !known {
+		return session{}, false
+	}
+	return s, !h.now().Before(s.Expires) || h.revoked.revoked(s.Nonce)
 }
 
 // trusted reports whether remote (host:port) is one of the trusted proxies.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -25,11 +26,17 @@ import (
 // derived from the session key (tampering is refused, reading them takes the key), that
 // live minutes and are read once. Neither holds a password, and neither is logged.
 
-// flash is what the last form did, shown once by the next page.
+// flash is what the last form did, shown once by the page the form's answer leads to,
+// to the operator who sent it.
 type flash struct {
 	Done   []string        `json:"d,omitempty"`
 	Error  string          `json:"e,omitempty"`
 	Action *operate.Action `json:"a,omitempty"`
+	// Operator is who sent the form ("" before a login), Page the path and query it is
+	// shown on; ID tells its one showing from a replay.
+	Operator string `json:"o,omitempty"`
+	Page     string `json:"p"`
+	ID       string `json:"i"`
 	// Exp is when it is no longer shown (Unix seconds): a cookie's Max-Age is the
 	// browser's to keep.
 	Exp int64 `json:"x"`
@@ -39,8 +46,8 @@ type flash struct {
 // refusal, or after logging in again when the session ended before the form was sent.
 type draft struct {
 	Scope, Key string
-	// Operator is who typed it, when known: another operator's login does not get it.
-	Operator string       `json:",omitempty"`
+	// Operator is who typed it: only their login gets it back.
+	Operator string
 	Resolve  *resolveForm `json:",omitempty"`
 	Decide   *decideForm  `json:",omitempty"`
 	Exp      int64
@@ -60,10 +67,18 @@ const (
 	maxSealed = 3800
 )
 
-// setFlash carries f to the next page; a message too long for a cookie (a ledger's
-// refusal naming a very long key, say) is cut short.
+// redirect answers a form with a redirect to page (POST/Redirect/GET), which shows f
+// to operator.
+func (h *handler) redirect(w http.ResponseWriter, r *http.Request, page, operator string, f flash) {
+	f.Page, f.Operator = page, operator
+	h.setFlash(w, r, f)
+	http.Redirect(w, r, page, http.StatusSeeOther)
+}
+
+// setFlash carries f to its page; a message too long for a cookie (a ledger's refusal
+// naming a very long key, say) is cut short.
 func (h *handler) setFlash(w http.ResponseWriter, r *http.Request, f flash) {
-	f.Exp = h.now().Add(flashTTL).Unix()
+	f.Exp, f.ID = h.now().Add(flashTTL).Unix(), randomToken()
 	v, ok := h.seal(flashCookie, f)
 	if !ok {
 		f.Error = shorten(f.Error, 600)
@@ -91,18 +106,71 @@ func shorten(s string, n int) string {
 	return s[:n] + " […]"
 }
 
-// takeFlash is the flash r carries, cleared from the browser.
-func (h *handler) takeFlash(w http.ResponseWriter, r *http.Request) flash {
+// takeFlash is the flash r carries when r reads its page as its operator, the first
+// time: then it is cleared from the browser, and its ID remembered until it expires, so
+// that a copy of the cookie shows nothing. A flash for another page or operator stays
+// where it is, unseen; one that cannot be read or has expired is cleared.
+func (h *handler) takeFlash(w http.ResponseWriter, r *http.Request, operator string) flash {
 	var f flash
 	c, err := r.Cookie(flashCookie)
 	if err != nil {
-		return f
+		return flash{}
+	}
+	if !h.open(flashCookie, c.Value, &f) || h.now().Unix() > f.Exp {
+		h.clearCookie(w, r, flashCookie, "/")
+		return flash{}
+	}
+	if f.Operator != operator || !samePage(f.Page, r.URL) {
+		return flash{}
 	}
 	h.clearCookie(w, r, flashCookie, "/")
-	if !h.open(flashCookie, c.Value, &f) || h.now().Unix() > f.Exp {
+	if !h.shown.first(h.now(), f.ID, time.Unix(f.Exp, 0)) {
 		return flash{}
 	}
 	return f
+}
+
+// samePage reports whether u is page (a path and query as the console writes them).
+func samePage(page string, u *url.URL) bool {
+	p, err := url.Parse(page)
+	if err != nil || p.Path != u.Path {
+		return false
+	}
+	a, errA := url.ParseQuery(p.RawQuery)
+	b, errB := url.ParseQuery(u.RawQuery)
+	return errA == nil && errB == nil && a.Encode() == b.Encode()
+}
+
+// onceSet remembers the flashes shown, until they expire: at most maxShown of them; in
+// a flood of more, a copy of one may show again (it says what its operator did).
+type onceSet struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+const maxShown = 10000
+
+// first reports whether id is shown for the first time, and remembers it until exp.
+func (o *onceSet) first(now time.Time, id string, exp time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, seen := o.m[id]; seen {
+		return false
+	}
+	if o.m == nil {
+		o.m = map[string]time.Time{}
+	}
+	if len(o.m) >= maxShown {
+		for k, e := range o.m {
+			if now.After(e) {
+				delete(o.m, k)
+			}
+		}
+	}
+	if len(o.m) < maxShown {
+		o.m[id] = exp
+	}
+	return true
 }
 
 // setDraft keeps d for the intent's page; false when it is too long for a cookie.
@@ -115,18 +183,35 @@ func (h *handler) setDraft(w http.ResponseWriter, r *http.Request, d draft) bool
 	return ok
 }
 
-// takeDraft is the draft r carries for scope/key and operator, cleared from the browser
-// when it is taken.
+// takeDraft is the draft r carries for scope/key, when operator typed it, cleared from
+// the browser when it is taken; a draft of another operator's is dropped.
 func (h *handler) takeDraft(w http.ResponseWriter, r *http.Request, scope, key, operator string) (draft, bool) {
-	var d draft
-	c, err := r.Cookie(draftCookie)
-	if err != nil || !h.open(draftCookie, c.Value, &d) || h.now().Unix() > d.Exp {
+	d, ok := h.draftIn(r)
+	switch {
+	case !ok || d.Operator == operator && (d.Scope != scope || d.Key != key):
 		return draft{}, false
-	}
-	if d.Scope != scope || d.Key != key || d.Operator != "" && d.Operator != operator {
+	case d.Operator != operator:
+		h.clearCookie(w, r, draftCookie, "/")
 		return draft{}, false
 	}
 	h.clearCookie(w, r, draftCookie, "/")
+	return d, true
+}
+
+// dropOthersDraft drops the draft r carries when it is not operator's.
+func (h *handler) dropOthersDraft(w http.ResponseWriter, r *http.Request, operator string) {
+	if d, ok := h.draftIn(r); ok && d.Operator != operator {
+		h.clearCookie(w, r, draftCookie, "/")
+	}
+}
+
+// draftIn is the draft r carries: sealed by this console, not expired, of an operator.
+func (h *handler) draftIn(r *http.Request) (draft, bool) {
+	var d draft
+	c, err := r.Cookie(draftCookie)
+	if err != nil || !h.open(draftCookie, c.Value, &d) || h.now().Unix() > d.Exp || d.Operator == "" {
+		return draft{}, false
+	}
 	return d, true
 }
 

@@ -16,9 +16,11 @@
 //     Options.SecureCookies, expiring, revoked on the server at logout), or a reverse
 //     proxy's header naming exactly one operator it authenticated (Options.AuthHeader),
 //     believed only from the proxy's addresses (Options.TrustedProxies, none wider than
-//     a /8 or an IPv6 /32). Failed logins are throttled per name, per address and per
-//     browser that logged in before (throttle), compare against a hash of the same cost
-//     even for unknown names, and are logged without the password.
+//     a /8 or an IPv6 /32) and only for a registered operator of the ledger (403
+//     otherwise), named as the register spells them. Failed logins are throttled per
+//     name, per address and per browser that logged in before (throttle), compare
+//     against a hash of the same cost even for unknown names, and are logged without
+//     the password.
 //   - A request naming a host the console is not (Options.AllowedHosts, by default the
 //     listen address's names) is refused before anything else: no DNS rebinding.
 //   - The operator named in the ledger is always the authenticated one, never a form
@@ -26,14 +28,20 @@
 //     member of extworker_console, which the ledger trusts to name operators (the
 //     two-person rule then compares names), so that login belongs to the console alone.
 //   - Pages are read with GET, which never changes anything; every change is a POST whose
-//     form carries the session's CSRF token (compared in constant time) and whose Origin
-//     or Referer, when sent, is the console's own, answered with a redirect to a page
-//     that says what it did (POST/Redirect/GET: a reload sends nothing again).
+//     form carries the session's CSRF token (behind the proxy: the operator's, bound to
+//     a signed cookie of the browser's that is renewed every SessionTTL), compared in
+//     constant time, and whose Origin or Referer, when sent, is the console's own,
+//     answered with a redirect to a page that says what it did (POST/Redirect/GET: a
+//     reload sends nothing again), to the operator who sent it, on that page, once.
+//   - A form sent after its session ended is kept for after the login only when it
+//     carries that session's cookie and CSRF token, and only that operator gets it back.
 //   - Every response forbids scripts, frames, plugins and foreign form targets
 //     (Content-Security-Policy), sniffing, cross-site referrers and caching. The pages
 //     are server-rendered html/template, with no JavaScript at all; everything from the
 //     ledger, the engine and the broker is escaped, and so is every character a reader
-//     could not see or that rearranges text (a bidi override), shown as its \u escape.
+//     could not see for what it is or that rearranges text (a bidi override, a no-break
+//     space, a Hangul filler, a variation selector: hiddenRune), shown as its \u escape;
+//     a run of spaces is shown as it is. The forms refuse those characters, naming them.
 package console
 
 import (
@@ -77,7 +85,8 @@ type Options struct {
 	// form's. Set this or AuthHeader.
 	Operators map[string][]byte
 	// AuthHeader is a reverse proxy's header naming the operator it authenticated,
-	// believed only from TrustedProxies.
+	// believed only from TrustedProxies, and only for a registered operator
+	// (extworker_operators, which DB reads).
 	AuthHeader     string
 	TrustedProxies []netip.Prefix
 
@@ -113,6 +122,7 @@ type handler struct {
 	mux     *http.ServeMux
 	limits  *throttle
 	revoked revocations
+	shown   onceSet // the flashes shown
 	now     func() time.Time
 }
 
@@ -235,6 +245,9 @@ func (h *handler) authed(next func(http.ResponseWriter, *http.Request, identity)
 			h.unauthenticated(w, r, err)
 			return
 		}
+		if !id.Session {
+			h.bindHeaderToken(w, r, &id)
+		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			if err := h.checkCSRF(r, id.CSRF); err != nil {
@@ -256,18 +269,21 @@ func (h *handler) unauthenticated(w http.ResponseWriter, r *http.Request, err er
 			return
 		}
 		if back, ok := h.keepForm(w, r); ok {
-			h.setFlash(w, r, flash{Error: "Your session ended before the form was sent, so nothing was done; log in again: the form is kept, filled in as you typed it."})
-			http.Redirect(w, r, loginPath(back), http.StatusSeeOther)
+			h.redirect(w, r, loginPath(back), "", flash{Error: "Your session ended before the form was sent, so nothing was done; log in again: the form is kept, filled in as you typed it."})
 			return
 		}
 	}
 	h.opts.Logger.Warn("console: request refused: not authenticated", slog.String("remote", r.RemoteAddr),
 		slog.String("path", r.URL.Path), slog.String("why", err.Error()))
-	status := http.StatusUnauthorized
-	if errors.Is(err, errAmbiguousOperator) {
+	status, title := http.StatusUnauthorized, "Not authenticated"
+	var refused authError
+	switch {
+	case errors.As(err, &refused):
+		status, title = refused.status, refused.title
+	case errors.Is(err, errAmbiguousOperator):
 		status = http.StatusBadRequest
 	}
-	h.render(w, r, status, "error", identity{}, page{Title: "Not authenticated", Error: err.Error()})
+	h.render(w, r, status, "error", identity{}, page{Title: title, Error: err.Error()})
 }
 
 // page is what every template gets.
@@ -342,7 +358,7 @@ func (h *handler) parseTemplates() error {
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, id identity, p page) {
 	p.Me, p.Notice = id, h.opts.Notice
 	if r.Method == http.MethodGet {
-		f := h.takeFlash(w, r)
+		f := h.takeFlash(w, r, id.Operator)
 		p.Done, p.Error = append(f.Done, p.Done...), joinErr(f.Error, p.Error)
 		if p.Action == nil {
 			p.Action = f.Action

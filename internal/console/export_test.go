@@ -22,3 +22,6 @@ func FloodLoginFailures(h http.Handler, n int) {
 
 // Visible is how a page shows s in its text.
 func Visible(s string) string { return string(visibleHTML(s)) }
+
+// CheckProviderRef is why the resolve form refuses s as a provider reference, or nil.
+func CheckProviderRef(s string) error { return fieldProviderRef.check(s) }

@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -109,17 +108,15 @@ func formField(t testing.TB, page, name string) string {
 var tagOrTextarea = regexp.MustCompile(`(?s)<textarea[^>]*>.*?</textarea>|<[^>]*>`)
 
 // assertNothingHidden checks that page's text (outside tags, attribute values and the
-// form's own textarea) has no character a reader cannot see or that reorders text:
-// controls, format characters (bidi overrides, zero-width ones) and invalid UTF-8.
+// form's own textarea) has no character a reader cannot see for what it is or that
+// reorders text (unseenRune: controls, format characters, spaces other than U+0020,
+// fillers, variation selectors) and no invalid UTF-8.
 func assertNothingHidden(t testing.TB, page, where string) {
 	t.Helper()
 	assert.True(t, utf8.ValidString(page), "%s: the page is not valid UTF-8", where)
 	text := tagOrTextarea.ReplaceAllString(page, " ")
 	for i, r := range text {
-		if r == '\n' || r == '\t' {
-			continue
-		}
-		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) || r == utf8.RuneError {
+		if unseenRune(r) || r == utf8.RuneError {
 			assert.Failf(t, "a hidden character is rendered", "%s: %U at %d: %q", where, r, i, text[max(0, i-40):min(len(text), i+40)])
 			return
 		}
@@ -500,7 +497,7 @@ func TestPostRedirectGet(t *testing.T) {
 	resp, _ = post(t, bob, srv.URL+"/resolutions/"+itoa(reqs[0].ID)+"/reject", url.Values{"csrf": {csrfOf(t, body)}, "reason": {"no \u202Echarge"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	_, body = get(t, bob, srv.URL+resp.Header.Get("Location"))
-	assert.Contains(t, body, `the reason has an invisible or control character (\u202E)`)
+	assert.Contains(t, body, `U+202E RIGHT-TO-LEFT OVERRIDE is not allowed in the reason (character 4, shown as \u202E`)
 	assert.Contains(t, body, `id="reject-reason-`+itoa(reqs[0].ID)+"\" name=\"reason\" required value=\"no \u202Echarge\"", "the refused form as typed")
 	resp, _ = post(t, bob, srv.URL+"/resolutions/"+itoa(reqs[0].ID)+"/reject", url.Values{"csrf": {csrfOf(t, body)}, "reason": {"no charge found"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)

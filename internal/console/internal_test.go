@@ -51,12 +51,19 @@ func TestAge(t *testing.T) {
 func TestVisible(t *testing.T) {
 	assert.Equal(t, `S-<span class="ctl">\u202E</span>2001 &lt;b&gt;`, string(visibleHTML("S-\u202E2001 <b>")))
 	assert.Equal(t, `a<span class="ctl">\x80</span>b<span class="ctl">\u0000</span>`, string(visibleHTML("a\x80b\x00")))
-	assert.Equal(t, "tab\tand\nline", string(visibleHTML("tab\tand\nline")))
+	assert.Equal(t, `<span class="ws">tab<span class="ctl">\u0009</span>and`+"\n"+`line</span>`, string(visibleHTML("tab\tand\nline")))
+	assert.Equal(t, `<span class="ws">a  b</span>`, string(visibleHTML("a  b")))
+	assert.Equal(t, `<span class="ctl">\u0020</span>a b<span class="ctl">\u0020</span>`, string(visibleHTML(" a b ")))
+	assert.Equal(t, `x<span class="ctl">\u3164</span><span class="ctl">\u2800</span><span class="ctl">\uFE0F</span>`, string(visibleHTML("x\u3164\u2800\uFE0F")))
 	assert.Equal(t, `x<span class="ctl">\U000E0001</span>`, string(visibleHTML("x\U000E0001")))
 	assert.Equal(t, `S-\u202E2001`, visiblePlain("S-\u202E2001"))
 	assert.Error(t, fieldReason.check("seen \u202E"))
 	assert.Error(t, fieldProviderRef.check("a\nb"))
 	assert.NoError(t, fieldReason.check("two\nlines"))
+	assert.EqualError(t, fieldProviderRef.check("ch_\u31641"), `U+3164 HANGUL FILLER is not allowed in the provider reference (character 4, shown as \u3164: a reader could not see it for what it is); type it again without it`)
+	assert.ErrorContains(t, fieldReason.check("a\U000E0021"), "U+E0021 (a tag character) is not allowed in the reason")
+	assert.ErrorContains(t, fieldProviderRef.check("ch  1"), "two spaces in a row")
+	assert.NoError(t, fieldReason.check("two  spaces"))
 	assert.Error(t, fieldReason.check("bad \xff"))
 }
 

@@ -79,15 +79,18 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) loginFailed(w http.ResponseWriter, r *http.Request, next, why string) {
-	h.setFlash(w, r, flash{Error: why})
-	http.Redirect(w, r, loginPath(next), http.StatusSeeOther)
+	h.redirect(w, r, loginPath(next), "", flash{Error: why})
 }
 
-// startSession sets the session cookie, and marks the browser as one operator logged
-// in from (a device cookie, kept when it is already theirs).
+// startSession sets the session cookie, marks the browser as one operator logged in
+// from (a device cookie, kept when it is already theirs), and drops a form kept for
+// another operator. The browser keeps the cookie an hour past the session's end
+// (sessionGrace), so that a form sent just after it is kept for its operator (keepForm);
+// the console takes it for nothing else.
 func (h *handler) startSession(w http.ResponseWriter, r *http.Request, operator string) {
 	s := session{Operator: operator, Expires: h.now().Add(h.opts.SessionTTL), Nonce: randomToken()}
-	h.setCookie(w, r, &http.Cookie{Name: sessionCookie, Value: h.sign("session", s.encode()), Expires: s.Expires})
+	h.setCookie(w, r, &http.Cookie{Name: sessionCookie, Value: h.sign("session", s.encode()), Expires: s.Expires.Add(sessionGrace)})
+	h.dropOthersDraft(w, r, operator)
 	if _, ok := h.device(r, operator); !ok {
 		h.setDevice(w, r, operator)
 	}
@@ -111,8 +114,7 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request, id identity) {
 	}
 	h.clearCookie(w, r, sessionCookie, "/")
 	h.opts.Logger.Info("console: operator logged out", slog.String("operator", id.Operator))
-	h.setFlash(w, r, flash{Done: []string{"Logged out."}})
-	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	h.redirect(w, r, "/login", "", flash{Done: []string{"Logged out."}})
 }
 
 // loginPath is the login form's path, with the page to go back to after it.
@@ -138,18 +140,38 @@ func safeNext(next string) string {
 	return next
 }
 
-// keepForm keeps, for after the login, a form whose session ended: a verdict or a
-// decision, sent from a page of this console (its Origin or Referer says so, else
-// another site could fill in an operator's form). It returns the page to go back to.
+// keepForm keeps, for after the login, a form whose session ended: sent with the
+// session's cookie (signed by this console, for an operator in the file, expired or
+// logged out since) and with that session's CSRF token, from a page of this console
+// (its Origin or Referer says so). Anything less could be anyone's form, filled in for
+// whoever logs in next in that browser: it is not kept. The draft names the session's
+// operator, and only they get it back. It returns the page to go back to.
 func (h *handler) keepForm(w http.ResponseWriter, r *http.Request) (string, bool) {
+	s, ended := h.endedSession(r)
+	if !ended {
+		return "", false
+	}
 	origin := or(r.Header.Get("Origin"), r.Header.Get("Referer"))
 	if origin == "" || !h.sameOrigin(r, origin) {
 		return "", false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := h.checkCSRF(r, h.sessionCSRF(s.Nonce)); err != nil {
+		return "", false
+	}
+	d, ok := draftOf(r)
+	if !ok {
+		return "", false
+	}
+	d.Operator = s.Operator
+	return intentPath(d.Scope, d.Key), h.setDraft(w, r, d)
+}
+
+// draftOf is the verdict or decision r's form holds, as typed.
+func draftOf(r *http.Request) (draft, bool) {
 	scope, key := r.PostFormValue("scope"), r.PostFormValue("key")
 	if !validQuery(scope) || !validQuery(key) || scope == "" {
-		return "", false
+		return draft{}, false
 	}
 	d := draft{Scope: scope, Key: key}
 	if r.URL.Path == "/intent/resolve" {
@@ -158,9 +180,9 @@ func (h *handler) keepForm(w http.ResponseWriter, r *http.Request) (string, bool
 	} else if id, err := strconv.ParseInt(r.PathValue("id"), 10, 64); err == nil {
 		d.Decide = &decideForm{ID: id, Approve: strings.HasSuffix(r.URL.Path, "/approve"), Reason: typed(r.PostFormValue("reason"))}
 	} else {
-		return "", false
+		return draft{}, false
 	}
-	return intentPath(scope, key), h.setDraft(w, r, d)
+	return d, true
 }
 
 // ---- overview
@@ -367,13 +389,13 @@ func (h *handler) resolve(w http.ResponseWriter, r *http.Request, id identity) {
 	keep := draft{Scope: scope, Key: key, Operator: id.Operator, Resolve: &form}
 	res, problem := form.resolution(id.Operator)
 	if problem != "" {
-		h.refuse(w, r, back, problem, keep)
+		h.refuse(w, r, id.Operator, back, problem, keep)
 		return
 	}
 	out, err := h.opts.Ledger.Resolve(r.Context(), scope, key, res)
 	if err != nil {
 		h.opts.Logger.Warn("console: resolution refused", slog.String("operator", id.Operator), slog.Any("error", err))
-		h.refuse(w, r, back, err.Error(), keep)
+		h.refuse(w, r, id.Operator, back, err.Error(), keep)
 		return
 	}
 	f := flash{}
@@ -386,22 +408,21 @@ func (h *handler) resolve(w http.ResponseWriter, r *http.Request, id identity) {
 		h.opts.Logger.Info("console: resolution applied", slog.String("operator", id.Operator), slog.String("engine_action", act.Action))
 		f.Done, f.Action = []string{fmt.Sprintf("The intent is now %s, by operator:%s.", out.Row.State, id.Operator)}, &act
 	}
-	h.done(w, r, back, f)
+	h.done(w, r, id.Operator, back, f)
 }
 
-// done answers a form that did what it said: to back, saying what.
-func (h *handler) done(w http.ResponseWriter, r *http.Request, back string, f flash) {
-	h.setFlash(w, r, f)
-	http.Redirect(w, r, back, http.StatusSeeOther)
+// done answers operator's form that did what it said: to back, saying what.
+func (h *handler) done(w http.ResponseWriter, r *http.Request, operator, back string, f flash) {
+	h.redirect(w, r, back, operator, f)
 }
 
-// refuse answers a form that was refused: to back, saying why, with the form as typed.
-func (h *handler) refuse(w http.ResponseWriter, r *http.Request, back, why string, keep draft) {
+// refuse answers operator's form that was refused: to back, saying why, with the form as
+// typed.
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, operator, back, why string, keep draft) {
 	if (keep.Resolve != nil || keep.Decide != nil) && !h.setDraft(w, r, keep) {
 		why += " (The form was too long to keep; type it again.)"
 	}
-	h.setFlash(w, r, flash{Error: why})
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	h.redirect(w, r, back, operator, flash{Error: why})
 }
 
 func readResolveForm(r *http.Request) resolveForm {
@@ -487,14 +508,14 @@ func (h *handler) decide(w http.ResponseWriter, r *http.Request, id identity) {
 	}
 	req, err := h.opts.Ledger.Resolution(r.Context(), rid)
 	if err != nil {
-		h.refuse(w, r, "/resolutions", err.Error(), draft{})
+		h.refuse(w, r, id.Operator, "/resolutions", err.Error(), draft{})
 		return
 	}
 	back := intentPath(req.Scope, req.Key)
 	form := decideForm{ID: rid, Approve: approving, Reason: typed(r.PostFormValue("reason"))}
 	keep := draft{Scope: req.Scope, Key: req.Key, Operator: id.Operator, Decide: &form}
 	if err := reasonProblem(form.Reason); err != nil {
-		h.refuse(w, r, back, err.Error(), keep)
+		h.refuse(w, r, id.Operator, back, err.Error(), keep)
 		return
 	}
 	d := idempotency.Decision{Operator: id.Operator, Reason: strings.TrimSpace(form.Reason)}
@@ -512,7 +533,7 @@ func (h *handler) approve(w http.ResponseWriter, r *http.Request, id identity, r
 	out, err := h.opts.Ledger.Approve(r.Context(), req.ID, d)
 	if err != nil {
 		h.opts.Logger.Warn("console: approval refused", slog.String("operator", id.Operator), slog.Int64("resolution", req.ID), slog.Any("error", err))
-		h.refuse(w, r, back, err.Error(), keep)
+		h.refuse(w, r, id.Operator, back, err.Error(), keep)
 		return
 	}
 	f := flash{Done: []string{fmt.Sprintf("Resolution #%d approved: the intent is now %s.", req.ID, out.Row.State)}}
@@ -523,14 +544,14 @@ func (h *handler) approve(w http.ResponseWriter, r *http.Request, id identity, r
 		f.Action = &act
 	}
 	h.opts.Logger.Info("console: resolution approved", slog.String("operator", id.Operator), slog.Int64("resolution", req.ID))
-	h.done(w, r, back, f)
+	h.done(w, r, id.Operator, back, f)
 }
 
 // reject turns req down (or withdraws it, when it is the operator's own).
 func (h *handler) reject(w http.ResponseWriter, r *http.Request, id identity, req idempotency.ResolutionRequest, d idempotency.Decision,
 	back string, keep draft) {
 	if _, err := h.opts.Ledger.RejectResolution(r.Context(), req.ID, d); err != nil {
-		h.refuse(w, r, back, err.Error(), keep)
+		h.refuse(w, r, id.Operator, back, err.Error(), keep)
 		return
 	}
 	h.opts.Logger.Info("console: resolution rejected", slog.String("operator", id.Operator), slog.Int64("resolution", req.ID))
@@ -538,7 +559,7 @@ func (h *handler) reject(w http.ResponseWriter, r *http.Request, id identity, re
 	if strings.EqualFold(req.RequestedBy, id.Operator) {
 		verb = "withdrawn"
 	}
-	h.done(w, r, back, flash{Done: []string{fmt.Sprintf("Resolution #%d %s; the intent is unchanged.", req.ID, verb)}})
+	h.done(w, r, id.Operator, back, flash{Done: []string{fmt.Sprintf("Resolution #%d %s; the intent is unchanged.", req.ID, verb)}})
 }
 
 // valueName is what a result value may be called: a process variable's name.
@@ -580,22 +601,28 @@ type resolutionsData struct {
 
 func (h *handler) resolutions(w http.ResponseWriter, r *http.Request, id identity) {
 	status := r.URL.Query().Get("status")
-	d := resolutionsData{Status: status, Statuses: []string{"", "pending", "approved", "rejected", "stale"}}
+	if status == "" {
+		status = "all"
+	}
+	d := resolutionsData{Status: status, Statuses: []string{"all", "pending", "approved", "rejected", "stale"}}
 	p := page{Title: "Resolutions", Data: &d}
-	switch idempotency.ResolutionStatus(status) {
-	case "", idempotency.ResolutionPending, idempotency.ResolutionApproved, idempotency.ResolutionRejected, idempotency.ResolutionStale:
+	filter := idempotency.ResolutionStatus(status)
+	switch filter {
+	case "all":
+		filter = ""
+	case idempotency.ResolutionPending, idempotency.ResolutionApproved, idempotency.ResolutionRejected, idempotency.ResolutionStale:
 	default:
-		d.Status = ""
-		p.Error = "status: want pending, approved, rejected or stale (or nothing, for all)"
+		d.Status = "all"
+		p.Error = "status: want all, pending, approved, rejected or stale (nothing is all)"
 		h.render(w, r, http.StatusBadRequest, "resolutions", id, p)
 		return
 	}
 	var err error
-	if d.Resolutions, err = h.opts.Ledger.Resolutions(r.Context(), idempotency.ResolutionFilter{Status: idempotency.ResolutionStatus(status)}); err != nil {
+	if d.Resolutions, err = h.opts.Ledger.Resolutions(r.Context(), idempotency.ResolutionFilter{Status: filter}); err != nil {
 		p.Error = err.Error()
 	}
 	d.Empty = "No resolutions."
-	if status != "" {
+	if filter != "" {
 		d.Empty = "No " + status + " resolutions."
 	}
 	h.render(w, r, http.StatusOK, "resolutions", id, p)
