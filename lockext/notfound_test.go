@@ -2,13 +2,6 @@ package lockext_test
 
 import (
 	"context"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,41 +20,6 @@ const tomcat404 = `<!doctype html><html lang="en"><head><title>HTTP Status 404 â
 	`server did not find a current representation for the target resource or is not willing to disclose that one exists.</p>` +
 	`<hr class="line" /><h3>Apache Tomcat/9.0.83</h3></body></html>`
 
-// redeployProxy forwards to the real engine, but answers the first n requests whose path
-// ends with suffix with Tomcat's HTML 404, as during a redeploy of the engine's web app.
-type redeployProxy struct {
-	suffix   string
-	left     atomic.Int64
-	injected atomic.Int64 // 404s served
-	passed   atomic.Int64 // requests with suffix forwarded to the engine after the 404s
-}
-
-// start returns the REST root of a client going through the proxy.
-func (p *redeployProxy) start(t *testing.T, suffix string, n int64) string {
-	t.Helper()
-	p.suffix = suffix
-	p.left.Store(n)
-	u, err := url.Parse(testenv.EngineURL())
-	require.NoError(t, err)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Director = func(r *http.Request) { r.URL.Scheme, r.URL.Host = u.Scheme, u.Host }
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, p.suffix) {
-			if p.left.Add(-1) >= 0 {
-				p.injected.Add(1)
-				w.Header().Set("Content-Type", "text/html;charset=utf-8")
-				w.WriteHeader(http.StatusNotFound)
-				fmt.Fprint(w, tomcat404)
-				return
-			}
-			defer p.passed.Add(1)
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL + u.Path
-}
-
 // An HTML 404 answered to extendLock while the engine's web app is being redeployed
 // used to count as "task gone": the handler's context was cancelled and its result
 // thrown away. It is a transient failure now: the extension is sent again, the
@@ -69,14 +27,14 @@ func (p *redeployProxy) start(t *testing.T, suffix string, n int64) string {
 // the task does not exist (here: its instance deleted) ends it.
 func TestForeign404ToExtendLockIsRetried(t *testing.T) {
 	e := newEngineEnv(t)
-	var p redeployProxy
-	c, err := camunda7.New(camunda7.Config{BaseURL: p.start(t, "/extendLock", 3)})
+	p, root := testenv.NewRedeployProxy(t, "/extendLock", tomcat404, 3)
+	c, err := camunda7.New(camunda7.Config{BaseURL: root})
 	require.NoError(t, err)
 	pi, _, ext := e.startAndExtend(c, lockext.Config{LockDuration: 1500 * time.Millisecond, Interval: 300 * time.Millisecond,
 		RetryInitial: 50 * time.Millisecond})
 
 	testenv.Eventually(t, 20*time.Second, "three 404s, then an extension granted by the engine", func() (bool, error) {
-		return ext.Context().Err() != nil || (p.injected.Load() == 3 && p.passed.Load() >= 1 && ext.Extensions() >= 1), nil
+		return ext.Context().Err() != nil || (p.Injected.Load() == 3 && p.Passed.Load() >= 1 && ext.Extensions() >= 1), nil
 	})
 	require.NoError(t, ext.Context().Err(), "the handler's context lives on: %v", context.Cause(ext.Context()))
 	require.NoError(t, ext.Lost())

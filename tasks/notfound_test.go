@@ -3,12 +3,7 @@ package tasks_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,43 +21,6 @@ import (
 // being swapped, say): a 404 that is not the engine's answer about any task.
 const nginx404 = "<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n" +
 	"<hr><center>nginx/1.25.3</center>\r\n</body>\r\n</html>\r\n"
-
-// redeployProxy forwards to the real engine but answers the first n requests whose path
-// ends with suffix with nginx's HTML 404, as while the engine's web app is redeployed.
-type redeployProxy struct {
-	suffix   string
-	left     atomic.Int64
-	injected atomic.Int64 // 404s served
-	passed   atomic.Int64 // requests with suffix forwarded after the 404s
-}
-
-// client returns an engine client going through a new proxy.
-func (p *redeployProxy) client(t *testing.T, suffix string, n int64) *camunda7.Client {
-	t.Helper()
-	p.suffix = suffix
-	p.left.Store(n)
-	u, err := url.Parse(testenv.EngineURL())
-	require.NoError(t, err)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Director = func(r *http.Request) { r.URL.Scheme, r.URL.Host = u.Scheme, u.Host }
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, p.suffix) {
-			if p.left.Add(-1) >= 0 {
-				p.injected.Add(1)
-				w.Header().Set("Content-Type", "text/html")
-				w.WriteHeader(http.StatusNotFound)
-				fmt.Fprint(w, nginx404)
-				return
-			}
-			defer p.passed.Add(1)
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	c, err := camunda7.New(camunda7.Config{BaseURL: srv.URL + u.Path})
-	require.NoError(t, err)
-	return c
-}
 
 // runVia starts a worker on c and returns a stop function that cancels it and waits.
 func runVia(t *testing.T, c *camunda7.Client, reg *tasks.Registry, cfg tasks.Config) (*tasks.Worker, func()) {
@@ -95,8 +53,7 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 	const lock = 2 * time.Second
 	t.Run("complete", func(t *testing.T) {
 		f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
-		var p redeployProxy
-		c := p.client(t, "/complete", 2)
+		p, c := redeployClient(t, "/complete", 2)
 		ids := f.start(1)
 		var runs atomic.Int64
 		reg := tasks.NewRegistry()
@@ -107,15 +64,14 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 		w, stop := runVia(t, c, reg, tasks.Config{})
 		f.waitEnded(ids, time.Minute)
 		stop()
-		assert.EqualValues(t, 2, p.injected.Load())
+		assert.EqualValues(t, 2, p.Injected.Load())
 		assert.EqualValues(t, 1, runs.Load(), "the handler ran once")
 		assert.EqualValues(t, 1, w.Stats().Completed.Load())
 		assert.Zero(t, w.Stats().LockLost.Load())
 	})
 	t.Run("failure", func(t *testing.T) {
 		f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
-		var p redeployProxy
-		c := p.client(t, "/failure", 2)
+		p, c := redeployClient(t, "/failure", 2)
 		ids := f.start(1)
 		var runs atomic.Int64
 		reg := tasks.NewRegistry()
@@ -128,7 +84,7 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 		w, stop := runVia(t, c, reg, tasks.Config{})
 		f.waitEnded(ids, time.Minute)
 		stop()
-		assert.EqualValues(t, 2, p.injected.Load())
+		assert.EqualValues(t, 2, p.Injected.Load())
 		assert.EqualValues(t, 2, runs.Load(), "the failure landed, then the retry completed")
 		assert.EqualValues(t, 1, w.Stats().Failures.Load())
 		assert.Zero(t, w.Stats().LockLost.Load())
@@ -139,8 +95,7 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 	})
 	t.Run("bpmnError", func(t *testing.T) {
 		f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
-		var p redeployProxy
-		c := p.client(t, "/bpmnError", 2)
+		p, c := redeployClient(t, "/bpmnError", 2)
 		ids := f.start(1)
 		var runs atomic.Int64
 		reg := tasks.NewRegistry()
@@ -151,15 +106,14 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 		w, stop := runVia(t, c, reg, tasks.Config{})
 		f.waitEnded(ids, time.Minute)
 		stop()
-		assert.EqualValues(t, 2, p.injected.Load())
+		assert.EqualValues(t, 2, p.Injected.Load())
 		assert.EqualValues(t, 1, runs.Load(), "the BPMN error landed the first time")
 		assert.EqualValues(t, 1, w.Stats().BPMNErrors.Load())
 		assert.Zero(t, w.Stats().LockLost.Load())
 	})
 	t.Run("extendLock", func(t *testing.T) {
 		f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
-		var p redeployProxy
-		c := p.client(t, "/extendLock", 3)
+		p, c := redeployClient(t, "/extendLock", 3)
 		ids := f.start(1)
 		var cause atomic.Value
 		reg := tasks.NewRegistry()
@@ -167,7 +121,7 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 			// Runs until three extensions met a 404 and one more reached the engine.
 			tick := time.NewTicker(20 * time.Millisecond)
 			defer tick.Stop()
-			for p.injected.Load() < 3 || p.passed.Load() < 1 {
+			for p.Injected.Load() < 3 || p.Passed.Load() < 1 {
 				select {
 				case <-ctx.Done():
 					cause.Store(context.Cause(ctx))
@@ -186,8 +140,7 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 	})
 	t.Run("unlock", func(t *testing.T) {
 		f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
-		var p redeployProxy
-		c := p.client(t, "/unlock", 2)
+		p, c := redeployClient(t, "/unlock", 2)
 		f.start(1)
 		started := make(chan struct{})
 		reg := tasks.NewRegistry()
@@ -199,7 +152,7 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 		w, stop := runVia(t, c, reg, tasks.Config{ShutdownGrace: 100 * time.Millisecond})
 		<-started
 		stop()
-		assert.EqualValues(t, 2, p.injected.Load())
+		assert.EqualValues(t, 2, p.Injected.Load())
 		// At least once: the unlock wakes the worker's own pending long poll, which may
 		// take the task again, to be unlocked again at once.
 		assert.GreaterOrEqual(t, w.Stats().Unlocked.Load(), int64(1))
@@ -207,4 +160,14 @@ func TestForeign404IsRetriedNotTaskGone(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, left, "the unlock reached the engine: nothing stays locked for a minute")
 	})
+}
+
+// redeployClient returns an engine client going through a new testenv.RedeployProxy
+// that serves nginx's 404 page.
+func redeployClient(t *testing.T, suffix string, n int64) (*testenv.RedeployProxy, *camunda7.Client) {
+	t.Helper()
+	p, root := testenv.NewRedeployProxy(t, suffix, nginx404, n)
+	c, err := camunda7.New(camunda7.Config{BaseURL: root})
+	require.NoError(t, err)
+	return p, c
 }
