@@ -148,7 +148,7 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution)
 	err = l.pool.QueryRow(wctx, `SELECT resolution_id, status, why FROM extworker_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		l.cfg.Namespace, scope, key, string(res.As), res.ProviderRef, values, res.ErrorCode, res.Reason, res.Operator).Scan(&id, &status, &why)
 	if err != nil {
-		if isUniqueViolation(err) {
+		if isUniqueViolation(err) || sqlState(err) == "EXW03" {
 			err = fmt.Errorf("a resolution is already pending for this intent; approve or reject it first (extworker effects resolutions)")
 		}
 		return Resolved{}, fmt.Errorf("resolve %s/%s: %w", scope, key, operatorError(err))
@@ -346,6 +346,15 @@ func (l *Ledger) Resolutions(ctx context.Context, f ResolutionFilter) ([]Resolut
 		return nil, fmt.Errorf("resolutions: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ResolutionRequest, error) { return scanResolution(r) })
+}
+
+// sqlState is err's SQLSTATE, or "" when the database did not answer with one.
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
 }
 
 // isUniqueViolation reports a unique constraint's refusal (SQLSTATE 23505).

@@ -21,7 +21,14 @@ CREATE TABLE extworker_operators (
     added_at timestamptz NOT NULL DEFAULT now(),
     added_by text        NOT NULL DEFAULT session_user
 );
-CREATE UNIQUE INDEX extworker_operators_name_ci ON extworker_operators (lower(name));
+-- Names that read alike (I, l and 1; O and 0; rn and m; vv and w; trailing punctuation)
+-- are one name.
+-- +goose StatementBegin
+CREATE FUNCTION extworker_name_skeleton(p_name text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT replace(replace(translate(regexp_replace(lower(p_name), '[._@-]+$', ''), '01i|', 'olll'), 'rn', 'm'), 'vv', 'w')
+$$;
+-- +goose StatementEnd
+CREATE UNIQUE INDEX extworker_operators_name_ci ON extworker_operators (extworker_name_skeleton(name));
 
 -- The names of the ledger's roles in this database. Roles are cluster-wide: a second
 -- ledger database on the same cluster (another tenant) names its own roles, so one
@@ -181,7 +188,7 @@ $$;
 -- operators, fillers, the Braille blank, variation selectors and tag characters.
 -- +goose StatementBegin
 CREATE FUNCTION extworker_unseen_pattern() RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT '[\x01-\x1f\x7f-\xa0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U000e0000-\U000e0fff]'
+    SELECT '[\x01-\x1f\x7f-\xa0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffc\U00013430-\U0001343f\U00016fe4\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]'
 $$;
 -- +goose StatementEnd
 
@@ -212,7 +219,8 @@ BEGIN
         -- What the approver reads must be what is written: no character that is
         -- invisible, looks like a space, reorders the text around it, or moves the cursor.
         RAISE EXCEPTION 'the provider reference, error code and values may not hold control, format, invisible or space-like characters other than the space (found U+%)',
-            upper(lpad(to_hex(ascii(substring(concat(p_provider_ref, p_error_code, p_result::text) FROM extworker_unseen_pattern()))), 4, '0'))
+            (SELECT upper(lpad(h, greatest(4, length(h)), '0'))
+             FROM to_hex(ascii(substring(concat(p_provider_ref, p_error_code, p_result::text) FROM extworker_unseen_pattern()))) AS h)
             USING ERRCODE = 'EXW05';
     ELSIF p_provider_ref <> btrim(p_provider_ref) OR p_provider_ref LIKE '%  %' THEN
         RAISE EXCEPTION 'the provider reference may not begin or end with a space, nor hold two in a row' USING ERRCODE = 'EXW05';
@@ -228,6 +236,9 @@ BEGIN
     ELSIF i.state NOT IN ('unknown', 'operator_hold') THEN
         RAISE EXCEPTION 'intent %/% is %; only unknown or held intents are resolved by an operator', p_scope, p_key, i.state
             USING ERRCODE = 'EXW05';
+    END IF;
+    IF EXISTS (SELECT FROM extworker_resolutions x WHERE x.intent_id = i.id AND x.status = 'pending') THEN
+        RAISE EXCEPTION 'a resolution is already pending for %/%: approve or reject it first', p_scope, p_key USING ERRCODE = 'EXW03';
     END IF;
     INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict, provider_ref,
         result, error_code, reason, requested_by)
@@ -311,9 +322,29 @@ END $$;
 -- swap the intent a pending resolution names. The WHEN clause keeps it off the hot path.
 -- +goose StatementBegin
 CREATE FUNCTION extworker_intents_fixed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    -- The ledger's owner: who the verdict functions run as, and the DBA.
+    owner boolean := current_user = (SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE c.oid = TG_RELID);
 BEGIN
-    RAISE EXCEPTION 'intent %: its namespace, scope, key, provider key, request digest, amount and compensated intent are fixed once recorded, and an orphan stays flagged', OLD.id
-        USING ERRCODE = 'insufficient_privilege';
+    IF OLD.namespace IS DISTINCT FROM NEW.namespace OR OLD.scope IS DISTINCT FROM NEW.scope
+        OR OLD.intent_key IS DISTINCT FROM NEW.intent_key OR OLD.provider_key IS DISTINCT FROM NEW.provider_key
+        OR OLD.request_digest IS DISTINCT FROM NEW.request_digest OR OLD.amount IS DISTINCT FROM NEW.amount
+        OR OLD.compensates_id IS DISTINCT FROM NEW.compensates_id
+        OR (OLD.orphaned_at IS NOT NULL AND NEW.orphaned_at IS DISTINCT FROM OLD.orphaned_at)
+        OR (OLD.orphan_closed_at IS NOT NULL AND NEW.orphan_closed_at IS DISTINCT FROM OLD.orphan_closed_at) THEN
+        RAISE EXCEPTION 'intent %: its namespace, scope, key, provider key, request digest, amount and compensated intent are fixed once recorded, and an orphan stays flagged', OLD.id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- Closing an orphan is two people's verdict (extworker_decide, as the owner), and the
+    -- last change's time, which prune reads, is the database's.
+    IF NOT owner AND NEW.orphan_closed_at IS DISTINCT FROM OLD.orphan_closed_at THEN
+        RAISE EXCEPTION 'intent %: an orphan is closed by two operators (extworker effects resolve --as close), not by %', OLD.id, session_user
+            USING ERRCODE = 'insufficient_privilege';
+    ELSIF NOT owner AND NEW.updated_at IS DISTINCT FROM OLD.updated_at AND NEW.updated_at IS DISTINCT FROM now() THEN
+        RAISE EXCEPTION 'intent %: its last change is the database''s time (now()), not %', OLD.id, NEW.updated_at
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
 END $$;
 -- +goose StatementEnd
 CREATE TRIGGER extworker_intents_fixed BEFORE UPDATE ON extworker_intents FOR EACH ROW
@@ -322,8 +353,22 @@ CREATE TRIGGER extworker_intents_fixed BEFORE UPDATE ON extworker_intents FOR EA
         OR OLD.request_digest IS DISTINCT FROM NEW.request_digest OR OLD.amount IS DISTINCT FROM NEW.amount
         OR OLD.compensates_id IS DISTINCT FROM NEW.compensates_id
         OR (OLD.orphaned_at IS NOT NULL AND NEW.orphaned_at IS DISTINCT FROM OLD.orphaned_at)
-        OR (OLD.orphan_closed_at IS NOT NULL AND NEW.orphan_closed_at IS DISTINCT FROM OLD.orphan_closed_at))
+        OR NEW.orphan_closed_at IS DISTINCT FROM OLD.orphan_closed_at
+        OR (NEW.updated_at IS DISTINCT FROM OLD.updated_at AND NEW.updated_at IS DISTINCT FROM now()))
     EXECUTE FUNCTION extworker_intents_fixed();
+
+-- An event names the database user that wrote it and the database's time: a login may
+-- not write another's name or another time into the evidence.
+-- +goose StatementBegin
+CREATE FUNCTION extworker_events_signed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    RAISE EXCEPTION 'an event records the database user that wrote it (%) and the database''s time, not % at %', session_user, NEW.db_user, NEW.at
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+-- +goose StatementEnd
+CREATE TRIGGER extworker_intent_events_signed BEFORE INSERT ON extworker_intent_events FOR EACH ROW
+    WHEN (NEW.db_user IS DISTINCT FROM session_user OR NEW.at < clock_timestamp() - interval '5 seconds' OR NEW.at > clock_timestamp())
+    EXECUTE FUNCTION extworker_events_signed();
 
 -- The hold guard reads the role names of this ledger.
 -- +goose StatementBegin
@@ -388,7 +433,8 @@ BEGIN
         'extworker_verdict_text(extworker_resolutions)', 'extworker_unseen_pattern()',
         'extworker_resolve(text, text, text, text, text, jsonb, text, text, text)',
         'extworker_decide(text, bigint, boolean, text, text)', 'extworker_guard_operator_hold()',
-        'extworker_prune(text, interval, integer)', 'extworker_events_append_only()', 'extworker_intents_fixed()'] LOOP
+        'extworker_prune(text, interval, integer)', 'extworker_events_append_only()', 'extworker_intents_fixed()',
+        'extworker_events_signed()', 'extworker_name_skeleton(text)'] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, current_schema());
     END LOOP;
 END $$;
@@ -502,6 +548,8 @@ REVOKE ALL ON FUNCTION extworker_apply_inbox_grants() FROM PUBLIC;
 -- +goose Down
 DROP FUNCTION extworker_revoke_all(text);
 DROP TRIGGER extworker_intents_fixed ON extworker_intents;
+DROP TRIGGER extworker_intent_events_signed ON extworker_intent_events;
+DROP FUNCTION extworker_events_signed();
 DROP FUNCTION extworker_intents_fixed();
 DROP FUNCTION extworker_decide(text, bigint, boolean, text, text);
 DROP FUNCTION extworker_resolve(text, text, text, text, text, jsonb, text, text, text);
@@ -624,3 +672,4 @@ DROP FUNCTION extworker_role(text);
 DROP TABLE extworker_ledger_roles;
 DROP TABLE extworker_ledger_settings;
 DROP TABLE extworker_operators;
+DROP FUNCTION extworker_name_skeleton(text);

@@ -335,6 +335,54 @@ func TestHostileOperatorSQL(t *testing.T) {
 		require.NoError(t, alice.QueryRow(ctx, `SELECT status FROM extworker_resolve('ns', 'payment.collect', 'neg-1', 'confirmed', 'ch_1', NULL, NULL, 'seen', NULL)`).Scan(&status))
 		assert.Equal(t, "pending", status)
 	})
+	t.Run("a worker closes an orphan or backdates an intent", func(t *testing.T) {
+		hold("close-1", true)
+		for _, stmt := range []string{
+			`UPDATE extworker_intents SET orphan_closed_at = now() WHERE intent_key = 'close-1'`,
+			`UPDATE extworker_intents SET updated_at = '2000-01-01' WHERE intent_key = 'close-1'`,
+		} {
+			_, err := worker.Exec(ctx, stmt)
+			assert.True(t, refused(err), "%s: %v", stmt, err)
+		}
+		_, closed := state("close-1")
+		assert.False(t, closed)
+		_, err := worker.Exec(ctx, `UPDATE extworker_intents SET updated_at = now(), attempt = attempt WHERE intent_key = 'close-1'`)
+		assert.NoError(t, err, "the ledger's own updates set now()")
+	})
+	t.Run("a forged event", func(t *testing.T) {
+		for _, stmt := range []string{
+			`INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason, db_user)
+				SELECT id, 'operator_hold', 'confirmed', 0, 'operator:bob', 'approved by bob', 'extworker_bob' FROM extworker_intents WHERE intent_key = 'close-1'`,
+			`INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason, at)
+				SELECT id, 'operator_hold', 'confirmed', 0, 'worker', 'long ago', '2020-01-01' FROM extworker_intents WHERE intent_key = 'close-1'`,
+		} {
+			_, err := worker.Exec(ctx, stmt)
+			assert.True(t, refused(err), "%s: %v", stmt, err)
+		}
+		_, err := worker.Exec(ctx, `INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, reason)
+			SELECT id, 'operator_hold', 'operator_hold', 0, 'worker', 'a note' FROM extworker_intents WHERE intent_key = 'close-1'`)
+		assert.NoError(t, err, "an event with the defaults is the worker's to write")
+	})
+	t.Run("characters the first round missed, named in full", func(t *testing.T) {
+		hold("unseen-2", false)
+		for ref, named := range map[string]string{"ch_\U0001D1731": "U+1D173", "ch_\uFFFC1": "U+FFFC", "ch_\U00016FE4": "U+16FE4",
+			"ch_\U000E0001": "U+E0001", "ch_\U0001BCA0": "U+1BCA0", "ch_\U00013430": "U+13430"} {
+			_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'unseen-2', 'confirmed', $1, NULL, NULL, 'seen', NULL)`, ref)
+			assert.ErrorContains(t, err, "(found "+named+")", "%+q", ref)
+		}
+	})
+	t.Run("ASCII look-alike names", func(t *testing.T) {
+		for _, name := range []string{"aIice", "a1ice", "alice.", "ALICE", "b0b", "bob-"} {
+			_, err := owner.Exec(ctx, `INSERT INTO extworker_operators (name) VALUES ($1)`, name)
+			assert.ErrorContains(t, err, "extworker_operators_name_ci", "%q reads as alice or bob", name)
+		}
+	})
+	t.Run("a second pending request", func(t *testing.T) {
+		hold("twice-1", false)
+		request("twice-1", "confirmed", "ch_1", nil)
+		_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'twice-1', 'confirmed', 'ch_1', NULL, NULL, 'seen', NULL)`)
+		assert.ErrorContains(t, err, "a resolution is already pending for payment.collect/twice-1")
+	})
 	t.Run("the grant functions", func(t *testing.T) {
 		_, err := alice.Exec(ctx, `SELECT extworker_apply_grants()`)
 		assert.True(t, refused(err), "%v", err)

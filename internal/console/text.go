@@ -26,7 +26,7 @@ import (
 // characters and joiners, the soft hyphen, tags), every separator and space but U+0020
 // (Z: U+00A0, U+2000–U+200A, U+3000, the line and paragraph separators), the default
 // ignorable code points (the combining grapheme joiner, the Hangul fillers, the Khmer
-// inherent vowels), the variation selectors, the Braille blank U+2800, and private-use,
+// inherent vowels), the variation selectors, the Braille blank U+2800, U+FFFC, U+16FE4, and private-use,
 // surrogate and unassigned code points.
 func hiddenRune(r rune) bool {
 	switch {
@@ -34,8 +34,8 @@ func hiddenRune(r rune) bool {
 		return false
 	case r < 0x7F:
 		return r < 0x20
-	case r == 0x2800: // BRAILLE PATTERN BLANK: a symbol, printed as nothing
-		return true
+	case r == 0x2800, r == 0xFFFC, r == 0x16FE4: // the Braille blank, OBJECT REPLACEMENT CHARACTER and
+		return true // KHITAN SMALL SCRIPT FILLER: symbols a browser draws as blank (found by an outside review)
 	}
 	return !unicode.IsPrint(r) || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }

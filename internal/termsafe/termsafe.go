@@ -42,6 +42,10 @@ func Escaped(r rune) bool {
 		return true
 	case r < 0x80:
 		return false
+	case r == 0x2800, r == 0xFFFC, r == 0x16FE4:
+		// The Braille blank, OBJECT REPLACEMENT CHARACTER and KHITAN SMALL SCRIPT
+		// FILLER: printable symbols that terminals draw as blank.
+		return true
 	}
 	return !unicode.IsPrint(r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) ||
 		unicode.Is(unicode.Variation_Selector, r)

@@ -51,6 +51,7 @@ func TestString(t *testing.T) {
 		{"DEL", "a\x7fb", `a\x7fb`},
 		{"C1 CSI", "a\u009b31mb", `a\u009b31mb`},
 		{"bidi override", "abc\u202efdp.exe", `abc\u202efdp.exe`},
+		{"symbols drawn as blank (second outside review)", "ch_\ufffc1 \u2800 \U00016fe4", `ch_\ufffc1 \u2800 \U00016fe4`},
 		{"bidi override alone", "\u202e", `\u202e`},
 		{"bidi isolate", "\u2066x\u2069", `\u2066x\u2069`},
 		{"arabic letter mark", "\u061c", `\u061c`},
