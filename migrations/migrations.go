@@ -123,11 +123,6 @@ const (
 	// approvals and rejections only through the ledger's functions (extworker_resolve,
 	// extworker_decide), which take the person from the session's login.
 	OperatorRole = "extworker_operator"
-	// ConsoleRole is the operator console's login's role (a member of OperatorRole): the
-	// ledger trusts it to name the registered operator it authenticated.
-	ConsoleRole = "extworker_console"
-	// DefaultRolePrefix is the prefix of the default role names.
-	DefaultRolePrefix = "extworker"
 )
 
 // Roles are the names of a ledger database's roles.

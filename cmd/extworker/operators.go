@@ -84,19 +84,12 @@ func (o *operatorsCmd) list(ctx context.Context, args []string) error {
 	tw := newTabWriter(o.stdout)
 	fmt.Fprintln(tw, "NAME\tLOGIN\tADDED\tBY")
 	for _, p := range ops {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", tableCell(p.Name), tableCell(orDash(p.Login)), fmtTime(p.AddedAt), tableCell(p.AddedBy))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", tableCell(p.Name), tableCell(strOf(p.Login)), fmtTime(p.AddedAt), tableCell(p.AddedBy))
 	}
 	if len(ops) == 0 {
 		fmt.Fprintln(tw, "(nobody is registered: extworker operators add NAME --login LOGIN)")
 	}
 	return tw.Flush()
-}
-
-func orDash(s *string) string {
-	if s == nil || *s == "" {
-		return "-"
-	}
-	return *s
 }
 
 func (o *operatorsCmd) add(ctx context.Context, args []string) error {
