@@ -10,7 +10,7 @@
 ENGINE ?= camunda7
 export ENGINE
 # The older Camunda 7 releases keep their data in databases of their own (camunda_v722,
-# camunda_v720, ...: testenv/engine-up.sh); the tests read the engine's database there.
+# camunda_v720, ...: services/engine-up.sh); the tests read the engine's database there.
 ENGINE_DB_SUFFIX := $(patsubst camunda7-7.%,_v7%,$(filter camunda7-7.%,$(ENGINE)))
 ifneq ($(ENGINE_DB_SUFFIX),)
 EXTWORKER_TEST_ENGINE_DB_URL ?= postgres://camunda:camunda@127.0.0.1:5432/camunda$(ENGINE_DB_SUFFIX)
@@ -27,13 +27,13 @@ GOTESTFLAGS ?=
 up: pg-up rabbit-up engine-up tools-up
 
 tools-up: # promtool (alert rules, /metrics), bin/jaeger (tools/jaeger, traces), chromium (browser tests)
-	@bash testenv/tools-up.sh
+	@bash services/tools-up.sh
 
 pg-up:
-	@bash testenv/pg-up.sh
+	@bash services/pg-up.sh
 
 rabbit-up: # the broker the outbox publishes to (testenv.AMQPURL)
-	@bash testenv/rabbit-up.sh
+	@bash services/rabbit-up.sh
 
 # Four engines from one build, started in parallel: 8080 without authentication (database
 # camunda), 8081 with HTTP basic authentication on /engine-rest (database camunda_auth),
@@ -42,15 +42,15 @@ rabbit-up: # the broker the outbox publishes to (testenv.AMQPURL)
 # 8083 (database camunda_quiet), which only the conformance tests that time a long poll's
 # hand-over use: any other client's request wakes an engine's long-poll handler.
 engine-up: pg-up
-	@bash testenv/engine-up.sh & a=$$!; \
-	ENGINE_PORT=8081 ENGINE_DB=camunda_auth ENGINE_REST_AUTH=true bash testenv/engine-up.sh & b=$$!; \
-	ENGINE_PORT=8082 ENGINE_DB=camunda_faults bash testenv/engine-up.sh & c=$$!; \
-	ENGINE_PORT=8083 ENGINE_DB=camunda_quiet bash testenv/engine-up.sh & d=$$!; \
+	@bash services/engine-up.sh & a=$$!; \
+	ENGINE_PORT=8081 ENGINE_DB=camunda_auth ENGINE_REST_AUTH=true bash services/engine-up.sh & b=$$!; \
+	ENGINE_PORT=8082 ENGINE_DB=camunda_faults bash services/engine-up.sh & c=$$!; \
+	ENGINE_PORT=8083 ENGINE_DB=camunda_quiet bash services/engine-up.sh & d=$$!; \
 	wait $$a; ra=$$?; wait $$b; rb=$$?; wait $$c; rc=$$?; wait $$d; rd=$$?; \
 	[ $$ra = 0 ] && [ $$rb = 0 ] && [ $$rc = 0 ] && [ $$rd = 0 ]
 
 down:
-	@bash testenv/engine-down.sh
+	@bash services/engine-down.sh
 	@pg_ctlcluster $$(ls /usr/lib/postgresql | sort -n | tail -1) main stop 2>/dev/null || true
 	@rabbitmqctl -q shutdown 2>/dev/null || true
 

@@ -33,7 +33,7 @@ const (
 	alertTestsFile = "../deploy/prometheus/alerts_test.yml"
 )
 
-// promtool returns the path of promtool (testenv/tools-up.sh installs it). Missing, the
+// promtool returns the path of promtool (services/tools-up.sh installs it). Missing, the
 // test fails in CI and is skipped elsewhere.
 
 type fakeBacklog struct {

@@ -232,7 +232,7 @@ var Concurrency = tasks.Config{}.WithDefaults().MaxConcurrency
 
 const longPoll = 20 * time.Second
 
-// DefaultLedgerDBURL is the ledger database of the test environment (testenv/, make up).
+// DefaultLedgerDBURL is the ledger database of the test environment (services/, make up).
 const DefaultLedgerDBURL = "postgres://extworker:extworker@127.0.0.1:5432/extworker"
 
 // altVariant is extworker with MaxConcurrency n (Options.AltConcurrency).

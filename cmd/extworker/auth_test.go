@@ -15,7 +15,7 @@ import (
 )
 
 // These tests run against the second engine `make up` starts: HTTP basic authentication
-// on /engine-rest (testenv/engine, ENGINE_REST_AUTH=true), port 8081.
+// on /engine-rest (services/engine, ENGINE_REST_AUTH=true), port 8081.
 
 // Right credentials: the engine answers, and a task can be fetched and locked.
 func TestAuthEngineRightCredentials(t *testing.T) {

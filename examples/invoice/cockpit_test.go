@@ -21,7 +21,7 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// The Cockpit login testenv/engine creates (camunda.bpm.admin-user in its
+// The Cockpit login services/engine creates (camunda.bpm.admin-user in its
 // application.yaml): a demo credential of the local engines under test only.
 const cockpitUser, cockpitPassword = "demo", "demo"
 
@@ -179,7 +179,7 @@ func cockpitStep(t *testing.T, browser context.Context, what string, actions ...
 
 // requireCockpit checks that the engine serves Cockpit at base. An engine that answers
 // but has none was started from a jar built before the webapps were added to
-// testenv/engine, and `make up` leaves an engine that answers alone: like a missing
+// services/engine, and `make up` leaves an engine that answers alone: like a missing
 // engine, that fails in CI and skips elsewhere, saying how to restart it.
 func requireCockpit(t *testing.T, base string) {
 	t.Helper()
@@ -194,7 +194,7 @@ func requireCockpit(t *testing.T, base string) {
 		}
 		err = fmt.Errorf("GET %s: status %d", base, resp.StatusCode)
 	}
-	msg := "no Cockpit: " + err.Error() + " (an engine started before testenv/engine had the webapps: stop it with testenv/engine-down.sh, then `make up`)"
+	msg := "no Cockpit: " + err.Error() + " (an engine started before services/engine had the webapps: stop it with services/engine-down.sh, then `make up`)"
 	if testenv.InCI() {
 		t.Fatal(msg)
 	}

@@ -470,7 +470,7 @@ func startInvoices(t *testing.T, f faultEnv, invoices []string) map[string]strin
 // provider (a slow answer), so that when the engine dies handlers are inside provider
 // calls as well as reporting. The JVM is SIGKILLed twice, each time while a slow charge
 // is in flight and tasks are locked for the worker, and started again with
-// testenv/engine-up.sh:
+// services/engine-up.sh:
 //
 //   - once 100 instances have completed: kept down 4s, then started again, so that the
 //     engine is away about 10s in all (the JVM takes 6-10s to start), as in the issue.

@@ -451,7 +451,7 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 
 // cockpitURL is where Cockpit shows the engine at engineURL, for an engine that serves
 // the webapps next to its REST API (the Spring Boot starters and Camunda Run do,
-// testenv/engine among them): the /engine-rest suffix replaced by
+// services/engine among them): the /engine-rest suffix replaced by
 // /camunda/app/cockpit/default/, without the URL's credentials (Cockpit has a login page
 // of its own). It is "" for a URL without that suffix, which says nothing of where the
 // webapps are.

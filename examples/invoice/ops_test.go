@@ -22,7 +22,7 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// promtoolPath returns promtool's path (testenv/tools-up.sh installs it): missing, the
+// promtoolPath returns promtool's path (services/tools-up.sh installs it): missing, the
 // test fails in CI and is skipped elsewhere.
 
 // closedPort returns a local address nothing listens on.

@@ -78,7 +78,7 @@ type Config struct {
 	// EngineRestarts is how many times the engine is stopped (SIGTERM to whatever listens
 	// on its port) and started again with EngineUpScript during the kills.
 	EngineRestarts int
-	// EngineUpScript starts the engine (testenv/engine-up.sh, run with ENGINE_PORT set).
+	// EngineUpScript starts the engine (services/engine-up.sh, run with ENGINE_PORT set).
 	EngineUpScript string
 	// EngineUser and EnginePassword are HTTP basic credentials for an engine with REST
 	// authentication on (the spec's harness; `make up` runs one on 8081). The password is

@@ -6,7 +6,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DefaultAMQPURL is the broker testenv/rabbit-up.sh starts (make up): its own user and
+// DefaultAMQPURL is the broker services/rabbit-up.sh starts (make up): its own user and
 // virtual host.
 const DefaultAMQPURL = "amqp://extworker:extworker@127.0.0.1:5672/extworker"
 

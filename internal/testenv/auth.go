@@ -8,7 +8,7 @@ import (
 )
 
 // The second engine `make up` starts, with HTTP basic authentication on /engine-rest and
-// its own database (camunda_auth); see testenv/engine-up.sh (ENGINE_REST_AUTH=true).
+// its own database (camunda_auth); see services/engine-up.sh (ENGINE_REST_AUTH=true).
 const (
 	DefaultAuthEngineURL = "http://127.0.0.1:8081/engine-rest"
 	// AuthEngineUser and AuthEnginePassword are the administrator engine-up.sh creates

@@ -13,7 +13,7 @@ import (
 )
 
 // chromiumNames are the executables Browser looks for on PATH, Debian's first (`make
-// up` installs the chromium package, testenv/tools-up.sh).
+// up` installs the chromium package, services/tools-up.sh).
 var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
 
 // ChromiumPath is EXTWORKER_TEST_CHROMIUM, or the first Chromium found on PATH.

@@ -27,7 +27,7 @@ import (
 // in parallel with each other.
 const (
 	DefaultFaultEngineURL = "http://127.0.0.1:8082/engine-rest"
-	// FaultEngineDB is its database, created by testenv/pg-up.sh.
+	// FaultEngineDB is its database, created by services/pg-up.sh.
 	FaultEngineDB = "camunda_faults"
 )
 
@@ -42,7 +42,7 @@ func FaultEngine(t testing.TB) *admin.Client {
 }
 
 // faultEnginePort is the port of FaultEngineURL, which names the engine's pid file and is
-// passed to testenv/engine-up.sh. It refuses the shared engines' ports: KillEngine must
+// passed to services/engine-up.sh. It refuses the shared engines' ports: KillEngine must
 // never hit an engine other tests are using.
 func faultEnginePort(t testing.TB) string {
 	t.Helper()
@@ -52,7 +52,7 @@ func faultEnginePort(t testing.TB) string {
 	}
 	if host := u.Hostname(); host != "127.0.0.1" && host != "localhost" {
 		unavailable(t, "a killable engine on this machine (EXTWORKER_TEST_FAULT_ENGINE_URL is "+FaultEngineURL()+")",
-			errors.New("only an engine started here by testenv/engine-up.sh can be killed and started again"))
+			errors.New("only an engine started here by services/engine-up.sh can be killed and started again"))
 	}
 	for _, shared := range []string{EngineURL(), AuthEngineURL()} {
 		if s, err := url.Parse(shared); err == nil && s.Port() == u.Port() {
@@ -82,13 +82,13 @@ func repoRoot(t testing.TB) string {
 	}
 }
 
-// enginePIDFile is where testenv/engine-up.sh keeps the pid of the engine on port.
+// enginePIDFile is where services/engine-up.sh keeps the pid of the engine on port.
 func enginePIDFile(root, port string) string {
 	name := "engine"
 	if port != "8080" {
 		name = "engine-" + port
 	}
-	return filepath.Join(root, "testenv", ".run", name+".pid")
+	return filepath.Join(root, "services", ".run", name+".pid")
 }
 
 // EngineKill is what KillEngine did.
@@ -100,10 +100,10 @@ type EngineKill struct {
 	Dead time.Duration
 }
 
-// KillEngine SIGKILLs the killable engine's JVM (the pid in testenv/.run/engine-<port>.pid,
+// KillEngine SIGKILLs the killable engine's JVM (the pid in services/.run/engine-<port>.pid,
 // checked to be the java process running that engine's jar, not a wrapper) and returns
 // once the process is dead and the engine no longer answers. An engine that cannot be
-// killed (not started by testenv/engine-up.sh here) fails the test in CI and skips it
+// killed (not started by services/engine-up.sh here) fails the test in CI and skips it
 // elsewhere. At cleanup, an engine still down is started again (StartEngine).
 func KillEngine(t testing.TB) EngineKill {
 	t.Helper()
@@ -112,7 +112,7 @@ func KillEngine(t testing.TB) EngineKill {
 	pidFile := enginePIDFile(root, port)
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
-		unavailable(t, "the killable engine's process (testenv/engine-up.sh keeps its pid in "+filepath.Join("testenv", ".run", filepath.Base(pidFile))+")", err)
+		unavailable(t, "the killable engine's process (services/engine-up.sh keeps its pid in "+filepath.Join("services", ".run", filepath.Base(pidFile))+")", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
 	if err != nil || pid <= 1 {
@@ -235,7 +235,7 @@ func answers(base string, timeout time.Duration) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// StartEngine starts the killable engine with testenv/engine-up.sh (ENGINE_PORT and
+// StartEngine starts the killable engine with services/engine-up.sh (ENGINE_PORT and
 // ENGINE_DB set for it; the script leaves an engine that answers alone) and returns once
 // GET /version answers, with how long that took from the call.
 func StartEngine(t testing.TB) time.Duration {
@@ -245,12 +245,12 @@ func StartEngine(t testing.TB) time.Duration {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "testenv", "engine-up.sh"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "services", "engine-up.sh"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "ENGINE_PORT="+port, "ENGINE_DB="+FaultEngineDB, "ENGINE_REST_AUTH=false", "ENGINE_START_TIMEOUT=300")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("testenv/engine-up.sh (port %s): %v\n%s", port, err, out)
+		t.Fatalf("services/engine-up.sh (port %s): %v\n%s", port, err, out)
 	}
 	Eventually(t, time.Minute, "the killable engine to answer GET /version", func() (bool, error) {
 		return answers(FaultEngineURL(), 2*time.Second), nil

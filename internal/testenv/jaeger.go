@@ -76,7 +76,7 @@ exporters:
 // jaegerStartTimeout bounds a start, from the process to a query API that answers.
 const jaegerStartTimeout = time.Minute
 
-// Jaeger starts bin/jaeger (which `make up` builds, testenv/tools-up.sh) for the
+// Jaeger starts bin/jaeger (which `make up` builds, services/tools-up.sh) for the
 // test, on free loopback ports with in-memory storage, and returns once its query API
 // answers and its OTLP receiver accepts connections; it logs how long that took. It is
 // stopped (SIGTERM, then SIGKILL) at cleanup, its log shown if the test failed. Where
@@ -85,7 +85,7 @@ func Jaeger(t testing.TB) *JaegerServer {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), "bin", "jaeger")
 	if _, err := os.Stat(bin); err != nil {
-		unavailable(t, "bin/jaeger (testenv/tools-up.sh builds it from tools/jaeger)", err)
+		unavailable(t, "bin/jaeger (services/tools-up.sh builds it from tools/jaeger)", err)
 	}
 	var ports [3]int
 	for i := range ports {

@@ -22,7 +22,7 @@ import (
 	"github.com/extworker/extworker/camunda7/admin"
 )
 
-// Defaults match testenv/engine-up.sh and testenv/pg-up.sh.
+// Defaults match services/engine-up.sh and services/pg-up.sh.
 const (
 	DefaultEngineURL   = "http://127.0.0.1:8080/engine-rest"
 	DefaultEngineDBURL = "postgres://camunda:camunda@127.0.0.1:5432/camunda"
@@ -252,7 +252,7 @@ func BPMN(m Model, o ModelOptions) string {
 </bpmn:definitions>`, m.MessageName, m.Key, versionTag, m.Topic, o.Priority, props.String(), after)
 }
 
-// Logins testenv/pg-up.sh creates beside the database owner: a member of the ledger's
+// Logins services/pg-up.sh creates beside the database owner: a member of the ledger's
 // worker role, two members of its operator role (the two-person rule's two people), and
 // the operator console's, a member of extworker_console (itself an operator role), which
 // serves every operator the console authenticates. Each one's password is its name.

@@ -36,12 +36,12 @@ func (s *Buffer) Bytes() []byte {
 }
 
 // Promtool returns the path of promtool (installed by `make up` through
-// testenv/tools-up.sh): missing, it fails the test in CI and skips it elsewhere.
+// services/tools-up.sh): missing, it fails the test in CI and skips it elsewhere.
 func Promtool(t testing.TB) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		unavailable(t, "promtool (testenv/tools-up.sh installs it)", err)
+		unavailable(t, "promtool (services/tools-up.sh installs it)", err)
 	}
 	return p
 }

@@ -35,7 +35,7 @@ func run() error {
 	var o harness.Options
 	flag.StringVar(&o.EngineURL, "engine", testenv.EngineURL(), "engine REST root")
 	flag.StringVar(&o.EngineDBURL, "engine-db", testenv.EngineDBURL(), "engine's PostgreSQL, read for its version only (empty: skip)")
-	flag.IntVar(&o.EnginePID, "engine-pid", pidFile("testenv/.run/engine.pid"), "the engine's process id, for its CPU time (0: PostgreSQL's only)")
+	flag.IntVar(&o.EnginePID, "engine-pid", pidFile("services/.run/engine.pid"), "the engine's process id, for its CPU time (0: PostgreSQL's only)")
 	flag.StringVar(&o.OutDir, "out", "bench/results", "where RESULTS.md and scenarios.svg go")
 	flag.StringVar(&o.LogDir, "logs", "", "where worker logs and profiles go (default: a new temporary directory)")
 	flag.IntVar(&o.Runs, "runs", def.Runs, "runs of every scenario")

@@ -79,7 +79,7 @@ func (s *server) exists(ctx context.Context, db string) (bool, error) {
 
 // create makes db, owned by the run's user. The test environment's user may not create
 // databases (it has no CREATEDB), so when that is refused and this process runs as root,
-// it asks the postgres system user's createdb, as testenv/pg-up.sh does.
+// it asks the postgres system user's createdb, as services/pg-up.sh does.
 func (s *server) create(ctx context.Context, db string) error {
 	err := s.exec(ctx, `CREATE DATABASE `+pgx.Identifier{db}.Sanitize())
 	var pe *pgconn.PgError

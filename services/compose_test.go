@@ -1,7 +1,7 @@
-// Package testenv_test checks the files that stand up the environment but that no test
+// Package services_test checks the files that stand up the environment but that no test
 // here can run: there is no Docker engine on our machines, so the compose file is
 // validated for what it names, not started.
-package testenv_test
+package services_test
 
 import (
 	"os"
@@ -122,7 +122,7 @@ func TestDockerfile(t *testing.T) {
 
 	ignore, err := os.ReadFile("../.dockerignore")
 	require.NoError(t, err)
-	for _, p := range []string{".git", "bench/", "testenv/", "**/node_modules"} {
+	for _, p := range []string{".git", "bench/", "services/", "**/node_modules"} {
 		assert.Contains(t, string(ignore), p+"\n", "kept out of the build context")
 	}
 }

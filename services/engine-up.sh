@@ -19,9 +19,9 @@
 #   ENGINE_ADMIN_USER, ENGINE_ADMIN_PASSWORD   (default admin / extworker-admin)
 #   ENGINE_START_TIMEOUT                 seconds to wait for readiness (default 300)
 #
-# Port 8080 keeps its pid and log in testenv/.run/engine.pid and engine.log, other ports in
+# Port 8080 keeps its pid and log in services/.run/engine.pid and engine.log, other ports in
 # engine-<port>.pid and engine-<port>.log. Each engine runs from its own copy of the jar
-# (testenv/.run/engine-<port>.jar), so rebuilding never touches a running engine's jar.
+# (services/.run/engine-<port>.jar), so rebuilding never touches a running engine's jar.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,7 +69,7 @@ cockpit() {
   if curl -fsS -m 5 -o /dev/null "$at" 2>/dev/null; then
     echo "engine-up: Cockpit: $at (login $login)"
   else
-    echo "engine-up: no Cockpit on port $ENGINE_PORT (an engine started before the webapps were added): ENGINE_PORT=$ENGINE_PORT bash testenv/engine-down.sh, then make up"
+    echo "engine-up: no Cockpit on port $ENGINE_PORT (an engine started before the webapps were added): ENGINE_PORT=$ENGINE_PORT bash services/engine-down.sh, then make up"
   fi
 }
 
