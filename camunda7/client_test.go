@@ -175,7 +175,7 @@ func requireNotSent(t *testing.T, err error) *TransportError {
 	t.Helper()
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrNotSent)
-	assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, err, ErrUnknownOutcome)
 	assert.True(t, SafeToRetry(err), "SafeToRetry(%v)", err)
 	var te *TransportError
 	require.ErrorAs(t, err, &te)
@@ -187,7 +187,7 @@ func requireNotSent(t *testing.T, err error) *TransportError {
 func requireOutcomeUnknown(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	assert.NotErrorIs(t, err, ErrNotSent)
 	assert.False(t, SafeToRetry(err), "SafeToRetry(%v)", err)
 }
@@ -427,7 +427,7 @@ func TestAnswerBodies(t *testing.T) {
 			for _, want := range tc.is {
 				assert.ErrorIs(t, err, want)
 			}
-			for _, not := range append(tc.isNot, ErrOutcomeUnknown, ErrNotSent, ErrMalformedResponse, ErrInvalidArgument) {
+			for _, not := range append(tc.isNot, ErrUnknownOutcome, ErrNotSent, ErrMalformedResponse, ErrInvalidArgument) {
 				assert.NotErrorIs(t, err, not)
 			}
 			assert.True(t, SafeToRetry(err), "the engine answered: nothing took effect")
@@ -781,7 +781,7 @@ func TestValidationBeforeSending(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrInvalidArgument)
 			assert.ErrorIs(t, err, ErrNotSent)
-			assert.NotErrorIs(t, err, ErrOutcomeUnknown)
+			assert.NotErrorIs(t, err, ErrUnknownOutcome)
 			assert.True(t, SafeToRetry(err))
 			var te *TransportError
 			assert.False(t, errors.As(err, &te), "a refused argument is not a transport failure")

@@ -85,7 +85,7 @@ func engineError(t *testing.T, err error, status int, typ string, pattern string
 	assert.Equal(t, typ, ee.Type, "type")
 	assert.Regexp(t, "^"+pattern+"$", ee.Message, "message")
 	assert.True(t, camunda7.SafeToRetry(err), "an engine answer is never an unknown outcome")
-	assert.False(t, errors.Is(err, camunda7.ErrOutcomeUnknown))
+	assert.False(t, errors.Is(err, camunda7.ErrUnknownOutcome))
 	return ee
 }
 

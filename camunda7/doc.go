@@ -40,7 +40,7 @@
 //     ErrUnauthorized, ErrBadRequest, ErrNotFound.
 //   - ErrNotSent (a *TransportError with Sent false, or an argument the client refused):
 //     the request never reached the engine, so it is safe to send again.
-//   - ErrOutcomeUnknown (a *TransportError with Sent true, or a *ResponseError): the
+//   - ErrUnknownOutcome (a *TransportError with Sent true, or a *ResponseError): the
 //     request left but its answer was lost or unreadable (timeout, reset, a proxy's
 //     error page, a truncated or oversized body). The engine may have acted on it; find
 //     out before doing anything that could act twice.

@@ -14,7 +14,7 @@ import (
 //
 // The first group classifies answers the engine gave (an *Error); the second group
 // classifies requests that got no usable answer (a *TransportError or *ResponseError).
-// The line between ErrNotSent and ErrOutcomeUnknown is the one the rest of extworker
+// The line between ErrNotSent and ErrUnknownOutcome is the one the rest of extworker
 // relies on: a request that certainly did not leave may be retried blindly, a request
 // that left with no answer may have taken effect and must be resolved, not repeated.
 var (
@@ -64,10 +64,10 @@ var (
 	// external-task endpoint that is not the engine's answer about the task (a
 	// *ResponseError; see ErrTaskGone). Retrying it cannot cause a second effect.
 	ErrNotSent = errors.New("camunda7: request not sent")
-	// ErrOutcomeUnknown matches a request that was sent but whose answer was lost or
+	// ErrUnknownOutcome matches a request that was sent but whose answer was lost or
 	// unreadable (timeout, reset, a proxy's error page, a truncated body). The engine may
 	// or may not have acted on it.
-	ErrOutcomeUnknown = errors.New("camunda7: request sent, outcome unknown")
+	ErrUnknownOutcome = errors.New("camunda7: request sent, outcome unknown")
 	// ErrMalformedResponse matches an answer that could not be read: not JSON where JSON
 	// was due, truncated, or larger than Config.MaxResponseBytes.
 	ErrMalformedResponse = errors.New("camunda7: malformed response")
@@ -221,7 +221,7 @@ func foreign404(taskEndpoint bool, status int, engine bool, typ, msg string) boo
 // TransportError is a request that got no HTTP answer. Sent tells whether the request
 // was written to the connection in full before the failure: if it was not, the engine
 // cannot have acted on it (errors.Is(err, ErrNotSent)); if it was, the outcome is unknown
-// (errors.Is(err, ErrOutcomeUnknown)).
+// (errors.Is(err, ErrUnknownOutcome)).
 type TransportError struct {
 	Op   string
 	Sent bool
@@ -238,9 +238,9 @@ func (e *TransportError) Error() string {
 
 func (e *TransportError) Unwrap() error { return e.Err }
 
-// Is matches ErrNotSent or ErrOutcomeUnknown according to Sent.
+// Is matches ErrNotSent or ErrUnknownOutcome according to Sent.
 func (e *TransportError) Is(target error) bool {
-	return (target == ErrNotSent && !e.Sent) || (target == ErrOutcomeUnknown && e.Sent)
+	return (target == ErrNotSent && !e.Sent) || (target == ErrUnknownOutcome && e.Sent)
 }
 
 // ResponseError is an HTTP answer that could not be read as the engine's: a proxy's HTML
@@ -272,7 +272,7 @@ func (e *ResponseError) Error() string {
 
 func (e *ResponseError) Unwrap() error { return e.Err }
 
-// Is matches ErrMalformedResponse always, ErrOutcomeUnknown unless the status was a
+// Is matches ErrMalformedResponse always, ErrUnknownOutcome unless the status was a
 // 4xx (which no engine or proxy sends after acting on a request), ErrThrottled for
 // a 429 or 413, and ErrNotSent for a 404 on an external-task endpoint that was not the
 // engine's answer about the task.
@@ -282,7 +282,7 @@ func (e *ResponseError) Is(target error) bool {
 		return true
 	case ErrNotSent:
 		return e.Err == errForeign404
-	case ErrOutcomeUnknown:
+	case ErrUnknownOutcome:
 		return e.StatusCode < 400 || e.StatusCode >= 500
 	case ErrThrottled:
 		return isThrottled(e.StatusCode)
@@ -350,7 +350,7 @@ func SafeToRetry(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrOutcomeUnknown) {
+	if errors.Is(err, ErrUnknownOutcome) {
 		return false
 	}
 	var ee *Error

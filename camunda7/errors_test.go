@@ -18,7 +18,7 @@ import (
 var answerSentinels = []error{ErrNotFound, ErrTaskGone, ErrLockLost, ErrLockExpired, ErrSuspended, ErrOptimisticLock, ErrUnauthorized, ErrBadRequest, ErrThrottled}
 
 // transportSentinels never match an engine answer.
-var transportSentinels = []error{ErrNotSent, ErrOutcomeUnknown, ErrMalformedResponse, ErrInvalidArgument}
+var transportSentinels = []error{ErrNotSent, ErrUnknownOutcome, ErrMalformedResponse, ErrInvalidArgument}
 
 // TestClassify pins classify against every engine message of the error matrix that the
 // conformance suite pins against the real engine (verbatim, including the engine's quirks;
@@ -153,24 +153,24 @@ func TestSafeToRetry(t *testing.T) {
 func TestErrorKindsMatchTheirSentinels(t *testing.T) {
 	te := &TransportError{Op: "op", Sent: false, Err: io.EOF}
 	assert.ErrorIs(t, te, ErrNotSent)
-	assert.NotErrorIs(t, te, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, te, ErrUnknownOutcome)
 	assert.ErrorIs(t, te, io.EOF, "the cause stays reachable")
 	te.Sent = true
-	assert.ErrorIs(t, te, ErrOutcomeUnknown)
+	assert.ErrorIs(t, te, ErrUnknownOutcome)
 	assert.NotErrorIs(t, te, ErrNotSent)
 	assert.NotErrorIs(t, te, ErrMalformedResponse)
 
 	for _, status := range []int{200, 204, 302, 500, 502, 503, 504} {
 		re := &ResponseError{Op: "op", StatusCode: status, Err: io.ErrUnexpectedEOF}
 		assert.ErrorIs(t, re, ErrMalformedResponse, "%d", status)
-		assert.ErrorIs(t, re, ErrOutcomeUnknown, "%d", status)
+		assert.ErrorIs(t, re, ErrUnknownOutcome, "%d", status)
 		assert.NotErrorIs(t, re, ErrNotSent, "%d", status)
 		assert.ErrorIs(t, re, io.ErrUnexpectedEOF, "%d", status)
 	}
 	for _, status := range []int{400, 404, 413, 429, 499} {
 		re := &ResponseError{Op: "op", StatusCode: status, Err: io.ErrUnexpectedEOF}
 		assert.ErrorIs(t, re, ErrMalformedResponse, "%d", status)
-		assert.NotErrorIs(t, re, ErrOutcomeUnknown, "a %d proves the request was refused", status)
+		assert.NotErrorIs(t, re, ErrUnknownOutcome, "a %d proves the request was refused", status)
 		assert.Equal(t, status == 413 || status == 429, errors.Is(re, ErrThrottled), "%d throttled", status)
 	}
 	for _, status := range []int{200, 500, 502, 503} {
@@ -180,7 +180,7 @@ func TestErrorKindsMatchTheirSentinels(t *testing.T) {
 	ae := invalid("op", "bad %s", "thing")
 	assert.ErrorIs(t, ae, ErrInvalidArgument)
 	assert.ErrorIs(t, ae, ErrNotSent)
-	assert.NotErrorIs(t, ae, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, ae, ErrUnknownOutcome)
 	assert.NotErrorIs(t, ae, ErrBadRequest)
 
 	// A nil kind (a 500 the client does not classify) must not match a nil target or anything else.
@@ -351,7 +351,7 @@ func TestThrottledAnswersAndRetryAfter(t *testing.T) {
 			err := completeCall(t.Context(), f.client(t, tc.cfg))
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrThrottled)
-			assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a 4xx is a refusal")
+			assert.NotErrorIs(t, err, ErrUnknownOutcome, "a 4xx is a refusal")
 			assert.NotErrorIs(t, err, ErrBadRequest)
 			assert.NotErrorIs(t, err, ErrLockLost)
 			assert.True(t, SafeToRetry(err))
@@ -398,7 +398,7 @@ func TestRetryAfterOnOtherAnswers(t *testing.T) {
 	var re *ResponseError
 	require.ErrorAs(t, err, &re)
 	assert.NotErrorIs(t, err, ErrThrottled)
-	assert.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	d, ok := RetryAfter(err)
 	assert.True(t, ok)
 	assert.Equal(t, 12*time.Second, d)

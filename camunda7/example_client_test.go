@@ -107,7 +107,7 @@ func ExampleSafeToRetry() {
 	}
 	err = c.Complete(context.Background(), "7f1c", camunda7.CompleteRequest{WorkerID: "worker-1"})
 	fmt.Println(err)
-	fmt.Println("outcome unknown:", errors.Is(err, camunda7.ErrOutcomeUnknown))
+	fmt.Println("outcome unknown:", errors.Is(err, camunda7.ErrUnknownOutcome))
 	fmt.Println("safe to retry blindly:", camunda7.SafeToRetry(err))
 
 	// A request the client refuses is never sent, so it is always safe to retry.

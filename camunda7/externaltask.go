@@ -185,7 +185,7 @@ type ExternalTask struct {
 // set it long-polls, and its HTTP timeout is LongPollTimeout(AsyncResponseTimeout).
 // An empty result is not an error.
 //
-// An error that matches ErrOutcomeUnknown means tasks may have been locked and not
+// An error that matches ErrUnknownOutcome means tasks may have been locked and not
 // delivered; they become fetchable again when their lock expires.
 func (c *Client) FetchAndLock(ctx context.Context, r FetchAndLockRequest) ([]LockedExternalTask, error) {
 	const op = "fetch and lock external tasks"

@@ -68,7 +68,7 @@ func TestForeign404IsNotTaskGone(t *testing.T) {
 				require.Error(t, err)
 				assert.NotErrorIs(t, err, ErrTaskGone)
 				assert.NotErrorIs(t, err, ErrLockLost)
-				assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a 404 proves nothing was done")
+				assert.NotErrorIs(t, err, ErrUnknownOutcome, "a 404 proves nothing was done")
 				assert.ErrorIs(t, err, ErrNotSent, "to be sent again")
 				assert.True(t, SafeToRetry(err))
 			})

@@ -49,7 +49,7 @@ func endSpan(span trace.Span, status, resends int, err error) {
 
 // outcome classifies a call's error for its span (attribute camunda7.outcome): "ok"
 // (nil), "not-sent" (it certainly never reached the engine: ErrNotSent), "unknown" (it
-// left and its answer was lost or unreadable: ErrOutcomeUnknown), "engine-error" (an
+// left and its answer was lost or unreadable: ErrUnknownOutcome), "engine-error" (an
 // answer that refused it: nothing happened).
 func outcome(err error) string {
 	switch {
@@ -57,7 +57,7 @@ func outcome(err error) string {
 		return "ok"
 	case errors.Is(err, ErrNotSent):
 		return "not-sent"
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, ErrUnknownOutcome):
 		return "unknown"
 	}
 	return "engine-error"
@@ -72,7 +72,7 @@ var errorKinds = []struct {
 	{ErrNotSent, "not-sent"},
 	{ErrResponseTooLarge, "response-too-large"},
 	{ErrThrottled, "throttled"},
-	{ErrOutcomeUnknown, "outcome-unknown"},
+	{ErrUnknownOutcome, "outcome-unknown"},
 	{ErrMalformedResponse, "malformed-response"},
 	{ErrLockExpired, "lock-expired"},
 	{ErrLockLost, "lock-lost"},

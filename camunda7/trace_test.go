@@ -79,7 +79,7 @@ func TestEngineCallSpans(t *testing.T) {
 	require.NoError(t, c.Complete(ctx, taskID, CompleteRequest{WorkerID: "w1", Variables: Variables{"v": StringVar(secret)}}))
 	require.ErrorIs(t, c.ExtendLock(ctx, taskID, "w1", time.Minute), ErrLockLost)
 	_, err := c.ExternalTask(ctx, taskID)
-	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.ErrorIs(t, err, ErrUnknownOutcome)
 
 	// Nothing listens: the request never leaves.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -65,7 +65,7 @@
 // Context errors are not special: a handler that gives up because its context was
 // cancelled (the lock was lost, the worker is stopping) returns a retryable error.
 // Nor does Classify know other packages' errors: a request that left but whose answer
-// was lost (camunda7.ErrOutcomeUnknown, or any client's timeout after sending) is
+// was lost (camunda7.ErrUnknownOutcome, or any client's timeout after sending) is
 // retryable unless the handler wraps it with UnknownOutcome.
 //
 // # Retries

@@ -197,9 +197,9 @@ func FromPanic(value any, stack []byte) error {
 	return &PanicError{Value: value, Stack: stack}
 }
 
-// Outcome is a handler's error classified: what the worker must tell the engine.
+// Classification is a handler's error classified: what the worker must tell the engine.
 // Only Classify builds one.
-type Outcome struct {
+type Classification struct {
 	// Kind decides which engine call the worker makes.
 	Kind Kind
 	// Err is the error as the handler returned it (nil for KindNone).
@@ -231,11 +231,11 @@ type Outcome struct {
 //
 // Classify is deterministic and does not panic, even when the error's Error method
 // does.
-func Classify(err error) Outcome {
+func Classify(err error) Classification {
 	if err == nil {
-		return Outcome{Kind: KindNone}
+		return Classification{Kind: KindNone}
 	}
-	o := Outcome{Kind: KindRetryable, Err: err}
+	o := Classification{Kind: KindRetryable, Err: err}
 	var pe *PanicError
 	if errors.As(err, &pe) && pe != nil {
 		o.Panic = pe

@@ -306,7 +306,7 @@ type panickyErr struct{ p *int }
 func (e panickyErr) Error() string { return fmt.Sprint(*e.p) }
 
 func TestClassifyErrorMethodPanics(t *testing.T) {
-	var o Outcome
+	var o Classification
 	require.NotPanics(t, func() { o = Classify(Permanent(panickyErr{})) })
 	assert.Equal(t, KindPermanent, o.Kind)
 	assert.True(t, strings.HasPrefix(o.Message, "*failure.Error: Error method panicked: "), o.Message)

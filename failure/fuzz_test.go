@@ -107,7 +107,7 @@ func FuzzClassify(f *testing.F) {
 		if o.Kind != KindRetryable && o.RetryDelay != 0 {
 			t.Fatalf("non-retryable outcome with a delay: %+v", o)
 		}
-		if o.Kind == KindNone && !reflect.DeepEqual(o, Outcome{}) {
+		if o.Kind == KindNone && !reflect.DeepEqual(o, Classification{}) {
 			t.Fatalf("KindNone with fields set: %+v", o)
 		}
 		if o.Kind != KindNone && o.Kind != KindBPMNError && o.Message != err.Error() {

@@ -162,7 +162,7 @@ func TestAnswerAfterCancellationIsRecorded(t *testing.T) {
 		name   string
 		answer func(p *provider, ctx context.Context, key string) (idempotency.Result, error)
 		want   idempotency.State
-		check  func(t *testing.T, out idempotency.Outcome, err error)
+		check  func(t *testing.T, out idempotency.Receipt, err error)
 	}{
 		{
 			name: "success",
@@ -170,7 +170,7 @@ func TestAnswerAfterCancellationIsRecorded(t *testing.T) {
 				return p.charge(ctx, key)
 			},
 			want: idempotency.StateConfirmed,
-			check: func(t *testing.T, out idempotency.Outcome, err error) {
+			check: func(t *testing.T, out idempotency.Receipt, err error) {
 				require.NoError(t, err)
 				assert.Equal(t, "ch_1", out.ProviderRef)
 			},
@@ -181,7 +181,7 @@ func TestAnswerAfterCancellationIsRecorded(t *testing.T) {
 				return idempotency.Result{}, idempotency.Rejected("CARD_DECLINED", "insufficient funds")
 			},
 			want: idempotency.StateRejected,
-			check: func(t *testing.T, _ idempotency.Outcome, err error) {
+			check: func(t *testing.T, _ idempotency.Receipt, err error) {
 				o := failure.Classify(err)
 				assert.Equal(t, failure.KindBPMNError, o.Kind, "%v", err)
 				assert.Equal(t, "CARD_DECLINED", o.Code)
@@ -193,7 +193,7 @@ func TestAnswerAfterCancellationIsRecorded(t *testing.T) {
 				return idempotency.Result{}, idempotency.NotSent(errors.New("connection refused"))
 			},
 			want: idempotency.StatePrepared,
-			check: func(t *testing.T, _ idempotency.Outcome, err error) {
+			check: func(t *testing.T, _ idempotency.Receipt, err error) {
 				assert.True(t, idempotency.IsNotSent(err), "%v", err)
 				assert.Equal(t, failure.KindRetryable, kind(err))
 			},
@@ -204,7 +204,7 @@ func TestAnswerAfterCancellationIsRecorded(t *testing.T) {
 				return idempotency.Result{}, errors.New("read timeout after the request was sent")
 			},
 			want: idempotency.StateUnknown,
-			check: func(t *testing.T, _ idempotency.Outcome, err error) {
+			check: func(t *testing.T, _ idempotency.Receipt, err error) {
 				assert.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 			},
 		},

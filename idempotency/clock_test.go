@@ -99,7 +99,7 @@ func TestWorkerClockSkewDoesNotMoveWindowOrSearchLag(t *testing.T) {
 		eff := idempotency.Effect{Dispatch: p.charge,
 			Reconcile: func(context.Context, idempotency.Query) (idempotency.Reconciliation, error) {
 				byKey.Add(1)
-				return idempotency.NotFound(), nil // the provider forgot the key
+				return idempotency.Absent(), nil // the provider forgot the key
 			},
 			Search: func(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
 				bySearch.Add(1)

@@ -114,7 +114,7 @@ func httpEffect(base string, crash func(point string)) idempotency.Effect {
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode == http.StatusNotFound {
-				return idempotency.NotFound(), nil
+				return idempotency.Absent(), nil
 			}
 			var body struct{ ID string }
 			data, _ := io.ReadAll(resp.Body)
@@ -177,9 +177,9 @@ func runCrashHelper(t *testing.T, mode, ns, provider string) {
 }
 
 // doUntilLeaseEnds runs Do until the dead process's lease has run out.
-func doUntilLeaseEnds(t *testing.T, l *idempotency.Ledger, eff idempotency.Effect) idempotency.Outcome {
+func doUntilLeaseEnds(t *testing.T, l *idempotency.Ledger, eff idempotency.Effect) idempotency.Receipt {
 	t.Helper()
-	var out idempotency.Outcome
+	var out idempotency.Receipt
 	testenv.Eventually(t, 20*time.Second, "the dead attempt's lease to run out", func() (bool, error) {
 		var err error
 		out, err = l.Do(context.Background(), intent("INV-CRASH", 4200), eff)

@@ -33,7 +33,7 @@ func TestRedeliveredTaskCompletesFromTheLedger(t *testing.T) {
 
 	p := newProvider()
 	var mu sync.Mutex
-	var outcomes []idempotency.Outcome
+	var outcomes []idempotency.Receipt
 	reg := tasks.NewRegistry()
 	require.NoError(t, reg.Register(m.Topic, func(ctx context.Context, tk *tasks.Task) (camunda7.Variables, error) {
 		amount, err := tk.Variables().Long("amountCents")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/extworker/extworker/internal/digest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -144,24 +145,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Ledger, error) {
 // Digest returns the canonical digest of a request: SHA-256 of its JSON with object keys
 // sorted and numbers kept as written, so equal requests have equal digests whatever the
 // field order of the struct or map they came from.
-func Digest(request any) (string, error) {
-	raw, err := json.Marshal(request)
-	if err != nil {
-		return "", fmt.Errorf("digest request: %w", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return "", fmt.Errorf("digest request: %w", err)
-	}
-	canon, err := json.Marshal(v) // maps marshal with sorted keys
-	if err != nil {
-		return "", fmt.Errorf("digest request: %w", err)
-	}
-	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:]), nil
-}
+func Digest(request any) (string, error) { return digest.JSON(request) }
 
 // ProviderKey derives the Idempotency-Key the provider sees from the intent: stable
 // across attempts and workers, high-entropy, and free of the business values in the key.
@@ -274,21 +258,21 @@ type attempt struct {
 // checked before the claim, right before the dispatched mark and right before the
 // request leaves; a request that has left is waited for (within the lease) and its
 // answer recorded even if ctx ends meanwhile.
-func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Outcome, error) {
+func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Receipt, error) {
 	if err := checkIntent(in); err != nil {
-		return Outcome{}, failure.Permanent(err)
+		return Receipt{}, failure.Permanent(err)
 	}
 	if eff.Dispatch == nil && eff.Local == nil {
-		return Outcome{}, failure.Permanent(errors.New("idempotency: an effect needs Dispatch or Local"))
+		return Receipt{}, failure.Permanent(errors.New("idempotency: an effect needs Dispatch or Local"))
 	}
 	digest, err := Digest(in.Request)
 	if err != nil {
-		return Outcome{}, failure.Permanent(err)
+		return Receipt{}, failure.Permanent(err)
 	}
 	a := &attempt{l: l, in: in, eff: eff, digest: digest}
 	if in.Compensates != (IntentRef{}) {
 		if a.compensates, err = l.compensated(ctx, in); err != nil {
-			return Outcome{}, err
+			return Receipt{}, err
 		}
 	}
 	out, err := a.run(ctx)
@@ -352,9 +336,9 @@ func truncateBytes(s string, n int) string {
 	return s
 }
 
-func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
+func (a *attempt) run(ctx context.Context) (_ Receipt, err error) {
 	if err := a.fence(ctx); err != nil {
-		return Outcome{}, err
+		return Receipt{}, err
 	}
 	cctx, span := a.startStep(ctx, spanClaim)
 	cerr := a.claim(cctx)
@@ -363,7 +347,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	}
 	a.endStep(span, cerr)
 	if cerr != nil {
-		return Outcome{}, cerr
+		return Receipt{}, cerr
 	}
 	if a.claimed {
 		defer func() {
@@ -386,7 +370,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 	failpoint.Inject(failpoint.AfterPrepared)
 	if a.eff.Dispatch == nil {
 		if err := a.fence(ctx); err != nil {
-			return Outcome{}, err
+			return Receipt{}, err
 		}
 		return a.confirm(ctx, StatePrepared, StateConfirmed, Result{}, "local effect committed with the ledger")
 	}
@@ -395,7 +379,7 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 		merr := a.markDispatched(mctx)
 		a.endStep(span, merr)
 		if merr != nil {
-			return Outcome{}, merr
+			return Receipt{}, merr
 		}
 	}
 	return a.dispatch(ctx)
@@ -403,13 +387,13 @@ func (a *attempt) run(ctx context.Context) (_ Outcome, err error) {
 
 // settled returns what a terminal intent settled as, without calling the provider: every
 // terminal state is final, for this attempt and every later one.
-func (a *attempt) settled() (Outcome, error) {
+func (a *attempt) settled() (Receipt, error) {
 	switch a.row.State {
 	case StateConfirmed, StateReconciled:
 		return a.outcome(true)
 	case StateRejected:
 		a.l.cfg.Hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
-		return Outcome{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
+		return Receipt{}, a.rejected(&Rejection{Code: deref(a.row.ErrorCode), Message: deref(a.row.ErrorMessage)})
 	}
 	cause := errors.New("idempotency: intent settled")
 	if a.row.State == StateCompensated {
@@ -418,7 +402,7 @@ func (a *attempt) settled() (Outcome, error) {
 		cause = ErrCompensated
 	}
 	a.l.cfg.Hooks.Observer.DuplicateSuppressed(a.in.Scope, "replayed")
-	return Outcome{}, failure.Permanent(fmt.Errorf("%w: intent %s/%s is %s and is never dispatched again (provider key %s); a new effect needs a new intent key",
+	return Receipt{}, failure.Permanent(fmt.Errorf("%w: intent %s/%s is %s and is never dispatched again (provider key %s); a new effect needs a new intent key",
 		cause, a.in.Scope, a.in.Key, a.row.State, a.row.ProviderKey))
 }
 
@@ -642,7 +626,7 @@ func (a *attempt) claim(ctx context.Context) error {
 // dispatch. Without either, the intent goes to an operator. Both ages are measured on
 // the database's clock, which wrote the timestamps: a worker's clock that is off moves
 // neither the window nor the lag.
-func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err error) {
+func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Receipt, err error) {
 	l, r := a.l, a.row
 	pastWindow := r.FirstDispatchedAt != nil && a.dbTime().Sub(*r.FirstDispatchedAt) > l.cfg.ProviderWindow
 	lookup, bySearch := a.eff.Reconcile, false
@@ -655,7 +639,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 			why = fmt.Sprintf("first dispatched %s, beyond the provider's %v idempotency window, and this effect has no Search",
 				r.FirstDispatchedAt.Format(time.RFC3339), l.cfg.ProviderWindow)
 		}
-		return false, Outcome{}, a.hold(ctx, why, ErrUnknownOutcome)
+		return false, Receipt{}, a.hold(ctx, why, ErrUnknownOutcome)
 	}
 	rctx, cancel := context.WithDeadline(ctx, a.leaseDeadline())
 	rctx, lspan := a.startStep(rctx, spanProviderLookup, trace.WithSpanKind(trace.SpanKindClient))
@@ -668,7 +652,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		// The handler's context ended during the lookup: no answer, and not an
 		// inconclusive one to count towards MaxReconciliations. The intent stays unknown
 		// for the next attempt (run releases the lease).
-		return false, Outcome{}, a.fence(ctx)
+		return false, Receipt{}, a.fence(ctx)
 	}
 	if rerr != nil {
 		rec = StillUnknown(rerr.Error())
@@ -696,15 +680,15 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		out, err := a.confirm(ctx, StateUnknown, StateReconciled, rec.result, how+": the provider has the effect")
 		return false, out, err
 	case reconRejected:
-		return false, Outcome{}, a.reject(ctx, StateUnknown, rec.rejection, how+": the provider declined the request")
+		return false, Receipt{}, a.reject(ctx, StateUnknown, rec.rejection, how+": the provider declined the request")
 	case reconNotFound:
 		if err := a.move(ctx, StateUnknown, StatePrepared, how+": the provider has no record; dispatch again with the same key", ""); err != nil {
-			return false, Outcome{}, failure.Retryable(err)
+			return false, Receipt{}, failure.Retryable(err)
 		}
 		a.row.State = StatePrepared
-		return true, Outcome{}, nil
+		return true, Receipt{}, nil
 	case reconHold:
-		return false, Outcome{}, a.hold(ctx, how+": "+rec.reason, ErrUnknownOutcome)
+		return false, Receipt{}, a.hold(ctx, how+": "+rec.reason, ErrUnknownOutcome)
 	}
 	// Waiting out the index lag is not an inconclusive answer: it does not count towards
 	// MaxReconciliations (the lag bounds it).
@@ -713,22 +697,22 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Outcome, err
 		n, counted = r.Reconciliations, 0
 	}
 	if counted == 1 && n >= l.cfg.MaxReconciliations {
-		return false, Outcome{}, a.hold(ctx, fmt.Sprintf("still unknown after %d reconciliations: %s", n, rec.reason), ErrUnknownOutcome)
+		return false, Receipt{}, a.hold(ctx, fmt.Sprintf("still unknown after %d reconciliations: %s", n, rec.reason), ErrUnknownOutcome)
 	}
 	wctx, wcancel := a.writeCtx(ctx)
 	defer wcancel()
 	if _, err := l.pool.Exec(wctx, `UPDATE extworker_intents SET reconciliations = reconciliations + $3, lease_owner = NULL, lease_until = NULL,
 			updated_at = now() WHERE id = $1 AND attempt = $2`, r.ID, r.Attempt, counted); err != nil {
 		l.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
-		return false, Outcome{}, failure.Retryable(err)
+		return false, Receipt{}, failure.Retryable(err)
 	}
 	backoff := max(l.cfg.ReconcileBackoff<<min(max(n-1, 0), 10), lagLeft)
-	return false, Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, n, l.cfg.MaxReconciliations, rec.reason), backoff)
+	return false, Receipt{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, n, l.cfg.MaxReconciliations, rec.reason), backoff)
 }
 
 // dispatch performs the effect of an intent already marked dispatched (committed before
 // anything leaves: with the claim, or by markDispatched) and records what came back.
-func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
+func (a *attempt) dispatch(ctx context.Context) (Receipt, error) {
 	l := a.l
 	failpoint.Inject(failpoint.AfterDispatchMark)
 	if err := a.fence(ctx); err != nil {
@@ -742,7 +726,7 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 			// The row stays dispatched: the next attempt, once the lease ends, reconciles it.
 			a.logger(ctx).Warn("recording a dispatch cancelled before it left failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", merr))
 		}
-		return Outcome{}, err
+		return Receipt{}, err
 	}
 	// Once the request may leave, it is not abandoned when the handler's context ends (a
 	// lost lock, a cancelled task, shutdown): its answer is waited for, within the lease,
@@ -761,37 +745,37 @@ func (a *attempt) dispatch(ctx context.Context) (Outcome, error) {
 		failpoint.Inject(failpoint.AfterProviderAnswer)
 		return a.confirm(ctx, StateDispatched, StateConfirmed, res, "confirmed by the provider")
 	case errors.As(derr, &rej):
-		return Outcome{}, a.reject(ctx, StateDispatched, rej, "declined by the provider")
+		return Receipt{}, a.reject(ctx, StateDispatched, rej, "declined by the provider")
 	case failure.Classify(derr).Kind == failure.KindPermanent:
 		// The provider refused the request outright without acting on it as a decline
 		// (the key is held for a different request: a mismatch that got past the digest
 		// check). Nothing will change by retrying: an operator looks at the key.
-		return Outcome{}, a.hold(ctx, "the provider refused the request: "+derr.Error(), ErrKeyRefused)
+		return Receipt{}, a.hold(ctx, "the provider refused the request: "+derr.Error(), ErrKeyRefused)
 	case IsNotSent(derr):
 		if err := a.moveNotSent(ctx, derr.Error(), ""); err != nil {
-			return Outcome{}, failure.Retryable(err)
+			return Receipt{}, failure.Retryable(err)
 		}
 		var ra interface{ RetryAfter() time.Duration }
 		if errors.As(derr, &ra) && ra.RetryAfter() > 0 {
 			// The provider said when to come back (429 Retry-After): the retry waits that long.
-			return Outcome{}, failure.RetryableAfter(fmt.Errorf("idempotency: dispatch %w", derr), ra.RetryAfter())
+			return Receipt{}, failure.RetryableAfter(fmt.Errorf("idempotency: dispatch %w", derr), ra.RetryAfter())
 		}
-		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: dispatch %w", derr))
+		return Receipt{}, failure.Retryable(fmt.Errorf("idempotency: dispatch %w", derr))
 	}
 	if err := a.moveUnknown(ctx, "ambiguous dispatch: "+derr.Error()); err != nil {
 		// The row stays dispatched: the next attempt, once the lease ends, treats it as unknown.
 		a.logger(ctx).Warn("recording an unknown dispatch failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", err))
 	}
-	return Outcome{}, failure.RetryableAfter(fmt.Errorf("%w: %w", ErrUnknownOutcome, derr), l.cfg.ReconcileBackoff)
+	return Receipt{}, failure.RetryableAfter(fmt.Errorf("%w: %w", ErrUnknownOutcome, derr), l.cfg.ReconcileBackoff)
 }
 
 // confirm records the result (and runs Local in the same transaction).
-func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reason string) (_ Outcome, err error) {
+func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reason string) (_ Receipt, err error) {
 	ctx, span := a.startStep(ctx, spanConfirm)
 	defer func() { a.endStep(span, err) }()
 	values, err := json.Marshal(res.Values)
 	if err != nil {
-		return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: result values: %w", err))
+		return Receipt{}, failure.Permanent(fmt.Errorf("idempotency: result values: %w", err))
 	}
 	wctx, cancel := a.writeCtx(ctx)
 	defer cancel()
@@ -827,7 +811,7 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 				a.logger(ctx).Warn("recording unknown after a failed confirm failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", merr))
 			}
 		}
-		return Outcome{}, failure.Retryable(fmt.Errorf("idempotency: confirm %s/%s: %w", a.in.Scope, a.in.Key, err))
+		return Receipt{}, failure.Retryable(fmt.Errorf("idempotency: confirm %s/%s: %w", a.in.Scope, a.in.Key, err))
 	}
 	failpoint.Inject(failpoint.AfterConfirm)
 	a.row.State, a.row.Result = to, values
@@ -894,11 +878,11 @@ func (a *attempt) holdError(why string, cause error) error {
 		cause, why, a.row.ProviderKey, a.in.Scope, a.in.Key, a.in.Key))
 }
 
-func (a *attempt) outcome(replayed bool) (Outcome, error) {
-	out := Outcome{State: a.row.State, ProviderKey: a.row.ProviderKey, ProviderRef: deref(a.row.ProviderRef), Replayed: replayed, Attempt: a.row.Attempt}
+func (a *attempt) outcome(replayed bool) (Receipt, error) {
+	out := Receipt{State: a.row.State, ProviderKey: a.row.ProviderKey, ProviderRef: deref(a.row.ProviderRef), Replayed: replayed, Attempt: a.row.Attempt}
 	if len(a.row.Result) > 0 {
 		if err := json.Unmarshal(a.row.Result, &out.Values); err != nil {
-			return Outcome{}, failure.Permanent(fmt.Errorf("idempotency: stored result of %s/%s: %w", a.in.Scope, a.in.Key, err))
+			return Receipt{}, failure.Permanent(fmt.Errorf("idempotency: stored result of %s/%s: %w", a.in.Scope, a.in.Key, err))
 		}
 	}
 	return out, nil

@@ -72,7 +72,7 @@ func (p *provider) lookup(_ context.Context, q idempotency.Query) (idempotency.R
 	if ref, ok := p.effects[q.ProviderKey]; ok {
 		return idempotency.Found(idempotency.Result{ProviderRef: ref, Values: map[string]any{"chargeId": ref}}), nil
 	}
-	return idempotency.NotFound(), nil
+	return idempotency.Absent(), nil
 }
 
 func (p *provider) effect() idempotency.Effect {
@@ -152,7 +152,7 @@ func TestConcurrentAttemptsDispatchOnce(t *testing.T) {
 	p.delay = 200 * time.Millisecond
 	ctx := testenv.Context(t, time.Minute)
 	const n = 16
-	results := make(chan idempotency.Outcome, n)
+	results := make(chan idempotency.Receipt, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)

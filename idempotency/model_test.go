@@ -55,7 +55,7 @@ func (p *scriptedProvider) reconcile(_ context.Context, q idempotency.Query) (id
 	if ref, ok := p.effects[q.ProviderKey]; ok {
 		return idempotency.Found(idempotency.Result{ProviderRef: ref, Values: map[string]any{"ref": ref}}), nil
 	}
-	return idempotency.NotFound(), nil
+	return idempotency.Absent(), nil
 }
 
 // TestLedgerStateMachine drives random sequences of attempts, provider behaviours and

@@ -97,7 +97,7 @@ func TestObserverAndBacklog(t *testing.T) {
 	assert.GreaterOrEqual(t, rows[0].OldestAge, time.Duration(0))
 
 	// The next attempt reconciles: found.
-	var out idempotency.Outcome
+	var out idempotency.Receipt
 	testenv.Eventually(t, 10*time.Second, "the reconciling attempt to run", func() (bool, error) {
 		out, err = l.Do(ctx, intent("OBS-2", 200), p.effect())
 		return !errors.Is(err, idempotency.ErrInProgress), nil

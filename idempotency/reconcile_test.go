@@ -26,7 +26,7 @@ func TestPastWindowReconcilesBySearchNotByKey(t *testing.T) {
 	eff := p.effect()
 	eff.Reconcile = func(context.Context, idempotency.Query) (idempotency.Reconciliation, error) {
 		byKey.Add(1)
-		return idempotency.NotFound(), nil // the key expired: a lie past the window
+		return idempotency.Absent(), nil // the key expired: a lie past the window
 	}
 	eff.Search = func(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
 		bySearch.Add(1)

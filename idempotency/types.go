@@ -157,9 +157,9 @@ var reconResults = [...]string{reconStillUnknown: "still_unknown", reconFound: "
 // Found: the provider has the effect; the intent becomes reconciled with this result.
 func Found(r Result) Reconciliation { return Reconciliation{kind: reconFound, result: r} }
 
-// NotFound: the provider authoritatively has no such effect (within its idempotency
+// Absent: the provider authoritatively has no such effect (within its idempotency
 // window and past its index lag); dispatching again with the same key is allowed.
-func NotFound() Reconciliation { return Reconciliation{kind: reconNotFound} }
+func Absent() Reconciliation { return Reconciliation{kind: reconNotFound} }
 
 // StillUnknown: the provider cannot tell yet; reconciliation is retried with backoff and
 // ends in operator hold past the limit.
@@ -234,8 +234,8 @@ var (
 	ErrPruned = errors.New("idempotency: intent settled and pruned")
 )
 
-// Outcome is a confirmed (or reconciled) intent.
-type Outcome struct {
+// Receipt is a confirmed (or reconciled) intent.
+type Receipt struct {
 	State       State
 	ProviderKey string
 	ProviderRef string

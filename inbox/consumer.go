@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/extworker/extworker/internal/failpoint"
@@ -147,7 +149,7 @@ func (c *Consumer) deliver(ctx context.Context, pub *confirmer, d amqp.Delivery)
 			HeaderAttempt: attempt(d) + 1}, out.Delay)
 	case Park:
 		err = pub.publish(hctx, DeadLetterQueue(c.cfg.Queue), d, amqp.Table{HeaderSource: c.cfg.Source, HeaderReason: reason,
-			HeaderDigest: Digest(d.Body)}, 0)
+			HeaderDigest: digest.Bytes(d.Body)}, 0)
 	}
 	if err != nil {
 		c.cfg.Logger.Warn("inbox: could not hand a message to its retry or dead-letter queue; the broker delivers it again",

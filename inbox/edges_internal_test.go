@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
@@ -25,7 +27,7 @@ func TestStoredID(t *testing.T) {
 		{"hex:41", "hex:6865783a3431"}, // never stored under another's escaped form
 		{"\u202eevil", "\u202eevil"},   // text; `inbox show` and the logs escape it
 		{strings.Repeat("y", 1024), strings.Repeat("y", 1024)},
-		{long, "hex:sha256:" + Digest([]byte(long))},
+		{long, "hex:sha256:" + digest.Bytes([]byte(long))},
 	} {
 		assert.Equal(t, tc.want, StoredID(tc.id), "%q", tc.id)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -564,7 +566,7 @@ func TestExplicitSHA256IDIsNotTheIDOfAMessageWithoutOne(t *testing.T) {
 	out, err := c.Handle(ctx, noID)
 	require.NoError(t, err)
 	require.Equal(t, inbox.Park, out.Disposition, out.Reason)
-	derived := "sha256:" + inbox.Digest(noID.Body)
+	derived := "sha256:" + digest.Bytes(noID.Body)
 	require.Equal(t, inbox.StateFailedFinal, e.record(t, derived).State)
 
 	withID := noID

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -56,7 +58,7 @@ const (
 // outbox's publish, under the trace of the task that added the event), or the root of a
 // trace of its own when the delivery carries none.
 func (c *Consumer) Handle(ctx context.Context, m Message) (out Outcome, err error) {
-	f := recordOf(m, Digest(m.Body))
+	f := recordOf(m, digest.Bytes(m.Body))
 	ctx, span := c.startHandleSpan(ctx, f.typ)
 	defer func() { endHandleSpan(span, out, err) }()
 	c.stats.Received.Add(1)

@@ -66,8 +66,6 @@
 package inbox
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -360,12 +358,6 @@ func (c *Consumer) Declared() <-chan struct{} { return c.declared }
 
 // Stats returns the consumer's counts since it was made.
 func (c *Consumer) Stats() *Stats { return &c.stats }
-
-// Digest is the SHA-256 of a body, hex-encoded: what the inbox keeps of it.
-func Digest(body []byte) string {
-	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:])
-}
 
 func (c *Consumer) backoff(attempt int) time.Duration {
 	d := c.cfg.BackoffInitial << min(max(attempt-1, 0), 20)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
@@ -224,7 +226,7 @@ func TestStartOncePerMessageAndBusinessKey(t *testing.T) {
 	assert.Equal(t, 2, r.Deliveries)
 	assert.Equal(t, 1, r.Duplicates)
 	assert.Equal(t, "corr-m1", r.CorrelationID)
-	assert.Equal(t, inbox.Digest(msg("m1", payload{Do: "start", BusinessKey: bk}).Body), r.BodyDigest)
+	assert.Equal(t, digest.Bytes(msg("m1", payload{Do: "start", BusinessKey: bk}).Body), r.BodyDigest)
 	assert.Equal(t, out.ProcessInstanceID, r.ProcessInstanceID)
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -197,7 +199,7 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue st
 			park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
 			reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
 		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('FAILED_FINAL', 'RECEIVED')`,
-		source, id, Digest(d.Body))
+		source, id, digest.Bytes(d.Body))
 	if err != nil {
 		return true, fmt.Errorf("inbox: replay %s: %w", id, err)
 	}

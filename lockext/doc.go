@@ -85,7 +85,7 @@
 //
 // context.Cause(ext.Context()) says why, matched with errors.Is:
 //
-//   - ErrLockLost, as a *LockLostError: the engine answered that the task is gone
+//   - camunda7.ErrLockLost, as a *LockLostError: the engine answered that the task is gone
 //     (camunda7.ErrTaskGone: completed elsewhere, cancelled, instance deleted) or that
 //     the lock is not ours (camunda7.ErrLockLost: another worker holds it, or it was
 //     unlocked). Nothing else ends a lock: transient errors (not sent, outcome unknown,

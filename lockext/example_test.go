@@ -41,7 +41,7 @@ func Example() {
 	err = handler(ext.Context())
 
 	var lost *lockext.LockLostError
-	fmt.Println("lock lost:", errors.Is(err, lockext.ErrLockLost))
+	fmt.Println("lock lost:", errors.Is(err, camunda7.ErrLockLost))
 	fmt.Println("task gone:", errors.Is(err, camunda7.ErrTaskGone))
 	fmt.Println("engine said so:", errors.As(err, &lost) && lost.Err != nil)
 	// Output:

@@ -99,7 +99,7 @@ func Start(parent context.Context, l Locker, t Task, cfg Config) (*Extender, err
 }
 
 // Context returns the handler's context. It is cancelled, with context.Cause telling
-// why, by the first of: a lost lock (*LockLostError, errors.Is ErrLockLost), MaxRunTime
+// why, by the first of: a lost lock (*LockLostError, errors.Is camunda7.ErrLockLost), MaxRunTime
 // (ErrMaxRunTime), parent ending (parent's cause), or Stop (ErrStopped).
 func (e *Extender) Context() context.Context { return e.ctx }
 

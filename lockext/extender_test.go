@@ -370,7 +370,7 @@ func TestLostAnswerEndsAtOnce(t *testing.T) {
 
 				assert.Equal(t, 2*time.Second, waitDone(ext, t0), "lost on the first such answer, without retrying")
 				cause := context.Cause(ext.Context())
-				assert.ErrorIs(t, cause, lockext.ErrLockLost)
+				assert.ErrorIs(t, cause, camunda7.ErrLockLost)
 				assert.ErrorIs(t, cause, tc.is)
 				var lost *lockext.LockLostError
 				require.ErrorAs(t, cause, &lost)
@@ -403,7 +403,7 @@ func TestMaxRunTime(t *testing.T) {
 
 		assert.Equal(t, 2500*ms, waitDone(ext, t0))
 		assert.ErrorIs(t, context.Cause(ext.Context()), lockext.ErrMaxRunTime)
-		assert.NotErrorIs(t, context.Cause(ext.Context()), lockext.ErrLockLost)
+		assert.NotErrorIs(t, context.Cause(ext.Context()), camunda7.ErrLockLost)
 		assert.Equal(t, lockext.ErrMaxRunTime, ext.Lost())
 		sleepTo(t0, 10*time.Second)
 		assert.Equal(t, durations(1*time.Second, 2*time.Second), f.times(), "no extension past MaxRunTime: the lock runs out")
@@ -672,7 +672,7 @@ func TestStartRejectsIncompleteTask(t *testing.T) {
 func TestLockLostErrorMatching(t *testing.T) {
 	t.Parallel()
 	err := fmt.Errorf("handle task t1: %w", &lockext.LockLostError{TaskID: "t1", Err: errGone})
-	assert.ErrorIs(t, err, lockext.ErrLockLost)
+	assert.ErrorIs(t, err, camunda7.ErrLockLost)
 	assert.ErrorIs(t, err, camunda7.ErrTaskGone)
 	assert.NotErrorIs(t, err, lockext.ErrMaxRunTime)
 	assert.NotErrorIs(t, err, camunda7.ErrLockLost)

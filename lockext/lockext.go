@@ -145,18 +145,16 @@ func (t Task) validate() error {
 }
 
 // Causes with which Extender.Context is cancelled, matched with errors.Is against
-// context.Cause(ctx) or Extender.Lost.
+// context.Cause(ctx) or Extender.Lost. A lost lock is camunda7.ErrLockLost, the one
+// lock-lost error there is (every *LockLostError matches it).
 var (
-	// ErrLockLost matches every *LockLostError: the engine answered that the task's lock
-	// is gone, so the handler's work may be done twice or thrown away.
-	ErrLockLost = errors.New("lockext: lock lost")
 	// ErrMaxRunTime is the cause once Config.MaxRunTime has passed since Start.
 	ErrMaxRunTime = errors.New("lockext: maximum run time exceeded")
 	// ErrStopped is the cause after Stop: the normal end, once the result is reported.
 	ErrStopped = errors.New("lockext: extender stopped")
 )
 
-// LockLostError is the context cause on lock loss. errors.Is(err, ErrLockLost) is true,
+// LockLostError is the context cause on lock loss. errors.Is(err, camunda7.ErrLockLost) is true,
 // and errors.Is/As also see Err (e.g. camunda7.ErrTaskGone, *camunda7.Error).
 type LockLostError struct {
 	// TaskID is the task whose lock was lost.
@@ -174,8 +172,8 @@ func (e *LockLostError) Error() string {
 // Unwrap returns Err, so callers can match the engine's answer.
 func (e *LockLostError) Unwrap() error { return e.Err }
 
-// Is matches ErrLockLost.
-func (e *LockLostError) Is(target error) bool { return target == ErrLockLost }
+// Is matches camunda7.ErrLockLost, whatever the engine answered (a task gone included).
+func (e *LockLostError) Is(target error) bool { return target == camunda7.ErrLockLost }
 
 // LostAnswer reports whether an engine answer (to extendLock or lock, or to a report
 // such as complete) proves the lock is gone: the task no longer exists, or another

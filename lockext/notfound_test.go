@@ -41,6 +41,6 @@ func TestForeign404ToExtendLockIsRetried(t *testing.T) {
 
 	require.NoError(t, e.c.DeleteProcessInstance(e.ctx, pi.ID))
 	cause, _ := waitCause(t, ext, time.Now(), 10*time.Second)
-	assert.ErrorIs(t, cause, lockext.ErrLockLost)
+	assert.ErrorIs(t, cause, camunda7.ErrLockLost)
 	assert.ErrorIs(t, cause, camunda7.ErrTaskGone, "the engine's own 404 through the same proxy")
 }

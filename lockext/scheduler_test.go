@@ -357,7 +357,7 @@ func TestSchedulerLateTask(t *testing.T) {
 
 		m.setGone("refused")
 		r := startOn(t, s, "refused", t0.Add(-5*time.Second), base())
-		assert.ErrorIs(t, r.Lost(), lockext.ErrLockLost, "lost before Start returned")
+		assert.ErrorIs(t, r.Lost(), camunda7.ErrLockLost, "lost before Start returned")
 		assert.Error(t, r.Context().Err())
 	})
 }

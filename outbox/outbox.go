@@ -26,11 +26,11 @@ package outbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+
+	"github.com/extworker/extworker/internal/digest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -102,9 +102,9 @@ func Add(ctx context.Context, tx Querier, namespace string, e Event) error {
 	if !ordered {
 		e.OrderingKey = e.MessageID
 	}
-	digest := Digest(e.Body)
+	bodyDigest := digest.Bytes(e.Body)
 	traceparent, tracestate := traceContext(ctx)
-	args := []any{namespace, e.MessageID, e.OrderingKey, e.Exchange, e.RoutingKey, e.Type, nz(e.CorrelationID), e.Body, digest, traceparent, tracestate}
+	args := []any{namespace, e.MessageID, e.OrderingKey, e.Exchange, e.RoutingKey, e.Type, nz(e.CorrelationID), e.Body, bodyDigest, traceparent, tracestate}
 	sql := insertEvent
 	if ordered {
 		sql, args = insertOrderedEvent, append(args, keyLockID(namespace, e.OrderingKey))
@@ -120,8 +120,8 @@ func Add(ctx context.Context, tx Querier, namespace string, e Event) error {
 	if err := tx.QueryRow(ctx, `SELECT body_digest FROM extworker_outbox WHERE namespace = $1 AND message_id = $2`, namespace, e.MessageID).Scan(&stored); err != nil {
 		return fmt.Errorf("outbox: add %s: %w", e.MessageID, err)
 	}
-	if stored != digest {
-		return fmt.Errorf("%w: %s (digest %.12s…, this one %.12s…)", ErrConflict, e.MessageID, stored, digest)
+	if stored != bodyDigest {
+		return fmt.Errorf("%w: %s (digest %.12s…, this one %.12s…)", ErrConflict, e.MessageID, stored, bodyDigest)
 	}
 	return nil
 }
@@ -171,13 +171,6 @@ func (e Event) validate() error {
 		return fmt.Errorf("outbox: event %q needs %v", e.MessageID, missing)
 	}
 	return nil
-}
-
-// Digest is the SHA-256 of a body, hex-encoded: what the outbox keeps once the body is
-// published.
-func Digest(body []byte) string {
-	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:])
 }
 
 func nz(s string) *string {

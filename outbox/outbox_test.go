@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -106,12 +108,12 @@ func TestPublishesCommittedEventsOnly(t *testing.T) {
 	assert.JSONEq(t, `{"invoice":"INV-1"}`, string(d.Body))
 
 	var body []byte
-	var digest string
+	var stored string
 	var published *time.Time
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT body, body_digest, published_at FROM extworker_outbox WHERE namespace = $1 AND message_id = 'INV-1'`,
-		e.ns).Scan(&body, &digest, &published))
+		e.ns).Scan(&body, &stored, &published))
 	assert.Nil(t, body, "the body goes once the broker has it")
-	assert.Equal(t, outbox.Digest([]byte(`{"invoice":"INV-1"}`)), digest)
+	assert.Equal(t, digest.Bytes([]byte(`{"invoice":"INV-1"}`)), stored)
 	assert.NotNil(t, published)
 	n, err = r.PublishPending(ctx)
 	require.NoError(t, err)

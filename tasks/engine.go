@@ -17,7 +17,7 @@ import (
 // The worker decides what to do from the errors, so an implementation must report them
 // as *camunda7.Client does, matched with errors.Is: camunda7.ErrNotSent for a request
 // that certainly had no effect (camunda7.ErrInvalidArgument too, when it was refused
-// before sending), camunda7.ErrOutcomeUnknown for one that may have, camunda7.ErrTaskGone
+// before sending), camunda7.ErrUnknownOutcome for one that may have, camunda7.ErrTaskGone
 // for a task that no longer exists, camunda7.ErrLockLost for a task locked by another
 // worker (or by nobody), camunda7.ErrLockExpired for an extension of a lock that ran out,
 // camunda7.ErrOptimisticLock, camunda7.ErrThrottled; and other engine answers as a

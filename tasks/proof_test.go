@@ -14,7 +14,6 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/internal/testenv"
-	"github.com/extworker/extworker/lockext"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -68,7 +67,7 @@ func TestInstanceDeletedCancelsHandler(t *testing.T) {
 	deleted := time.Now()
 	select {
 	case e := <-ends:
-		assert.ErrorIs(t, e.cause, lockext.ErrLockLost)
+		assert.ErrorIs(t, e.cause, camunda7.ErrLockLost)
 		assert.ErrorIs(t, e.cause, camunda7.ErrTaskGone)
 		latency := e.at.Sub(deleted)
 		assert.Less(t, latency, lock/3+time.Second, "within one extension interval (%v) plus a request", lock/3)

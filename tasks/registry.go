@@ -15,7 +15,7 @@ import (
 // error: a plain error is retryable; failure.BPMNError, failure.Permanent,
 // failure.UnknownOutcome and failure.RetryableAfter say otherwise. ctx ends when the
 // task's lock is lost, its maximum run time passes, or the worker shuts down;
-// context.Cause(ctx) tells which (lockext.ErrLockLost, lockext.ErrMaxRunTime, ErrShutdown).
+// context.Cause(ctx) tells which (camunda7.ErrLockLost, lockext.ErrMaxRunTime, ErrShutdown).
 type Handler func(ctx context.Context, t *Task) (camunda7.Variables, error)
 
 // TopicOptions configure one topic. Zero values take the documented defaults.

@@ -28,7 +28,7 @@ const maxErrorMessage = 600
 // engine, never by running the handler again. It returns what it told the Observer:
 // the outcome (completed, bpmn-error, retryable, incident, deferred, lock-lost,
 // report-failed, ...) and the failure's classification ("" for none).
-func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure.Outcome, vars camunda7.Variables, took time.Duration, log *slog.Logger) (string, string) {
+func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure.Classification, vars camunda7.Variables, took time.Duration, log *slog.Logger) (string, string) {
 	ctx := context.WithoutCancel(workCtx)
 	id := task.ID()
 	var (
@@ -185,7 +185,7 @@ func (w *Worker) deliver(ctx context.Context, id string, send func(context.Conte
 		case errors.Is(err, camunda7.ErrThrottled):
 			again = true
 			wait, _ = camunda7.RetryAfter(err)
-		case errors.Is(err, camunda7.ErrOutcomeUnknown):
+		case errors.Is(err, camunda7.ErrUnknownOutcome):
 			var done bool
 			done, again, err = w.resolve(ctx, id, err, log)
 			if done {
@@ -246,11 +246,11 @@ func (w *Worker) resolve(ctx context.Context, id string, sendErr error, log *slo
 //
 // A lost or taken lock, a gone task, a suspended instance, refused credentials and
 // answers never received are not turned into failures (the failure would meet the same).
-func refusedReport(op string, err error) (failure.Outcome, bool) {
+func refusedReport(op string, err error) (failure.Classification, bool) {
 	var ee *camunda7.Error
 	switch {
 	case err == nil, lockext.LostAnswer(err), errors.Is(err, camunda7.ErrSuspended), errors.Is(err, camunda7.ErrUnauthorized):
-		return failure.Outcome{}, false
+		return failure.Classification{}, false
 	case errors.Is(err, camunda7.ErrInvalidArgument):
 		return failure.Classify(failure.Permanent(fmt.Errorf("%s refused before sending: %w", op, err))), true
 	case errors.Is(err, camunda7.ErrThrottled):
@@ -260,7 +260,7 @@ func refusedReport(op string, err error) (failure.Outcome, bool) {
 	case errors.As(err, &ee) && ee.StatusCode >= 400 && ee.StatusCode < 500:
 		return failure.Classify(failure.Permanent(fmt.Errorf("%s refused by the engine: %w", op, err))), true
 	}
-	return failure.Outcome{}, false
+	return failure.Classification{}, false
 }
 
 // taskGone tells Config.OnTaskGone about a task that answered 404 if the engine's history
@@ -294,7 +294,7 @@ func (w *Worker) taskGone(ctx context.Context, task *Task, cause error, log *slo
 // describeFailure renders errorMessage and errorDetails in the one format operators read
 // in Cockpit (documented in the package doc): a one-line message, and details as
 // "key: value" lines followed by the error and, for a panic, its stack.
-func describeFailure(workerID string, t *topic, task *Task, o failure.Outcome, left int, delay time.Duration) (string, string) {
+func describeFailure(workerID string, t *topic, task *Task, o failure.Classification, left int, delay time.Duration) (string, string) {
 	if o.KeepRetries {
 		return describeDeferral(workerID, task, o, left, delay)
 	}
@@ -343,7 +343,7 @@ func describeFailure(workerID string, t *topic, task *Task, o failure.Outcome, l
 // describeDeferral renders a deferred attempt (failure.Deferred: another live attempt
 // owns the work, say): not a failure, so no attempt count and no retry spent; the task
 // comes back after delay with its retries unchanged.
-func describeDeferral(workerID string, task *Task, o failure.Outcome, left int, delay time.Duration) (string, string) {
+func describeDeferral(workerID string, task *Task, o failure.Classification, left int, delay time.Duration) (string, string) {
 	msg := truncate(strings.ReplaceAll(fmt.Sprintf("deferred: %s (not a failure: retries unchanged at %d, trying again in %v)",
 		errorText(o), left, delay), "\n", " "), maxErrorMessage)
 	var b strings.Builder
@@ -372,7 +372,7 @@ func taskLines(line func(k, v string), workerID string, task *Task) {
 	line("reported at", time.Now().UTC().Format(time.RFC3339Nano))
 }
 
-func errorText(o failure.Outcome) string {
+func errorText(o failure.Classification) string {
 	if o.Err != nil {
 		return o.Err.Error()
 	}

@@ -892,7 +892,7 @@ func (w *Worker) unlock(workCtx context.Context, id string, log *slog.Logger) {
 		defer cancel()
 		w.changes.Add(1)
 		err := w.c.Unlock(rctx, id)
-		if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOptimisticLock) || errors.Is(err, camunda7.ErrOutcomeUnknown) {
+		if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOptimisticLock) || errors.Is(err, camunda7.ErrUnknownOutcome) {
 			return retry.RetryableError(err) // unlocking twice is harmless
 		}
 		return err

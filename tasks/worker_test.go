@@ -18,7 +18,6 @@ import (
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/internal/testenv"
-	"github.com/extworker/extworker/lockext"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -393,7 +392,7 @@ func TestWorkerCancelsHandlerOnLockLoss(t *testing.T) {
 	require.Len(t, stolen, 1)
 	select {
 	case cause := <-causes:
-		assert.ErrorIs(t, cause, lockext.ErrLockLost)
+		assert.ErrorIs(t, cause, camunda7.ErrLockLost)
 	case <-time.After(20 * time.Second):
 		t.Fatal("handler not cancelled after its lock was taken")
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/extworker/extworker/internal/digest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
@@ -173,7 +175,7 @@ func (f *inboxFixture) seedParked(t *testing.T) string {
 	require.Equal(t, inbox.StateProcessed, f.row(t, okID).State)
 	require.Equal(t, 1, f.row(t, conflictID).Conflicts)
 	require.Equal(t, inbox.StateFailedFinal, f.row(t, earlyID).State)
-	return "sha256:" + inbox.Digest(noID)
+	return "sha256:" + digest.Bytes(noID)
 }
 
 // inboxRun runs `extworker inbox args...` and returns its standard output.
@@ -275,7 +277,7 @@ func TestInboxList(t *testing.T) {
 		assert.Equal(t, f.source, m.Source)
 		if m.MessageID == badID {
 			assert.Equal(t, "FAILED_FINAL", m.State)
-			assert.Equal(t, inbox.Digest([]byte("not json")), m.BodyDigest)
+			assert.Equal(t, digest.Bytes([]byte("not json")), m.BodyDigest)
 			assert.Equal(t, "corr-"+badID, m.CorrelationID)
 			assert.Contains(t, m.Reason, "body is not JSON: invalid character")
 			assert.NotNil(t, m.ParkedAt)
@@ -307,7 +309,7 @@ func TestInboxShow(t *testing.T) {
 	assert.Regexp(t, `(?m)^message id\s+bad-1$`, out)
 	assert.Regexp(t, `(?m)^state\s+FAILED_FINAL$`, out)
 	assert.Regexp(t, `(?m)^reason\s+the consumer could not read the message: body is not JSON: invalid character 'o' in literal null \(expecting 'u'\)$`, out)
-	assert.Regexp(t, `(?m)^body digest\s+`+inbox.Digest([]byte("not json"))+`$`, out)
+	assert.Regexp(t, `(?m)^body digest\s+`+digest.Bytes([]byte("not json"))+`$`, out)
 	assert.Regexp(t, `(?m)^correlation id\s+corr-bad-1$`, out)
 	assert.Regexp(t, `(?m)^deliveries\s+1$`, out)
 	assert.Regexp(t, `(?m)^replays\s+0$`, out)

@@ -86,7 +86,7 @@ func (env *demoEnv) search(invoice string) func(context.Context, idempotency.Que
 		case err != nil:
 			return idempotency.StillUnknown(err.Error()), nil
 		case len(found) == 0:
-			return idempotency.NotFound(), nil // trusted by the ledger only past the lag
+			return idempotency.Absent(), nil // trusted by the ledger only past the lag
 		case len(found) > 1:
 			return idempotency.Hold(fmt.Sprintf("the provider has %d charges for this invoice", len(found))), nil
 		}
@@ -140,7 +140,7 @@ func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.
 				case err == nil:
 					return idempotency.Found(chargeResult(ch.ID)), nil
 				case errors.Is(err, fakeprovider.ErrNotFound):
-					return idempotency.NotFound(), nil
+					return idempotency.Absent(), nil
 				case errors.As(err, &decline):
 					return idempotency.ReconciledRejected("PAYMENT_DECLINED", decline.Message), nil
 				case errors.As(err, &stored):

@@ -311,7 +311,7 @@ func (e *effect) reconcile(ctx context.Context, q idempotency.Query) (idempotenc
 		if e.s.LookupNotFound != nil && !e.s.LookupNotFound(a.body) {
 			return idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)"), nil
 		}
-		return idempotency.NotFound(), nil
+		return idempotency.Absent(), nil
 	}
 	return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d", a.status)), nil
 }

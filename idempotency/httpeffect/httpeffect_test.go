@@ -400,7 +400,7 @@ func TestReconcile(t *testing.T) {
 	for key, want := range map[string]idempotency.Reconciliation{
 		"pk-known":     idempotency.Found(idempotency.Result{ProviderRef: "ch_1", Values: map[string]any{"chargeId": "ch_1"}}),
 		"pk-declined":  idempotency.ReconciledRejected("CARD_DECLINED", "card declined"),
-		"pk-unknown":   idempotency.NotFound(),
+		"pk-unknown":   idempotency.Absent(),
 		"pk-garbled":   idempotency.StillUnknown("lookup answered 200, and Decode failed (*json.SyntaxError)"),
 		"pk-pending":   idempotency.StillUnknown("lookup answered 202"),
 		"pk-error":     idempotency.StillUnknown("lookup answered 500"),
@@ -423,7 +423,7 @@ func TestReconcile(t *testing.T) {
 	s.LookupNotFound = func(body []byte) bool { return strings.Contains(string(body), `"resource_missing"`) }
 	rec, err := newEffect(t, s).Reconcile(ctx, idempotency.Query{ProviderKey: "pk-unknown"})
 	require.NoError(t, err)
-	assert.Equal(t, idempotency.NotFound(), rec)
+	assert.Equal(t, idempotency.Absent(), rec)
 	wrong := newProvider(t, reply(http.StatusNotFound, map[string]string{"Content-Type": "text/html"}, "<h1>Not Found</h1>"))
 	s = spec(wrong.srv.URL)
 	s.LookupNotFound = func(body []byte) bool { return strings.Contains(string(body), `"resource_missing"`) }
@@ -492,7 +492,7 @@ func TestBodiesNeverStored(t *testing.T) {
 		k := r.Header.Get("Idempotency-Key")
 		answers[k](w, r)
 	})
-	do := func(key string, answer func(http.ResponseWriter, *http.Request)) (idempotency.Outcome, error) {
+	do := func(key string, answer func(http.ResponseWriter, *http.Request)) (idempotency.Receipt, error) {
 		in := idempotency.Intent{Scope: "payment.collect", Key: key,
 			Request: map[string]any{"invoice": key, "card": reqSecret}, Amount: 1999,
 			Task: idempotency.TaskRef{Actor: "w", TaskID: "t-" + key, ProcessInstanceID: "pi", BusinessKey: key}}
@@ -593,7 +593,7 @@ func ExampleNew() {
 	res, err := eff.Dispatch(context.Background(), "pk-example")
 	fmt.Println(res.ProviderRef, err)
 	rec, err := eff.Reconcile(context.Background(), idempotency.Query{ProviderKey: "pk-other"})
-	fmt.Println(reflect.DeepEqual(rec, idempotency.NotFound()), err)
+	fmt.Println(reflect.DeepEqual(rec, idempotency.Absent()), err)
 	// Output:
 	// provider got key pk-example
 	// ch_1 <nil>

@@ -178,7 +178,7 @@ func CheckClient(ctx context.Context, c Config, client *camunda7.Client, logger 
 	case TokenRejected(err):
 		return ConfigError{fmt.Errorf("engine at %s: the token endpoint rejected the client: check %s: %w",
 			where, AuthVars["oauth2"], err)}
-	case errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown):
+	case errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrUnknownOutcome):
 		// Unreachable is not misconfigured: start anyway, and let the fetch loop back off
 		// until the engine answers, instead of exiting into a supervisor's restart loop.
 		logger.Warn("engine not reachable at start; the worker will keep trying", slog.String("engine_url", where), slog.Any("error", err))

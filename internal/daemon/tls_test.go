@@ -85,7 +85,7 @@ func TestEngineMutualTLS(t *testing.T) {
 	noCert.EngineCAFile = caFile
 	err := version(noCert)
 	require.Error(t, err, "the server requires a client certificate")
-	assert.True(t, errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown), err)
+	assert.True(t, errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrUnknownOutcome), err)
 
 	noCA := base
 	noCA.EngineCertFile, noCA.EngineKeyFile = certFile, keyFile

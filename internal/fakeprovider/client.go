@@ -20,9 +20,9 @@ var (
 	// ErrNotSent: the request certainly did not reach the provider, or the provider
 	// certainly did nothing with it.
 	ErrNotSent = errors.New("fakeprovider: request not sent")
-	// ErrAmbiguous: the request left and no usable answer came back (a dropped
+	// ErrUnknownOutcome: the request left and no usable answer came back (a dropped
 	// connection, or a 5xx): it may or may not have taken effect.
-	ErrAmbiguous = errors.New("fakeprovider: outcome unknown")
+	ErrUnknownOutcome = errors.New("fakeprovider: outcome unknown")
 	// ErrNotFound: a lookup found no charge for the key.
 	ErrNotFound = errors.New("fakeprovider: no charge for this key")
 	// ErrKeyMismatch: the key was first used with a different request (400
@@ -157,18 +157,18 @@ func (c *Client) call(ctx context.Context, method, path, key string, body []byte
 	resp, err := hc.Do(req)
 	if err != nil {
 		if wrote.Load() {
-			return fmt.Errorf("%w: %v", ErrAmbiguous, err)
+			return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
 		}
 		return fmt.Errorf("%w: %v", ErrNotSent, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("%w: read answer: %v", ErrAmbiguous, err)
+		return fmt.Errorf("%w: read answer: %v", ErrUnknownOutcome, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%w: unreadable answer", ErrAmbiguous)
+			return fmt.Errorf("%w: unreadable answer", ErrUnknownOutcome)
 		}
 		return nil
 	}
@@ -225,7 +225,7 @@ func classify(method string, resp *http.Response, data []byte) error {
 	case st >= 500 && method == http.MethodGet && resp.Header.Get("Idempotent-Replayed") == "true":
 		return &StoredFailureError{Status: st}
 	case st >= 500:
-		return fmt.Errorf("%w: status %d", ErrAmbiguous, st)
+		return fmt.Errorf("%w: status %d", ErrUnknownOutcome, st)
 	}
 	return fmt.Errorf("fakeprovider: status %d: %.200s", st, data)
 }

@@ -37,7 +37,7 @@
 //
 // Client maps every answer to one outcome a caller can act on: a Charge; ErrNotSent
 // (nothing happened: unreachable, 429 as *RateLimitError, 409 in flight as
-// *InUseError); ErrAmbiguous (the request left and no usable answer came back: a
+// *InUseError); ErrUnknownOutcome (the request left and no usable answer came back: a
 // dropped connection or a 5xx); *DeclineError; ErrKeyMismatch (permanent); and for
 // lookups ErrNotFound and *StoredFailureError.
 package fakeprovider

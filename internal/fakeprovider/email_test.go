@@ -43,7 +43,7 @@ func TestEmailsDeduped(t *testing.T) {
 	// Faults apply to emails too; the invoice rule matches the email's invoice.
 	s.Script("INV-2", Unavailable)
 	_, err = c.Email(ctx, "e2", "INV-2", canaryTo, "receipt")
-	assert.ErrorIs(t, err, ErrAmbiguous)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	assert.Len(t, s.Emails(), 2)
 	assert.Len(t, s.Charges(), 0)
 }
@@ -54,7 +54,7 @@ func TestEmailsDedupeOff(t *testing.T) {
 	ctx := t.Context()
 	s.ScriptKey("e1", LoseAnswer)
 	_, err := c.Email(ctx, "e1", "INV-1", canaryTo, "receipt")
-	assert.ErrorIs(t, err, ErrAmbiguous)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	_, err = c.Email(ctx, "e1", "INV-1", canaryTo, "receipt")
 	require.NoError(t, err)
 	require.Len(t, s.Emails(), 2, "the retry sent a second email")

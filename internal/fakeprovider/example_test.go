@@ -24,7 +24,7 @@ func Example() {
 	c := &fakeprovider.Client{BaseURL: pay.URL(), HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	ctx := context.Background()
 	_, err = c.Charge(ctx, "invoice:INV-1:v1", "INV-1", 500)
-	fmt.Println("first attempt ambiguous:", errors.Is(err, fakeprovider.ErrAmbiguous))
+	fmt.Println("first attempt ambiguous:", errors.Is(err, fakeprovider.ErrUnknownOutcome))
 
 	ch, err := c.Charge(ctx, "invoice:INV-1:v1", "INV-1", 500)
 	fmt.Println("retry:", ch.ID, ch.Invoice, ch.AmountCents, err)

@@ -54,7 +54,7 @@ func TestScriptedFaults(t *testing.T) {
 	ctx := context.Background()
 	s.Script("INV-3", LoseAnswer)
 	_, err := c.Charge(ctx, "k3", "INV-3", 100)
-	assert.ErrorIs(t, err, ErrAmbiguous)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	assert.Len(t, s.Charges(), 1, "charged, answer lost")
 	_, err = c.Lookup(ctx, "k3")
 	require.NoError(t, err)
@@ -64,7 +64,7 @@ func TestScriptedFaults(t *testing.T) {
 	fresh := &Client{BaseURL: s.URL(), HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	s.Script("INV-4", DropBeforeAccept)
 	_, err = fresh.Charge(ctx, "k4", "INV-4", 100)
-	assert.ErrorIs(t, err, ErrAmbiguous, "the client cannot tell a drop before accept from a lost answer")
+	assert.ErrorIs(t, err, ErrUnknownOutcome, "the client cannot tell a drop before accept from a lost answer")
 	_, err = c.Lookup(ctx, "k4")
 	assert.ErrorIs(t, err, ErrNotFound)
 	ch, err := c.Charge(ctx, "k4", "INV-4", 100)

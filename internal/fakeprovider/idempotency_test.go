@@ -52,7 +52,7 @@ func TestDialectMismatch(t *testing.T) {
 			_, err = c.Charge(ctx, "k", "INV-1", 999)
 			assert.ErrorIs(t, err, ErrKeyMismatch)
 			assert.NotErrorIs(t, err, ErrNotSent)
-			assert.NotErrorIs(t, err, ErrAmbiguous)
+			assert.NotErrorIs(t, err, ErrUnknownOutcome)
 
 			// The same key on the other endpoint is a different request too.
 			_, err = c.Email(ctx, "k", "INV-1", "a@example.invalid", "receipt")
@@ -135,13 +135,13 @@ func TestStored500(t *testing.T) {
 		ctx := t.Context()
 		s.ScriptKey("k", Stored500)
 		_, err := c.Charge(ctx, "k", "INV-1", 500)
-		assert.ErrorIs(t, err, ErrAmbiguous)
+		assert.ErrorIs(t, err, ErrUnknownOutcome)
 
 		a := send(t, c, http.MethodPost, "/v1/charges", "k", `{"invoice":"INV-1","amountCents":500}`)
 		assert.Equal(t, http.StatusInternalServerError, a.status)
 		assert.Equal(t, "true", a.header.Get("Idempotent-Replayed"))
 		_, err = c.Charge(ctx, "k", "INV-1", 500)
-		assert.ErrorIs(t, err, ErrAmbiguous, "Charge calls any 5xx ambiguous")
+		assert.ErrorIs(t, err, ErrUnknownOutcome, "Charge calls any 5xx ambiguous")
 
 		_, err = c.Lookup(ctx, "k")
 		var stored *StoredFailureError
@@ -161,7 +161,7 @@ func TestStored500(t *testing.T) {
 		ctx := t.Context()
 		s.ScriptKey("k", Stored500)
 		_, err := c.Charge(ctx, "k", "INV-1", 500)
-		assert.ErrorIs(t, err, ErrAmbiguous)
+		assert.ErrorIs(t, err, ErrUnknownOutcome)
 		_, err = c.Lookup(ctx, "k")
 		assert.ErrorIs(t, err, ErrNotFound, "nothing stored")
 		ch, err := c.Charge(ctx, "k", "INV-1", 500)
@@ -246,13 +246,13 @@ func TestSearch(t *testing.T) {
 }
 
 // TestLoseAnswer (row C3): the charge is committed, the connection is dropped without
-// an answer, the client cannot tell (ErrAmbiguous) and the history says "dropped".
+// an answer, the client cannot tell (ErrUnknownOutcome) and the history says "dropped".
 func TestLoseAnswer(t *testing.T) {
 	s, c := startTCP(t, Options{})
 	ctx := t.Context()
 	s.Script("INV-1", LoseAnswer)
 	_, err := c.Charge(ctx, "k", "INV-1", 500)
-	assert.ErrorIs(t, err, ErrAmbiguous)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	require.Len(t, s.Charges(), 1)
 	r := entryFor(t, s, 1)
 	assert.Equal(t, "lose_answer", r.Fault)
@@ -273,7 +273,7 @@ func TestDropBeforeAccept(t *testing.T) {
 	ctx := t.Context()
 	s.ScriptKey("k", DropBeforeAccept)
 	_, err := c.Charge(ctx, "k", "INV-1", 500)
-	assert.ErrorIs(t, err, ErrAmbiguous)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	_, err = c.Lookup(ctx, "k")
 	assert.ErrorIs(t, err, ErrNotFound)
 	r := entryFor(t, s, 1)
@@ -295,7 +295,7 @@ func TestRateLimitedAndUnavailable(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotSent)
 	assert.Equal(t, time.Second, rl.RetryAfter())
 	_, err = c.Charge(ctx, "k", "INV-1", 500)
-	assert.ErrorIs(t, err, ErrAmbiguous)
+	assert.ErrorIs(t, err, ErrUnknownOutcome)
 	_, err = c.Charge(ctx, "k", "INV-1", 500)
 	require.NoError(t, err)
 	assert.Len(t, s.Charges(), 1)
@@ -324,7 +324,7 @@ func TestDeclineFault(t *testing.T) {
 }
 
 // TestSlowAnswerClientGone (row S1): a client that gives up during a SlowAnswer gets
-// ErrAmbiguous; the charge stands and the history says client_gone.
+// ErrUnknownOutcome; the charge stands and the history says client_gone.
 func TestSlowAnswerClientGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, c := startMem(t, Options{SlowDelay: 5 * time.Second})
@@ -332,7 +332,7 @@ func TestSlowAnswerClientGone(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err := c.Charge(ctx, "k", "INV-1", 500)
-		assert.ErrorIs(t, err, ErrAmbiguous)
+		assert.ErrorIs(t, err, ErrUnknownOutcome)
 		synctest.Wait() // the provider notices the client left
 		r := entryFor(t, s, 1)
 		assert.Equal(t, outCreated, r.Outcome)
@@ -377,7 +377,7 @@ func TestDelay(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err = c.Charge(ctx, "k2", "INV-2", 500)
-		assert.ErrorIs(t, err, ErrAmbiguous)
+		assert.ErrorIs(t, err, ErrUnknownOutcome)
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		assert.Len(t, s.Charges(), 2, "committed after the delay, client or not")
@@ -398,7 +398,7 @@ func TestCloseAbandonsHeld(t *testing.T) {
 		require.NoError(t, s.Close())
 		assert.Zero(t, time.Since(start))
 		wg.Wait()
-		assert.ErrorIs(t, err, ErrAmbiguous)
+		assert.ErrorIs(t, err, ErrUnknownOutcome)
 		assert.Empty(t, s.Charges())
 		assert.Equal(t, outDropped, entryFor(t, s, 1).Outcome)
 		require.NoError(t, s.Close(), "safe twice")

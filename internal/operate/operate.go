@@ -147,7 +147,7 @@ func (e Engine) View(ctx context.Context, row idempotency.Row) View {
 // came back at all.
 func EngineError(err error) string {
 	msg := err.Error()
-	if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrOutcomeUnknown) || errors.Is(err, camunda7.ErrMalformedResponse) {
+	if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrUnknownOutcome) || errors.Is(err, camunda7.ErrMalformedResponse) {
 		return "unreachable: " + msg
 	}
 	return msg

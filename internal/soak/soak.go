@@ -596,7 +596,7 @@ func startInvoice(ctx context.Context, c *admin.Client, inv invoice) (string, er
 		pi, err = c.StartProcess(ctx, processKey, admin.StartProcessRequest{BusinessKey: inv.id, Variables: vars})
 		if err == nil {
 			id = pi.ID
-		} else if errors.Is(err, camunda7.ErrOutcomeUnknown) {
+		} else if errors.Is(err, camunda7.ErrUnknownOutcome) {
 			id, err = findStarted(ctx, c, inv.id, err)
 		}
 		if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {

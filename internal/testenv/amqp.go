@@ -17,6 +17,7 @@ func AMQPURL() string { return env("EXTWORKER_TEST_AMQP_URL", DefaultAMQPURL) }
 // CI) or skips when it is not there.
 func AMQP(t testing.TB) *amqp.Connection {
 	t.Helper()
+	needServices(t, "RabbitMQ at "+AMQPURL())
 	conn, err := amqp.Dial(AMQPURL())
 	if err != nil {
 		unavailable(t, "RabbitMQ at "+AMQPURL(), err)

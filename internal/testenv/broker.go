@@ -66,6 +66,7 @@ const brokerStartTimeout = 2 * time.Minute
 // RabbitMQ is not installed the test fails in CI and is skipped elsewhere.
 func StartBroker(t testing.TB) *Broker {
 	t.Helper()
+	needServices(t, "a private RabbitMQ node")
 	if _, err := rabbitScript("rabbitmq-server"); err != nil {
 		unavailable(t, "RabbitMQ's own scripts, for a private node (the rabbitmq-server package; `make up` installs it)", err)
 	}

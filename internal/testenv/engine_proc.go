@@ -107,6 +107,7 @@ type EngineKill struct {
 // elsewhere. At cleanup, an engine still down is started again (StartEngine).
 func KillEngine(t testing.TB) EngineKill {
 	t.Helper()
+	needServices(t, "the killable engine")
 	port := faultEnginePort(t)
 	root := repoRoot(t)
 	pidFile := enginePIDFile(root, port)
@@ -240,6 +241,7 @@ func answers(base string, timeout time.Duration) bool {
 // GET /version answers, with how long that took from the call.
 func StartEngine(t testing.TB) time.Duration {
 	t.Helper()
+	needServices(t, "the killable engine")
 	port := faultEnginePort(t)
 	root := repoRoot(t)
 	began := time.Now()

@@ -83,6 +83,7 @@ const jaegerStartTimeout = time.Minute
 // the binary is missing the test fails in CI and is skipped elsewhere.
 func Jaeger(t testing.TB) *JaegerServer {
 	t.Helper()
+	needServices(t, "a Jaeger of the test's own")
 	bin := filepath.Join(repoRoot(t), "bin", "jaeger")
 	if _, err := os.Stat(bin); err != nil {
 		unavailable(t, "bin/jaeger (services/tools-up.sh builds it from tools/jaeger)", err)

@@ -48,6 +48,25 @@ func env(k, def string) string {
 // InCI reports whether CI=true: then a missing engine or database fails the test.
 func InCI() bool { return os.Getenv("CI") == "true" }
 
+// NoServices reports whether EXTWORKER_TEST_SERVICES=none, which `make check` sets: the
+// helpers that reach a service (an engine, PostgreSQL, the broker, a RabbitMQ node or a
+// Jaeger of the test's own) then skip the test at once, with no connection attempt.
+func NoServices() bool { return os.Getenv("EXTWORKER_TEST_SERVICES") == "none" }
+
+// needServices skips the test at once when NoServices; with CI=true it fails it instead,
+// as a missing service does there: CI runs every test against its services.
+func needServices(t testing.TB, what string) {
+	t.Helper()
+	if !NoServices() {
+		return
+	}
+	msg := what + " not reached: EXTWORKER_TEST_SERVICES=none (make check); make test runs it against the services"
+	if InCI() {
+		t.Fatal(msg + " (CI=true: unset EXTWORKER_TEST_SERVICES)")
+	}
+	t.Skip(msg)
+}
+
 // unavailable fails the test in CI and skips it elsewhere.
 func unavailable(t testing.TB, what string, err error) {
 	t.Helper()
@@ -84,6 +103,7 @@ func Engine(t testing.TB) *admin.Client {
 // the failure or skip.
 func engine(t testing.TB, what string, cfg camunda7.Config) *admin.Client {
 	t.Helper()
+	needServices(t, what+" at "+cfg.BaseURL)
 	c, err := camunda7.New(cfg)
 	if err != nil {
 		t.Fatalf("engine client: %v", err)
@@ -99,6 +119,7 @@ func engine(t testing.TB, what string, cfg camunda7.Config) *admin.Client {
 // pool opens a pgx pool after checking the database answers; closed at cleanup.
 func pool(t testing.TB, what, url string) *pgxpool.Pool {
 	t.Helper()
+	needServices(t, what)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, err := pgxpool.New(ctx, url)

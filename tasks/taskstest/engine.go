@@ -722,4 +722,4 @@ type lostAnswer struct {
 
 func (e *lostAnswer) Error() string        { return e.op + ": sent, no answer: " + e.err.Error() }
 func (e *lostAnswer) Unwrap() error        { return e.err }
-func (e *lostAnswer) Is(target error) bool { return target == camunda7.ErrOutcomeUnknown }
+func (e *lostAnswer) Is(target error) bool { return target == camunda7.ErrUnknownOutcome }
