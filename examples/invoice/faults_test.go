@@ -18,9 +18,9 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/failpoint"
-	"github.com/extworker/extworker/internal/fakeprovider"
 	invariants "github.com/extworker/extworker/internal/oracle"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/lockext"

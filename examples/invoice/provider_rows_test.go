@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
-	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/testenv"
 )
 

@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
-	"github.com/extworker/extworker/internal/fakeprovider"
 )
 
 // legal is the ledger's state machine; a self-edge is an event that changes nothing

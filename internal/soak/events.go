@@ -201,7 +201,7 @@ func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, run string) (boo
 		return false, err
 	}
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND message_id LIKE $2
-		AND state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')`, paidSource, paidType+":"+run+"%").Scan(&settled)
+		AND state IN ('processed', 'ignored_duplicate', 'failed_final')`, paidSource, paidType+":"+run+"%").Scan(&settled)
 	if err != nil {
 		return false, err
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
-	"github.com/extworker/extworker/internal/fakeprovider"
 )
 
 // report is the Jepsen-style account of one run (docs/reliability.md, The soak): what was

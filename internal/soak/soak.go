@@ -38,9 +38,9 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/failpoint"
-	"github.com/extworker/extworker/internal/fakeprovider"
 	"github.com/extworker/extworker/internal/oracle"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/extworker/extworker/internal/fakeprovider"
+	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 )
 
 // Start a provider, script a lost answer for one invoice, and see the idempotency key
