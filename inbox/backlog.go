@@ -11,7 +11,7 @@ import (
 // Parked is what of the inbox waits: for an operator (parked in a dead-letter queue) or
 // for a retry. ReadParked reads it; package metrics exposes it (metrics.InboxCollector).
 type Parked struct {
-	// Messages counts the parked messages (state FAILED_FINAL): each waits in its queue's
+	// Messages counts the parked messages (state failed_final): each waits in its queue's
 	// dead-letter queue for an operator to fix the cause and replay it.
 	Messages int
 	// Conflicts counts the copies parked because their message id came with another
@@ -22,7 +22,7 @@ type Parked struct {
 	// OldestAge is how long the oldest parked message has been parked; 0 when none is.
 	OldestAge time.Duration
 	// Retrying counts the messages waiting in a retry queue to be handled again (early, or
-	// the engine unreachable: FAILED_RETRYABLE; its answer lost: UNKNOWN_OUTCOME).
+	// the engine unreachable: failed_retryable; its answer lost: unknown).
 	Retrying int
 }
 
@@ -39,10 +39,10 @@ func ReadParked(ctx context.Context, db Querier, source string) (Parked, error) 
 	)
 	rows, err := db.Query(ctx, `SELECT p.n, p.age, c.n, r.n
 		FROM (SELECT count(*) AS n, extract(epoch FROM now() - min(parked_at)) AS age FROM extworker_inbox
-				WHERE parked_at IS NOT NULL AND state = 'FAILED_FINAL' AND ($1 = '' OR source = $1)) p,
+				WHERE parked_at IS NOT NULL AND state = 'failed_final' AND ($1 = '' OR source = $1)) p,
 			(SELECT coalesce(sum(deliveries), 0) AS n FROM extworker_inbox_conflicts WHERE $1 = '' OR source = $1) c,
 			(SELECT count(*) AS n FROM extworker_inbox
-				WHERE state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME') AND ($1 = '' OR source = $1)) r`, source)
+				WHERE state IN ('failed_retryable', 'unknown') AND ($1 = '' OR source = $1)) r`, source)
 	if err != nil {
 		return p, fmt.Errorf("inbox: read parked: %w", err)
 	}

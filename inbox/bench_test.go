@@ -150,7 +150,7 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
-// waitRecorded waits until n messages of source are PROCESSED in the inbox: it asks the
+// waitRecorded waits until n messages of source are processed in the inbox: it asks the
 // database every 2ms once the consumer has received n deliveries (an atomic read until
 // then).
 func waitRecorded(b *testing.B, c *inbox.Consumer, pool *pgxpool.Pool, source string, n int) {
@@ -161,7 +161,7 @@ func waitRecorded(b *testing.B, c *inbox.Consumer, pool *pgxpool.Pool, source st
 	for {
 		if c.Stats().Received.Load() >= int64(n) {
 			var got int
-			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND state = 'PROCESSED'`,
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND state = 'processed'`,
 				source).Scan(&got); err != nil {
 				b.Fatal(err)
 			}

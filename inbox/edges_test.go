@@ -266,7 +266,7 @@ func TestSecondMessageDoesNotStartASecondInstance(t *testing.T) {
 	out, err := ca.Handle(testenv.Context(t, 30*time.Second), a)
 	require.NoError(t, err)
 	require.Equal(t, inbox.Retry, out.Disposition)
-	require.Equal(t, inbox.StateUnknownOutcome, out.State, "a's answer was lost: %s", out.Reason)
+	require.Equal(t, inbox.StateUnknown, out.State, "a's answer was lost: %s", out.Reason)
 	within(t, p.arrived, "a's start to reach the network")
 
 	cb := e.consumerVia(t, testenv.EngineURL(), 2*time.Second, cfg)
@@ -330,13 +330,13 @@ func TestUnknownOutcomeSurvivesRetryableFailures(t *testing.T) {
 	lost := newEngineProxy(t, proxyRule{match: posts("/message"), status: http.StatusBadGateway, body: "<html>bad gateway</html>"})
 	out, err := consumer(lost.url).Handle(ctx, m)
 	require.NoError(t, err)
-	require.Equal(t, inbox.StateUnknownOutcome, out.State, out.Reason)
+	require.Equal(t, inbox.StateUnknown, out.State, out.Reason)
 
 	time.Sleep(quickWindow) // the lost request can no longer land: the next attempt asks
 	out, err = consumer("http://127.0.0.1:1/engine-rest").Handle(ctx, m)
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Retry, out.Disposition)
-	assert.Equal(t, inbox.StateUnknownOutcome, out.State, "the engine unreachable: the outcome is still unknown (%s)", out.Reason)
+	assert.Equal(t, inbox.StateUnknown, out.State, "the engine unreachable: the outcome is still unknown (%s)", out.Reason)
 
 	time.Sleep(quickWindow)
 	out, err = consumer(testenv.EngineURL()).Handle(ctx, m)

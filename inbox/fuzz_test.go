@@ -17,7 +17,7 @@ import (
 // The fuzz targets feed what producers supply (the AMQP message id, type, correlation id
 // and headers, the body, the business key Decide takes from it) to a consumer against
 // the real database and engine, and check the inbox's invariant: the message ends in a
-// row with a definite state (PROCESSED, IGNORED_DUPLICATE, or parked as FAILED_FINAL,
+// row with a definite state (processed, ignored_duplicate, or parked as failed_final,
 // counted), within a few deliveries: never an error that makes it an outage to be
 // retried forever, never a retry without end, never a panic. Each input gets a source
 // of its own, so that its row is its own. The seed corpus is in testdata/fuzz; plain

@@ -23,9 +23,9 @@ type Stats struct {
 	// Duplicates counts deliveries of messages consumed before, and copies of a message
 	// that waits in the retry queue already (nothing sent).
 	Duplicates atomic.Int64
-	// Ignored counts messages recorded as IGNORED_DUPLICATE without acting: late ones,
+	// Ignored counts messages recorded as ignored_duplicate without acting: late ones,
 	// and starts whose business key has an instance already. (A message Decide answers
-	// with Action.Ignore is PROCESSED and counted nowhere but in Received.)
+	// with Action.Ignore is processed and counted nowhere but in Received.)
 	Ignored atomic.Int64
 	// Retried counts deliveries sent to the retry queue; Parked those sent to the
 	// dead-letter queue; Conflicts the parked ones whose id came with another body.
@@ -113,7 +113,7 @@ type row struct {
 	attempts       int
 	engineFailures int
 	// unresolved: an attempt's outcome at the engine is unknown (the row's
-	// must_reconcile, or an attempt left PROCESSING or UNKNOWN_OUTCOME): the engine is
+	// must_reconcile, or an attempt left processing or unknown): the engine is
 	// asked before anything is sent. Cleared once it answers; set while a request that
 	// changes it is out.
 	unresolved bool
@@ -185,24 +185,24 @@ func (r *row) upsert(ctx context.Context, f recorded) (string, error) {
 			VALUES ($1, $2, $3, $4, nullif($5, ''), $6, now(), now())
 		ON CONFLICT (source, message_id) DO UPDATE SET deliveries = extworker_inbox.deliveries + 1, updated_at = now(),
 			duplicates = extworker_inbox.duplicates + CASE WHEN extworker_inbox.body_digest = EXCLUDED.body_digest
-				AND (extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')
-					OR ($7 AND extworker_inbox.state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME')
+				AND (extworker_inbox.state IN ('processed', 'ignored_duplicate', 'failed_final')
+					OR ($7 AND extworker_inbox.state IN ('failed_retryable', 'unknown')
 						AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now())) THEN 1 ELSE 0 END,
 			queue = CASE WHEN extworker_inbox.body_digest <> EXCLUDED.body_digest
-				OR extworker_inbox.state IN ('PROCESSED', 'IGNORED_DUPLICATE', 'FAILED_FINAL')
-				OR ($7 AND extworker_inbox.state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME')
+				OR extworker_inbox.state IN ('processed', 'ignored_duplicate', 'failed_final')
+				OR ($7 AND extworker_inbox.state IN ('failed_retryable', 'unknown')
 					AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now()) THEN extworker_inbox.queue ELSE EXCLUDED.queue END
 		RETURNING state, body_digest, attempts, engine_failures, must_reconcile,
 			extract(epoch FROM now() - received_at)::float8,
 			coalesce(extract(epoch FROM now() - attempt_started_at), 0)::float8,
-			coalesce($7 AND state IN ('FAILED_RETRYABLE', 'UNKNOWN_OUTCOME') AND retry_due_at + $8::bigint * interval '1 microsecond' > now(), false)`,
+			coalesce($7 AND state IN ('failed_retryable', 'unknown') AND retry_due_at + $8::bigint * interval '1 microsecond' > now(), false)`,
 		cfg.Source, r.id, f.typ, f.digest, f.corr, cfg.Queue, r.m.chained && r.m.fresh, suppressSlack(cfg).Microseconds()).Scan(
 		&r.state, &stored, &r.attempts, &r.engineFailures, &mustReconcile, &sinceReceived, &sinceAttempt, &r.suppressed)
 	if err != nil {
 		return "", fmt.Errorf("inbox: record %q: %w", r.id, err)
 	}
 	r.sinceReceived, r.sinceAttempt = seconds(sinceReceived), seconds(sinceAttempt)
-	r.unresolved = mustReconcile || r.state == StateProcessing || r.state == StateUnknownOutcome
+	r.unresolved = mustReconcile || r.state == StateProcessing || r.state == StateUnknown
 	return stored, nil
 }
 
@@ -221,8 +221,8 @@ func (r *row) conflict(ctx context.Context, stored, digest string) (Outcome, err
 		Reason: fmt.Sprintf("conflict: message id %s was consumed with another body (digest %.12s…, this one %.12s…); not acted on", r.id, stored, digest)}, nil
 }
 
-// act decides and acts on a message that is due: RECEIVED, or back from a retry, or left
-// PROCESSING or UNKNOWN_OUTCOME by an attempt whose end nobody recorded.
+// act decides and acts on a message that is due: received, or back from a retry, or left
+// processing or unknown by an attempt whose end nobody recorded.
 func (c *Consumer) act(ctx context.Context, r *row) (Outcome, error) {
 	a, err := c.decide(r.m)
 	if err != nil {
@@ -263,12 +263,12 @@ func actionText(a Action) string {
 // token is what the engine keeps of this message: "source/stored message id".
 func (r *row) token() string { return r.c.cfg.Source + "/" + r.id }
 
-// begin marks the row PROCESSING (and its outcome to be reconciled), committed, before
+// begin marks the row processing (and its outcome to be reconciled), committed, before
 // the engine is asked anything that changes it: a consumer that dies from here on leaves
 // a row the next delivery reconciles.
 func (r *row) begin(ctx context.Context) error {
 	r.attempts++
-	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox SET state = 'PROCESSING', attempts = $3, action = nullif($4, ''),
+	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox SET state = 'processing', attempts = $3, action = nullif($4, ''),
 			business_key = nullif($5, ''), updated_at = now(), attempt_started_at = now(), must_reconcile = true
 		WHERE source = $1 AND message_id = $2`, r.c.cfg.Source, r.id, r.attempts, r.action, r.businessKey)
 	if err != nil {
@@ -298,8 +298,8 @@ func (r *row) settle(ctx context.Context, st State, reason, instance string, out
 			WHERE process_key = $12 AND business_key = $13 AND source = $1 AND message_id = $2)
 		UPDATE extworker_inbox SET state = $3, reason = nullif($4, ''),
 			process_instance_id = coalesce(nullif($5, ''), process_instance_id), updated_at = now(),
-			processed_at = CASE WHEN $3 IN ('PROCESSED', 'IGNORED_DUPLICATE') THEN now() ELSE processed_at END,
-			parked_at = CASE WHEN $3 = 'FAILED_FINAL' THEN now() ELSE NULL END,
+			processed_at = CASE WHEN $3 IN ('processed', 'ignored_duplicate') THEN now() ELSE processed_at END,
+			parked_at = CASE WHEN $3 = 'failed_final' THEN now() ELSE NULL END,
 			action = coalesce(nullif($6, ''), action), business_key = coalesce(nullif($7, ''), business_key),
 			must_reconcile = $8, engine_failures = $9, park_kind = nullif($10, ''),
 			retry_due_at = CASE WHEN $11::bigint >= 0 THEN now() + $11::bigint * interval '1 microsecond' END
@@ -333,13 +333,13 @@ func (r *row) retry(ctx context.Context, why, reason string) (Outcome, error) {
 	return r.retryIn(ctx, r.c.backoff(r.attempts), why, reason)
 }
 
-// retryIn records why the message waits, in UNKNOWN_OUTCOME while an attempt's outcome
-// is unknown (whatever failed since), else in FAILED_RETRYABLE, and that it comes back
+// retryIn records why the message waits, in unknown while an attempt's outcome
+// is unknown (whatever failed since), else in failed_retryable, and that it comes back
 // after d.
 func (r *row) retryIn(ctx context.Context, d time.Duration, why, reason string) (Outcome, error) {
 	st := StateFailedRetryable
 	if r.unresolved {
-		st = StateUnknownOutcome
+		st = StateUnknown
 	}
 	d = max(d, time.Millisecond)
 	r.c.cfg.Logger.Info("inbox: message retried later", "source", r.c.cfg.Source, "message_id", logID(r.id),

@@ -19,7 +19,7 @@
 //
 // How a message is classified (seed §21):
 //
-//   - already consumed (PROCESSED, IGNORED_DUPLICATE, or parked), or waiting in the retry
+//   - already consumed (processed, ignored_duplicate, or parked), or waiting in the retry
 //     queue already: acknowledged, counted as a duplicate, nothing sent to the engine;
 //   - the same message id with another body: a conflict, never acted on, parked;
 //   - fields PostgreSQL or the engine cannot store: parked at once;
@@ -27,7 +27,7 @@
 //     with backoff, through the queue's retry queue, for Config.EarlyWindow from its first
 //     delivery, then parked;
 //   - the process instance moved past the wait state, or ended (late): recorded as
-//     IGNORED_DUPLICATE with the reason, acknowledged;
+//     ignored_duplicate with the reason, acknowledged;
 //   - the engine unreachable, or its answer lost: retried with backoff for as long as it
 //     takes (an engine restart parks nothing); a lost answer is reconciled first;
 //   - the engine failing on it (5xx) Config.MaxEngineFailures times: parked.
@@ -69,6 +69,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,26 +83,48 @@ import (
 // State is an inbox row's state.
 type State string
 
-// The states of an inbox row (seed §14).
+// The states of an inbox row (seed §14): lower-case snake_case, as stored, like the
+// ledger's (idempotency.State).
 const (
 	// StateReceived: recorded, not yet acted on.
-	StateReceived State = "RECEIVED"
+	StateReceived State = "received"
 	// StateProcessing: a consumer is acting on it, or died doing so (then the next
 	// delivery reconciles with the engine before acting).
-	StateProcessing State = "PROCESSING"
+	StateProcessing State = "processing"
 	// StateProcessed: the engine did what the message asked.
-	StateProcessed State = "PROCESSED"
+	StateProcessed State = "processed"
 	// StateFailedRetryable: not acted on yet (early, or the engine unreachable); a copy
 	// waits in the retry queue.
-	StateFailedRetryable State = "FAILED_RETRYABLE"
+	StateFailedRetryable State = "failed_retryable"
 	// StateFailedFinal: parked in the dead-letter queue for an operator; the reason says why.
-	StateFailedFinal State = "FAILED_FINAL"
+	StateFailedFinal State = "failed_final"
 	// StateIgnoredDuplicate: nothing to do: the process moved past the wait state, or an
 	// instance with the business key exists already.
-	StateIgnoredDuplicate State = "IGNORED_DUPLICATE"
-	// StateUnknownOutcome: the engine's answer was lost; the next delivery reconciles.
-	StateUnknownOutcome State = "UNKNOWN_OUTCOME"
+	StateIgnoredDuplicate State = "ignored_duplicate"
+	// StateUnknown: an attempt's outcome at the engine is unknown (its answer was lost, or
+	// it may still be in flight); the next delivery reconciles. The ledger's word
+	// (idempotency.StateUnknown).
+	StateUnknown State = "unknown"
 )
+
+// States lists the inbox's states, in lifecycle order.
+func States() []State {
+	return []State{StateReceived, StateProcessing, StateProcessed, StateFailedRetryable, StateFailedFinal, StateIgnoredDuplicate, StateUnknown}
+}
+
+// ParseState reads a state as `extworker inbox` takes it: in any case, and in the
+// upper-case spelling the inbox stored before migration 00011 (unknown for
+// unknown) as well.
+func ParseState(s string) (State, bool) {
+	low := strings.ToLower(strings.TrimSpace(s))
+	if low == "unknown_outcome" {
+		return StateUnknown, true
+	}
+	if slices.Contains(States(), State(low)) {
+		return State(low), true
+	}
+	return "", false
+}
 
 // Message is one delivery, as the inbox sees it.
 type Message struct {

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Prune deletes the rows of messages settled (PROCESSED or IGNORED_DUPLICATE) more than
+// Prune deletes the rows of messages settled (processed or ignored_duplicate) more than
 // olderThan ago, in batches, and returns how many it deleted; and the start claims
 // (extworker_inbox_starts) last changed more than olderThan ago, long past the in-flight
 // window in which they make a start of the same key wait. Parked, retrying and
@@ -21,7 +21,7 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration) (in
 	var total int64
 	for {
 		tag, err := pool.Exec(ctx, `DELETE FROM extworker_inbox WHERE (source, message_id) IN (SELECT source, message_id FROM extworker_inbox
-			WHERE state IN ('PROCESSED', 'IGNORED_DUPLICATE') AND updated_at < now() - $1::bigint * interval '1 microsecond' LIMIT 1000)`,
+			WHERE state IN ('processed', 'ignored_duplicate') AND updated_at < now() - $1::bigint * interval '1 microsecond' LIMIT 1000)`,
 			olderThan.Microseconds())
 		if err != nil {
 			return total, fmt.Errorf("inbox: prune: %w", err)

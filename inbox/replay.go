@@ -46,7 +46,7 @@ type Filter struct {
 	MessageID string
 	// MessageIDPrefix selects the rows whose message id begins with it.
 	MessageIDPrefix string
-	// Parked selects the parked rows (FAILED_FINAL) and those with conflicting copies.
+	// Parked selects the parked rows (failed_final) and those with conflicting copies.
 	Parked bool
 	States []State
 	// Limit caps the rows returned. Default 100.
@@ -67,7 +67,7 @@ func List(ctx context.Context, db Querier, f Filter) ([]Record, error) {
 			conflicts, replays, received_at, updated_at, processed_at, parked_at, coalesce(queue, ''), coalesce(park_kind, ''),
 			must_reconcile, engine_failures
 		FROM extworker_inbox
-		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR message_id = $2) AND (NOT $3 OR state = 'FAILED_FINAL' OR conflicts > 0)
+		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR message_id = $2) AND (NOT $3 OR state = 'failed_final' OR conflicts > 0)
 			AND (cardinality($4::text[]) = 0 OR state = ANY($4)) AND ($6 = '' OR left(message_id, char_length($6)) = $6)
 		ORDER BY updated_at DESC LIMIT $5`, f.Source, f.MessageID, f.Parked, states, f.Limit, f.MessageIDPrefix)
 	if err != nil {
@@ -111,7 +111,7 @@ type ReplayReport struct {
 }
 
 // Replay sends parked messages from queue's dead-letter queue back to queue: those whose
-// stored message id selected returns true for. Each one's inbox row goes back to RECEIVED
+// stored message id selected returns true for. Each one's inbox row goes back to received
 // (its attempts and engine failures to zero, its early window restarting, its replays
 // counted, the operator named in its reason; an unknown outcome at the engine stays to
 // be reconciled), then the message is published to the queue with a confirm, then
@@ -195,10 +195,10 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue st
 		rep.Conflicts = append(rep.Conflicts, id)
 		return true, nil
 	}
-	tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'RECEIVED', attempts = 0, engine_failures = 0, parked_at = NULL,
+	tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'received', attempts = 0, engine_failures = 0, parked_at = NULL,
 			park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
 			reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
-		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('FAILED_FINAL', 'RECEIVED')`,
+		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('failed_final', 'received')`,
 		source, id, digest.Bytes(d.Body))
 	if err != nil {
 		return true, fmt.Errorf("inbox: replay %s: %w", id, err)

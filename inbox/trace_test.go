@@ -105,13 +105,13 @@ func TestHandleSpansContinueTheMessagesTrace(t *testing.T) {
 			started = n
 		case "duplicate":
 			assert.Empty(t, testenv.Children(traced, n.ID), "a duplicate asks the engine nothing")
-			assert.Equal(t, "PROCESSED", n.Attrs["extworker.inbox.state"])
+			assert.Equal(t, "processed", n.Attrs["extworker.inbox.state"])
 		}
 	}
 	require.NotEmpty(t, started.ID, "the handling is a child of the publishing span")
 	assert.Equal(t, map[string]string{"messaging.system": "rabbitmq", "messaging.operation.type": "process",
 		"messaging.destination.name": b.queue, "extworker.inbox.source": e.source, "extworker.event_type": "test.start",
-		"extworker.outcome": "started", "extworker.inbox.state": "PROCESSED"}, started.Attrs)
+		"extworker.outcome": "started", "extworker.inbox.state": "processed"}, started.Attrs)
 	assert.Empty(t, started.Status)
 	assert.Contains(t, testenv.Names(testenv.Children(traced, started.ID)), "camunda7 POST /process-definition/key/{id}/start",
 		"the engine's calls nest under the handling")
@@ -165,7 +165,7 @@ func TestHandleSpansContinueTheMessagesTrace(t *testing.T) {
 	require.Len(t, conflicts, 1)
 	assert.Equal(t, "Error", conflicts[0].Status)
 	assert.Equal(t, "conflict", conflicts[0].StatusDescription)
-	assert.Equal(t, "PROCESSED", conflicts[0].Attrs["extworker.inbox.state"])
+	assert.Equal(t, "processed", conflicts[0].Attrs["extworker.inbox.state"])
 
 	var nodes []testenv.SpanNode
 	for _, sp := range spans.Ended() {

@@ -85,13 +85,13 @@ extworker_inbox_conflicts 1
 # HELP extworker_inbox_oldest_parked_age_seconds How long the oldest parked inbox message has been parked (0 when none is).
 # TYPE extworker_inbox_oldest_parked_age_seconds gauge
 extworker_inbox_oldest_parked_age_seconds 90
-# HELP extworker_inbox_parked Inbox messages parked in a dead-letter queue (FAILED_FINAL), waiting for an operator.
+# HELP extworker_inbox_parked Inbox messages parked in a dead-letter queue (failed_final), waiting for an operator.
 # TYPE extworker_inbox_parked gauge
 extworker_inbox_parked 2
 # HELP extworker_inbox_parked_up 1 if the last scrape's inbox query succeeded, else 0.
 # TYPE extworker_inbox_parked_up gauge
 extworker_inbox_parked_up 1
-# HELP extworker_inbox_retrying Inbox messages waiting in a retry queue (FAILED_RETRYABLE or UNKNOWN_OUTCOME).
+# HELP extworker_inbox_retrying Inbox messages waiting in a retry queue (failed_retryable or unknown).
 # TYPE extworker_inbox_retrying gauge
 extworker_inbox_retrying 3
 `), names...))
@@ -102,7 +102,7 @@ extworker_inbox_retrying 3
 # HELP extworker_inbox_oldest_parked_age_seconds How long the oldest parked inbox message has been parked (0 when none is).
 # TYPE extworker_inbox_oldest_parked_age_seconds gauge
 extworker_inbox_oldest_parked_age_seconds 0
-# HELP extworker_inbox_parked Inbox messages parked in a dead-letter queue (FAILED_FINAL), waiting for an operator.
+# HELP extworker_inbox_parked Inbox messages parked in a dead-letter queue (failed_final), waiting for an operator.
 # TYPE extworker_inbox_parked gauge
 extworker_inbox_parked 0
 `), "extworker_inbox_parked", "extworker_inbox_oldest_parked_age_seconds"))
@@ -125,7 +125,7 @@ func TestInboxCollectorWithoutConsumers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP extworker_inbox_parked Inbox messages parked in a dead-letter queue (FAILED_FINAL), waiting for an operator.
+# HELP extworker_inbox_parked Inbox messages parked in a dead-letter queue (failed_final), waiting for an operator.
 # TYPE extworker_inbox_parked gauge
 extworker_inbox_parked 1
 `), "extworker_inbox_parked"))

@@ -26,7 +26,7 @@ import (
 // lists the messages consumers recorded, shows one, and replays parked messages from a
 // queue's dead-letter queue once what parked them is fixed.
 
-const inboxUsage = `usage: extworker inbox <command> [flags]
+var inboxUsage = `usage: extworker inbox <command> [flags]
 
 commands:
   list     [--source S] [--parked] [--state STATE[,STATE...]] [--limit N] [--json]
@@ -36,7 +36,7 @@ commands:
            one inbox row, whole
   replay   --queue Q (--all | MESSAGE_ID...) [--json]
            send parked messages from Q's dead-letter queue (Q.dlq) back to Q, once
-           what parked them is fixed: their inbox rows go back to RECEIVED and the
+           what parked them is fixed: their inbox rows go back to received and the
            consumer acts on them again. A message whose id the inbox consumed with
            another body (a conflict) stays in Q.dlq: the producer must send it under
            a new message id. Needs EXTWORKER_AMQP_URL
@@ -48,15 +48,17 @@ finds the message again (in single quotes for the shell: 'abc\u202efdp.exe'). An
 begins with "-" may follow "--" (it must, when it reads as a flag: -- --all). An id list
 cut short ("…") finds its message in show, when no other id begins the same.
 
-states: ` + validInboxStatesText
+states: ` + validInboxStatesText + ` (in any case; the upper-case
+names of before, UNKNOWN_OUTCOME for unknown, are read too)`
 
-// allInboxStates are the inbox's states, in lifecycle order.
-var allInboxStates = []inbox.State{
-	inbox.StateReceived, inbox.StateProcessing, inbox.StateProcessed, inbox.StateFailedRetryable,
-	inbox.StateFailedFinal, inbox.StateIgnoredDuplicate, inbox.StateUnknownOutcome,
-}
-
-const validInboxStatesText = "RECEIVED, PROCESSING, PROCESSED, FAILED_RETRYABLE, FAILED_FINAL, IGNORED_DUPLICATE, UNKNOWN_OUTCOME"
+// validInboxStatesText lists the inbox's states, in lifecycle order.
+var validInboxStatesText = func() string {
+	var names []string
+	for _, st := range inbox.States() {
+		names = append(names, string(st))
+	}
+	return strings.Join(names, ", ")
+}()
 
 // How much of a row's reason, and of its message id, type, action and business key,
 // `inbox list` prints; `inbox show` prints them all.
@@ -84,10 +86,11 @@ func (c *inboxCmd) open(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, err
 }
 
-// parseInboxState reads an inbox state, in any case.
+// parseInboxState reads an inbox state, in any case, in the upper-case spelling of
+// before too (inbox.ParseState).
 func parseInboxState(name string) (inbox.State, error) {
-	st := inbox.State(strings.ToUpper(name))
-	if !slices.Contains(allInboxStates, st) {
+	st, ok := inbox.ParseState(name)
+	if !ok {
 		return "", fmt.Errorf("unknown state %q: valid states are %s", name, validInboxStatesText)
 	}
 	return st, nil

@@ -210,7 +210,7 @@ func TestInboxUsage(t *testing.T) {
 		for _, cmd := range []string{`list\s+\[--source S\] \[--parked\]`, `show\s+SOURCE MESSAGE_ID`, `replay\s+--queue Q \(--all \| MESSAGE_ID\.\.\.\)`} {
 			assert.Regexp(t, `(?m)^\s+`+cmd, err.Error())
 		}
-		assert.Contains(t, err.Error(), "states: RECEIVED, PROCESSING, PROCESSED, FAILED_RETRYABLE, FAILED_FINAL, IGNORED_DUPLICATE, UNKNOWN_OUTCOME")
+		assert.Contains(t, err.Error(), "states: received, processing, processed, failed_retryable, failed_final, ignored_duplicate, unknown")
 	}
 	_, err := inboxRun(t, "frobnicate")
 	assert.ErrorContains(t, err, `unknown command "frobnicate"`)
@@ -237,14 +237,14 @@ func TestInboxList(t *testing.T) {
 		t.Fatalf("no line for %s in:\n%s", id, out)
 		return ""
 	}
-	assert.Regexp(t, `^`+f.source+`\s+ok-1\s+order\.placed\s+PROCESSED\s+start `+f.model.Key+`\s+BK-\w+\s+1/0/1\s+0\s+(just now|\d+s ago)\s+-$`, line(okID))
+	assert.Regexp(t, `^`+f.source+`\s+ok-1\s+order\.placed\s+processed\s+start `+f.model.Key+`\s+BK-\w+\s+1/0/1\s+0\s+(just now|\d+s ago)\s+-$`, line(okID))
 	assert.Regexp(t, `\sPROCESSED\s.*\s2/0/1\s+1\s`, line(conflictID), "two deliveries, one conflict")
 	// The reason is cut to fit: the whole of it is in `inbox show`.
-	assert.Regexp(t, `\sorder\.placed\s+FAILED_FINAL\s+-\s+-\s+1/0/0\s+0\s+(just now|\d+s ago)\s+the consumer could not read the message: body is not JSON:…$`, line(badID))
+	assert.Regexp(t, `\sorder\.placed\s+failed_final\s+-\s+-\s+1/0/0\s+0\s+(just now|\d+s ago)\s+the consumer could not read the message: body is not JSON:…$`, line(badID))
 	assert.Regexp(t, `\sFAILED_FINAL\s.*the message has no message id: it cannot be deduplicated, \S*…$`, line(noID))
-	assert.Regexp(t, `\sinvoice\.paid\s+FAILED_FINAL\s+correlate \S+\s+BK-nobody-\w+\s+\d+/0/\d+\s+0\s.*\searly for \S+, past the window of 300ms`, line(earlyID))
-	assert.Regexp(t, `\sevil\\x1b\]0;pwned\\a\\x1b\[2J\s+FAILED_FINAL\s`, line(escID), "the type as it is, its escapes shown")
-	assert.Equal(t, strings.Index(line(badID), "FAILED_FINAL"), strings.Index(line(escID), "FAILED_FINAL"),
+	assert.Regexp(t, `\sinvoice\.paid\s+failed_final\s+correlate \S+\s+BK-nobody-\w+\s+\d+/0/\d+\s+0\s.*\searly for \S+, past the window of 300ms`, line(earlyID))
+	assert.Regexp(t, `\sevil\\x1b\]0;pwned\\a\\x1b\[2J\s+failed_final\s`, line(escID), "the type as it is, its escapes shown")
+	assert.Equal(t, strings.Index(line(badID), "failed_final"), strings.Index(line(escID), "failed_final"),
 		"the columns stay aligned: escape sequences are escaped before the table is laid out")
 
 	// --parked: parked, or with a conflicting copy parked.
@@ -255,15 +255,15 @@ func TestInboxList(t *testing.T) {
 	assert.Contains(t, out, noID[:39]+"…", "an id longer than the column is cut")
 	assert.NotContains(t, out, okID)
 
-	out = mustInbox(t, "list", "--source", f.source, "--state", "FAILED_FINAL")
+	out = mustInbox(t, "list", "--source", f.source, "--state", "FAILED_FINAL") // the upper-case spelling of before
 	assert.NotContains(t, out, okID)
 	assert.NotContains(t, out, " "+conflictID+" ")
 	assert.Contains(t, out, badID)
-	out = mustInbox(t, "list", "--source", f.source, "--state", "processed", "--state", "IGNORED_DUPLICATE") // any case, repeated
+	out = mustInbox(t, "list", "--source", f.source, "--state", "processed", "--state", "Ignored_Duplicate") // any case, repeated
 	assert.Contains(t, out, okID)
 	assert.Contains(t, out, " "+conflictID+" ")
 	assert.NotContains(t, out, badID)
-	out = mustInbox(t, "list", "--source", f.source, "--state", "received,unknown_outcome")
+	out = mustInbox(t, "list", "--source", f.source, "--state", "received,UNKNOWN_OUTCOME") // unknown, as it was spelled
 	assert.Equal(t, "no inbox messages match\n", out)
 
 	out = mustInbox(t, "list", "--source", f.source, "--limit", "2")
@@ -276,7 +276,7 @@ func TestInboxList(t *testing.T) {
 	for _, m := range got.Messages {
 		assert.Equal(t, f.source, m.Source)
 		if m.MessageID == badID {
-			assert.Equal(t, "FAILED_FINAL", m.State)
+			assert.Equal(t, "failed_final", m.State)
 			assert.Equal(t, digest.Bytes([]byte("not json")), m.BodyDigest)
 			assert.Equal(t, "corr-"+badID, m.CorrelationID)
 			assert.Contains(t, m.Reason, "body is not JSON: invalid character")
@@ -289,10 +289,10 @@ func TestInboxList(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Contains(t, out, badID)
 
-	for _, bad := range [][]string{{"--state", "parked"}, {"--state", "PROCESSED,bogus"}} {
+	for _, bad := range [][]string{{"--state", "parked"}, {"--state", "PROCESSED,bogus"}, {"--state", "unknown-outcome"}} {
 		_, err := inboxRun(t, append([]string{"list"}, bad...)...)
 		require.Error(t, err)
-		assert.Contains(t, err.Error(), "valid states are RECEIVED, PROCESSING, PROCESSED, FAILED_RETRYABLE, FAILED_FINAL, IGNORED_DUPLICATE, UNKNOWN_OUTCOME")
+		assert.Contains(t, err.Error(), "valid states are received, processing, processed, failed_retryable, failed_final, ignored_duplicate, unknown")
 	}
 	_, err = inboxRun(t, "list", "--limit", "0")
 	assert.ErrorContains(t, err, "--limit")
@@ -307,7 +307,7 @@ func TestInboxShow(t *testing.T) {
 	out := mustInbox(t, "show", f.source, badID)
 	assert.Regexp(t, `(?m)^source\s+`+f.source+`$`, out)
 	assert.Regexp(t, `(?m)^message id\s+bad-1$`, out)
-	assert.Regexp(t, `(?m)^state\s+FAILED_FINAL$`, out)
+	assert.Regexp(t, `(?m)^state\s+failed_final$`, out)
 	assert.Regexp(t, `(?m)^reason\s+the consumer could not read the message: body is not JSON: invalid character 'o' in literal null \(expecting 'u'\)$`, out)
 	assert.Regexp(t, `(?m)^body digest\s+`+digest.Bytes([]byte("not json"))+`$`, out)
 	assert.Regexp(t, `(?m)^correlation id\s+corr-bad-1$`, out)
@@ -320,7 +320,7 @@ func TestInboxShow(t *testing.T) {
 	out = mustInbox(t, "show", "--json", f.source, conflictID) // flags before or after
 	var r inboxRecordJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
-	assert.Equal(t, "PROCESSED", r.State)
+	assert.Equal(t, "processed", r.State)
 	assert.Equal(t, 1, r.Conflicts)
 	assert.Equal(t, 2, r.Deliveries)
 	assert.Equal(t, "start "+f.model.Key, r.Action)

@@ -179,7 +179,7 @@ func TestTracesOfOneInvoiceInJaeger(t *testing.T) {
 	handle := outcomeChild(t, collect.Spans, publish.ID, "inbox handle", "started")
 	for k, v := range map[string]string{"messaging.system": "rabbitmq", "messaging.operation.type": "process",
 		"messaging.destination.name": demoPaidQueue, "extworker.inbox.source": demoPaidEventSource,
-		"extworker.event_type": demoPaidType, "extworker.inbox.state": "PROCESSED"} {
+		"extworker.event_type": demoPaidType, "extworker.inbox.state": "processed"} {
 		assert.Equal(t, v, handle.Attrs[k], k)
 	}
 	assert.Empty(t, handle.Status)

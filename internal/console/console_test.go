@@ -484,7 +484,7 @@ func TestInboxAndOutboxPages(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	source, id := testenv.Unique("billing"), testenv.Unique("evt")
 	_, err := e.pool.Exec(ctx, `INSERT INTO extworker_inbox (source, message_id, type, body_digest, state, reason, parked_at)
-		VALUES ($1, $2, 'invoice.paid', 'd', 'FAILED_FINAL', 'early for <b>start</b>, past the window', now())`, source, id)
+		VALUES ($1, $2, 'invoice.paid', 'd', 'failed_final', 'early for <b>start</b>, past the window', now())`, source, id)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, _ = e.pool.Exec(context.Background(), `DELETE FROM extworker_inbox WHERE source = $1`, source)

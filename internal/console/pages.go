@@ -638,7 +638,7 @@ func (h *handler) inboxPage(w http.ResponseWriter, r *http.Request, id identity)
 	if d.Parked, err = inbox.List(r.Context(), h.opts.DB, inbox.Filter{Parked: true}); err != nil {
 		p.Error = err.Error()
 	}
-	if d.Retrying, err = inbox.List(r.Context(), h.opts.DB, inbox.Filter{States: []inbox.State{inbox.StateFailedRetryable, inbox.StateUnknownOutcome}}); err != nil {
+	if d.Retrying, err = inbox.List(r.Context(), h.opts.DB, inbox.Filter{States: []inbox.State{inbox.StateFailedRetryable, inbox.StateUnknown}}); err != nil {
 		p.Error = joinErr(p.Error, err.Error())
 	}
 	p.Title, p.Data = "Inbox", d
