@@ -12,14 +12,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode"
 
 	"github.com/go-resty/resty/v2"
+
+	"github.com/extworker/extworker/internal/transport"
 )
 
 // Defaults for Config fields left zero.
@@ -335,118 +335,161 @@ type sendStats struct {
 	resends int // sent again with a fresh token after a 401
 }
 
-// send is do without the span.
+// send is do without the span: it sends the request, once more with a fresh token after a
+// 401 when the token source can invalidate tokens, and reads the answer. It holds the
+// I/O only; what each step means is decided by functions of values: encodeBody,
+// transportError (not sent or unknown outcome), resendWithNewToken, and readAnswer (the
+// status, the body and the engine's error body into a result or a classified error).
 func (c *Client) send(ctx context.Context, k call, st *sendStats) error {
-	var payload []byte
-	contentType := ""
-	switch b := k.body.(type) {
-	case nil:
-	case RawBody:
-		payload, contentType = b.Data, b.ContentType
-	default:
-		var err error
-		if payload, err = json.Marshal(b); err != nil {
-			return &argError{op: k.op, err: fmt.Errorf("encode request: %w", err)}
-		}
-		contentType = "application/json"
+	payload, ctype, err := encodeBody(k)
+	if err != nil {
+		return err
 	}
-	if k.timeout <= 0 {
-		k.timeout = c.cfg.Timeout
+	timeout := k.timeout
+	if timeout <= 0 {
+		timeout = c.cfg.Timeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-
-	// wrote turns true once the whole request has been written to a connection: the line
-	// between "certainly not sent" and "outcome unknown".
-	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
+	ctx, written := transport.Track(ctx)
 	inv, _ := c.cfg.TokenSource.(TokenInvalidator)
-	var resp *resty.Response
-	var start time.Time
 	for attempt := 1; ; attempt++ {
-		req := c.rc.R().SetContext(ctx)
-		if k.query != nil {
-			req.SetQueryParamsFromValues(k.query)
+		tok, err := c.token(ctx, k.op, attempt)
+		if err != nil {
+			return err
 		}
-		if payload != nil {
-			req.SetHeader("Content-Type", contentType).SetBody(payload)
-		}
-		if _, text := k.out.(*string); text {
-			// errorDetails is text/plain; asked for as JSON, the engine answers 406.
-			req.SetHeader("Accept", "text/plain, application/json")
-		}
-		var tok string
-		if c.cfg.TokenSource != nil {
-			var err error
-			if tok, err = c.cfg.TokenSource.Token(ctx); err != nil {
-				what := "get bearer token"
-				if attempt > 1 {
-					what = "get a new bearer token after the engine rejected one (401)"
-				}
-				return &TransportError{Op: k.op, Err: fmt.Errorf("%s: %w", what, err)}
-			}
-			req.SetAuthToken(tok)
-		}
-		start = time.Now()
-		wrote.Store(false)
-		var err error
-		resp, err = req.Execute(k.method, k.path)
+		start := time.Now()
+		written.Reset()
+		resp, err := c.request(ctx, k, payload, ctype, tok).Execute(k.method, k.path)
 		if err != nil {
 			if resp != nil && resp.RawBody() != nil {
 				resp.RawBody().Close()
 			}
-			return &TransportError{Op: k.op, Sent: wrote.Load(), Err: err}
+			return transportError(k.op, err, written.Load())
 		}
 		st.status, st.resends = resp.StatusCode(), attempt-1
-		if attempt > 1 || inv == nil || resp.StatusCode() != http.StatusUnauthorized {
-			break
+		if !resendWithNewToken(attempt, inv != nil, resp.StatusCode()) {
+			return c.answer(ctx, k, resp, start)
 		}
 		// A cached token the engine no longer accepts (revoked, or the engine's keys
-		// rotated before it expired): the request was refused before anything was done,
-		// so it is sent once more with a fresh token.
+		// rotated before it expired): the request was refused before anything was done.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.RawBody(), 64<<10))
 		resp.RawBody().Close()
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "engine rejected the bearer token; fetching a new one",
 			slog.String("op", k.op), slog.Int("status", resp.StatusCode()), slog.Duration("took", time.Since(start)))
 		inv.InvalidateToken(tok)
 	}
+}
+
+// encodeBody returns the body k sends and its content type: none, a RawBody as it is, or
+// JSON. A body that cannot be marshalled is refused before anything is sent.
+func encodeBody(k call) (payload []byte, contentType string, err error) {
+	switch b := k.body.(type) {
+	case nil:
+		return nil, "", nil
+	case RawBody:
+		return b.Data, b.ContentType, nil
+	}
+	if payload, err = json.Marshal(k.body); err != nil {
+		return nil, "", &argError{op: k.op, err: fmt.Errorf("encode request: %w", err)}
+	}
+	return payload, "application/json", nil
+}
+
+// token returns the bearer token for the attempt-th sending of a request, "" without a
+// TokenSource. A source that fails is a *TransportError that was not sent.
+func (c *Client) token(ctx context.Context, op string, attempt int) (string, error) {
+	if c.cfg.TokenSource == nil {
+		return "", nil
+	}
+	tok, err := c.cfg.TokenSource.Token(ctx)
+	if err != nil {
+		what := "get bearer token"
+		if attempt > 1 {
+			what = "get a new bearer token after the engine rejected one (401)"
+		}
+		return "", &TransportError{Op: op, Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	return tok, nil
+}
+
+// request builds one sending of k: its query, body, Accept header and token.
+func (c *Client) request(ctx context.Context, k call, payload []byte, contentType, tok string) *resty.Request {
+	req := c.rc.R().SetContext(ctx)
+	if k.query != nil {
+		req.SetQueryParamsFromValues(k.query)
+	}
+	if payload != nil {
+		req.SetHeader("Content-Type", contentType).SetBody(payload)
+	}
+	if _, text := k.out.(*string); text {
+		// errorDetails is text/plain; asked for as JSON, the engine answers 406.
+		req.SetHeader("Accept", "text/plain, application/json")
+	}
+	if tok != "" {
+		req.SetAuthToken(tok)
+	}
+	return req
+}
+
+// transportError is the error of a request that got no answer: not sent (ErrNotSent)
+// unless it had been written in full before the failure, then sent with its outcome
+// unknown (ErrUnknownOutcome). written comes from transport.Track.
+func transportError(op string, err error, written bool) error {
+	return &TransportError{Op: op, Sent: written, Err: err}
+}
+
+// resendWithNewToken reports whether the answer (status) to the attempt-th sending of a
+// request calls for sending it once more with a fresh token: a 401 to the first sending,
+// when the token source can invalidate the token the engine refused. A 401 means the
+// engine did nothing; a second one is returned as ErrUnauthorized.
+func resendWithNewToken(attempt int, invalidates bool, status int) bool {
+	return attempt == 1 && invalidates && status == http.StatusUnauthorized
+}
+
+// answer reads resp's body, at most Config.MaxResponseBytes of it, and turns the answer
+// into the call's result (readAnswer).
+func (c *Client) answer(ctx context.Context, k call, resp *resty.Response, start time.Time) error {
 	raw := resp.RawBody()
 	defer raw.Close()
-	status := resp.StatusCode()
-	ctype := resp.Header().Get("Content-Type")
-	ok := status >= 200 && status < 300
+	a := engineAnswer{status: resp.StatusCode(), header: resp.Header(), at: time.Now()}
+	a.data, a.over, a.readErr = transport.ReadLimited(raw, c.cfg.MaxResponseBytes)
+	c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "engine request",
+		slog.String("op", k.op), slog.Int("status", a.status), slog.Duration("took", time.Since(start)))
+	return readAnswer(k, a, c.cfg.MaxResponseBytes)
+}
+
+// engineAnswer is an answer as the client read it.
+type engineAnswer struct {
+	status  int
+	header  http.Header
+	at      time.Time // when it arrived: a Retry-After date counts from it
+	data    []byte
+	over    bool  // the body was larger than the limit
+	readErr error // the body could not be read in full
+}
+
+// readAnswer turns an answer into the call's result: nil (a 2xx, decoded into k.out),
+// an *Error (the engine refused the request), or a *ResponseError (an answer that cannot
+// be read as the engine's). limit is Config.MaxResponseBytes, for the message.
+func readAnswer(k call, a engineAnswer, limit int64) error {
+	ctype := a.header.Get("Content-Type")
+	ok := a.status >= 200 && a.status < 300
 	var retryAfter time.Duration
 	if !ok {
-		retryAfter = parseRetryAfter(resp.Header().Get("Retry-After"), time.Now())
+		retryAfter = parseRetryAfter(a.header.Get("Retry-After"), a.at)
 	}
-	data, rerr := io.ReadAll(io.LimitReader(raw, c.cfg.MaxResponseBytes+1))
-	c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "engine request",
-		slog.String("op", k.op), slog.Int("status", status), slog.Duration("took", time.Since(start)))
-	if rerr != nil {
-		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, RetryAfter: retryAfter,
-			Err: fmt.Errorf("read body: %w", rerr)}
+	switch {
+	case a.readErr != nil:
+		return &ResponseError{Op: k.op, StatusCode: a.status, ContentType: ctype, RetryAfter: retryAfter,
+			Err: fmt.Errorf("read body: %w", a.readErr)}
+	case a.over:
+		return &ResponseError{Op: k.op, StatusCode: a.status, ContentType: ctype, RetryAfter: retryAfter,
+			Err: fmt.Errorf("body exceeds the %d-byte limit (Config.MaxResponseBytes): %w", limit, ErrResponseTooLarge)}
+	case ok:
+		return decodeAnswer(k, a.status, ctype, a.data)
 	}
-	if int64(len(data)) > c.cfg.MaxResponseBytes {
-		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, RetryAfter: retryAfter,
-			Err: fmt.Errorf("body exceeds the %d-byte limit (Config.MaxResponseBytes): %w", c.cfg.MaxResponseBytes, ErrResponseTooLarge)}
-	}
-	if ok {
-		return decodeAnswer(k, status, ctype, data)
-	}
-	err := answerError(k, status, ctype, data)
-	switch e := err.(type) {
-	case *Error:
-		e.RetryAfter = retryAfter
-	case *ResponseError:
-		e.RetryAfter = retryAfter
-	}
-	return err
+	return answerError(k, a.status, ctype, a.data, retryAfter)
 }
 
 // decodeAnswer decodes a 2xx body into k.out.
@@ -475,21 +518,25 @@ func decodeAnswer(k call, status int, ctype string, data []byte) error {
 // answerError turns a non-2xx answer into an *Error (the engine's, or a 4xx without an
 // engine body) or a *ResponseError (a 5xx that is not the engine's: outcome unknown; or
 // a 404 on a task endpoint that is not the engine's answer about the task: not acted on,
-// to send again).
-func answerError(k call, status int, ctype string, data []byte) error {
+// to send again), carrying retryAfter, the delay the answer's Retry-After asked for.
+func answerError(k call, status int, ctype string, data []byte, retryAfter time.Duration) error {
 	var dto exceptionDto
 	engine := isJSON(ctype) && json.Unmarshal(data, &dto) == nil && dto.Type != ""
-	if foreign404(k.taskEndpoint, status, engine, dto.Type, dto.Message) {
-		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, Snippet: snippet(data), Err: errForeign404}
+	var e *Error
+	switch {
+	case foreign404(k.taskEndpoint, status, engine, dto.Type, dto.Message):
+		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, Snippet: snippet(data), Err: errForeign404,
+			RetryAfter: retryAfter}
+	case engine:
+		e = newError(k.op, k.taskEndpoint, status, dto.Type, dto.Message, dto.Code)
+	case status >= 400 && status < 500:
+		e = newError(k.op, k.taskEndpoint, status, "", http.StatusText(status), nil)
+	default:
+		return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, Snippet: snippet(data),
+			Err: errors.New("not an engine error body"), RetryAfter: retryAfter}
 	}
-	if engine {
-		return newError(k.op, k.taskEndpoint, status, dto.Type, dto.Message, dto.Code)
-	}
-	if status >= 400 && status < 500 {
-		return newError(k.op, k.taskEndpoint, status, "", http.StatusText(status), nil)
-	}
-	return &ResponseError{Op: k.op, StatusCode: status, ContentType: ctype, Snippet: snippet(data),
-		Err: errors.New("not an engine error body")}
+	e.RetryAfter = retryAfter
+	return e
 }
 
 func isJSON(ctype string) bool {

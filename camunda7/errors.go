@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/extworker/extworker/internal/transport"
 )
 
 // Sentinel errors, matched with errors.Is against what a Client method returns.
@@ -221,20 +222,15 @@ func foreign404(taskEndpoint bool, status int, engine bool, typ, msg string) boo
 // TransportError is a request that got no HTTP answer. Sent tells whether the request
 // was written to the connection in full before the failure: if it was not, the engine
 // cannot have acted on it (errors.Is(err, ErrNotSent)); if it was, the outcome is unknown
-// (errors.Is(err, ErrUnknownOutcome)).
+// (errors.Is(err, ErrUnknownOutcome)). The tracking is internal/transport's, the same
+// that package idempotency/httpeffect uses for a provider's requests.
 type TransportError struct {
 	Op   string
 	Sent bool
 	Err  error
 }
 
-func (e *TransportError) Error() string {
-	state := "not sent"
-	if e.Sent {
-		state = "sent, no answer"
-	}
-	return fmt.Sprintf("%s: %s: %v", e.Op, state, e.Err)
-}
+func (e *TransportError) Error() string { return transport.Describe(e.Op, e.Sent, e.Err) }
 
 func (e *TransportError) Unwrap() error { return e.Err }
 
@@ -321,25 +317,7 @@ func RetryAfter(err error) (d time.Duration, ok bool) {
 // delay-seconds or an HTTP-date. It returns 0 for an empty, invalid or past value, and
 // at most MaxRetryAfter.
 func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if strings.Trim(v, "0123456789") == "" {
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
-			return MaxRetryAfter // all digits, so only too large to parse
-		}
-		d = time.Duration(secs) * time.Second
-	} else {
-		at, err := http.ParseTime(v)
-		if err != nil {
-			return 0
-		}
-		d = at.Sub(now)
-	}
-	return min(max(d, 0), MaxRetryAfter)
+	return transport.ParseRetryAfter(v, now, MaxRetryAfter)
 }
 
 // SafeToRetry reports whether err proves that the request had no effect on the engine:

@@ -48,17 +48,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/transport"
 )
 
 // Defaults for Spec fields left zero.
@@ -176,32 +173,49 @@ type effect struct {
 type answer struct {
 	status  int
 	header  http.Header
+	at      time.Time // when it arrived: a Retry-After date counts from it
 	body    []byte
 	readErr error // the body could not be read, or was too large
 }
 
-// send performs one request. It returns an answer, or a *TransportError.
-func (e *effect) send(ctx context.Context, method, rawURL string, body []byte, key string) (*answer, error) {
+// send performs one request, named op in errors. It returns the answer, or a
+// *TransportError when none came: not sent unless the request had been written in full
+// (internal/transport tracks it, as it does for the engine client).
+func (e *effect) send(ctx context.Context, op, method, rawURL string, body []byte, key string) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.s.Timeout)
 	defer cancel()
-	// wrote turns true once a whole request has been written to a connection: the line
-	// between "certainly not sent" and "outcome unknown". It never turns back (the
-	// transport may write the request again on a new connection).
-	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
+	ctx, written := transport.Track(ctx)
+	req, err := e.request(ctx, method, rawURL, body, key)
+	if err != nil {
+		return answer{}, &TransportError{Op: op, Err: errors.New("the request could not be built")}
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		return answer{}, &TransportError{Op: op, Sent: written.Load(), Err: stripURL(err)}
+	}
+	defer resp.Body.Close()
+	a := answer{status: resp.StatusCode, header: resp.Header, at: time.Now()}
+	var over bool
+	a.body, over, a.readErr = transport.ReadLimited(resp.Body, e.s.MaxResponseBytes)
+	switch {
+	case a.readErr != nil:
+		a.readErr = stripURL(a.readErr)
+	case over:
+		a.readErr = fmt.Errorf("answer larger than %d bytes (Spec.MaxResponseBytes)", e.s.MaxResponseBytes)
+	}
+	return a, nil
+}
+
+// request builds a request with the Spec's headers, a default JSON content type for a
+// body, the provider key (key, unless empty) and the trace context.
+func (e *effect) request(ctx context.Context, method, rawURL string, body []byte, key string) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, rawURL, rd)
 	if err != nil {
-		return nil, &TransportError{Op: e.s.Name, Err: errors.New("the request could not be built")}
+		return nil, err
 	}
 	for k, vs := range e.s.Header {
 		for _, v := range vs {
@@ -218,59 +232,59 @@ func (e *effect) send(ctx context.Context, method, rawURL string, body []byte, k
 	// traces are on (the global propagator does nothing otherwise), so that the
 	// provider's own traces join the task's.
 	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		return nil, &TransportError{Op: e.s.Name, Sent: wrote.Load(), Err: stripURL(err)}
-	}
-	defer resp.Body.Close()
-	a := &answer{status: resp.StatusCode, header: resp.Header}
-	a.body, a.readErr = io.ReadAll(io.LimitReader(resp.Body, e.s.MaxResponseBytes+1))
-	if a.readErr == nil && int64(len(a.body)) > e.s.MaxResponseBytes {
-		a.readErr = fmt.Errorf("answer larger than %d bytes (Spec.MaxResponseBytes)", e.s.MaxResponseBytes)
-	} else if a.readErr != nil {
-		a.readErr = stripURL(a.readErr)
-	}
-	return a, nil
+	return req, nil
 }
 
 func (e *effect) dispatch(ctx context.Context, providerKey string) (idempotency.Result, error) {
-	a, err := e.send(ctx, e.s.Method, e.s.URL, e.s.Body, providerKey)
+	a, err := e.send(ctx, e.s.Name, e.s.Method, e.s.URL, e.s.Body, providerKey)
 	if err != nil {
-		var te *TransportError
-		if errors.As(err, &te) && !te.Sent {
-			return idempotency.Result{}, idempotency.NotSent(err)
-		}
-		return idempotency.Result{}, err
+		return idempotency.Result{}, noAnswer(err)
 	}
+	return dispatchOutcome(e.s, a)
+}
+
+// noAnswer is Dispatch's error for a request that got no answer: idempotency.NotSent
+// unless the request had been written in full; then the outcome is unknown, and the
+// error is returned as it is.
+func noAnswer(err error) error {
+	var te *TransportError
+	if errors.As(err, &te) && !te.Sent {
+		return idempotency.NotSent(err)
+	}
+	return err
+}
+
+// dispatchOutcome is what an answer to the request means for the ledger (see the package
+// documentation): a result, a decline, NotSent, or an unknown outcome.
+func dispatchOutcome(s Spec, a answer) (idempotency.Result, error) {
 	switch st := a.status; {
 	case st >= 200 && st < 300:
 		if a.readErr != nil {
-			return idempotency.Result{}, &DecodeError{Op: e.s.Name, StatusCode: st, Reason: "the answer could not be read: " + a.readErr.Error(), Err: a.readErr}
+			return idempotency.Result{}, &DecodeError{Op: s.Name, StatusCode: st, Reason: "the answer could not be read: " + a.readErr.Error(), Err: a.readErr}
 		}
-		return e.decode(a)
+		return decode(s, a)
 	case st == http.StatusTooManyRequests:
-		return idempotency.Result{}, idempotency.NotSent(&StatusError{Op: e.s.Name, StatusCode: st,
-			Retry: parseRetryAfter(a.header.Get("Retry-After"), time.Now())})
+		return idempotency.Result{}, idempotency.NotSent(&StatusError{Op: s.Name, StatusCode: st, Retry: retryAfter(a)})
 	case st >= 400 && st < 500:
-		if e.s.Reject != nil && a.readErr == nil {
-			if code, msg, ok := e.s.Reject(st, a.body); ok {
+		if s.Reject != nil && a.readErr == nil {
+			if code, msg, ok := s.Reject(st, a.body); ok {
 				return idempotency.Result{}, idempotency.Rejected(code, msg)
 			}
 		}
-		return idempotency.Result{}, idempotency.NotSent(&StatusError{Op: e.s.Name, StatusCode: st})
+		return idempotency.Result{}, idempotency.NotSent(&StatusError{Op: s.Name, StatusCode: st})
 	case st == http.StatusServiceUnavailable:
-		return idempotency.Result{}, &StatusError{Op: e.s.Name, StatusCode: st, Retry: parseRetryAfter(a.header.Get("Retry-After"), time.Now())}
+		return idempotency.Result{}, &StatusError{Op: s.Name, StatusCode: st, Retry: retryAfter(a)}
 	}
-	return idempotency.Result{}, &StatusError{Op: e.s.Name, StatusCode: a.status}
+	return idempotency.Result{}, &StatusError{Op: s.Name, StatusCode: a.status}
 }
 
 // decode runs Decode on a 2xx answer; a decline passes as it is, any other failure is a
 // *DecodeError (an unknown outcome).
-func (e *effect) decode(a *answer) (idempotency.Result, error) {
-	if e.s.Decode == nil {
+func decode(s Spec, a answer) (idempotency.Result, error) {
+	if s.Decode == nil {
 		return idempotency.Result{}, nil
 	}
-	r, err := e.s.Decode(a.status, a.header, a.body)
+	r, err := s.Decode(a.status, a.header, a.body)
 	if err == nil {
 		return r, nil
 	}
@@ -278,42 +292,50 @@ func (e *effect) decode(a *answer) (idempotency.Result, error) {
 	if errors.As(err, &rej) {
 		return idempotency.Result{}, rej
 	}
-	return idempotency.Result{}, &DecodeError{Op: e.s.Name, StatusCode: a.status, Reason: fmt.Sprintf("Decode failed (%T)", err), Err: err}
+	return idempotency.Result{}, &DecodeError{Op: s.Name, StatusCode: a.status, Reason: fmt.Sprintf("Decode failed (%T)", err), Err: err}
 }
 
 func (e *effect) reconcile(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
-	u := e.s.LookupURL(q)
-	a, err := e.send(ctx, http.MethodGet, u, nil, "")
+	a, err := e.send(ctx, e.s.Name+" lookup", http.MethodGet, e.s.LookupURL(q), nil, "")
 	if err != nil {
-		var te *TransportError
-		if errors.As(err, &te) {
-			te.Op += " lookup"
-		}
 		return idempotency.Reconciliation{}, err // the ledger counts it as StillUnknown, unless the attempt ended
 	}
+	return lookupOutcome(e.s, a), nil
+}
+
+// lookupOutcome is what a lookup's answer says of the effect: 200 Found (decoded by
+// Decode, or a decline), 404 Absent (confirmed by LookupNotFound when set), anything
+// else, or an answer that cannot be read, StillUnknown.
+func lookupOutcome(s Spec, a answer) idempotency.Reconciliation {
 	switch {
 	case a.readErr != nil:
-		return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d, and its answer could not be read", a.status)), nil
+		return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d, and its answer could not be read", a.status))
 	case a.status == http.StatusOK:
-		if e.s.Decode == nil {
-			return idempotency.Found(idempotency.Result{}), nil
+		if s.Decode == nil {
+			return idempotency.Found(idempotency.Result{})
 		}
-		r, err := e.s.Decode(a.status, a.header, a.body)
+		r, err := s.Decode(a.status, a.header, a.body)
 		var rej *idempotency.Rejection
 		switch {
 		case err == nil:
-			return idempotency.Found(r), nil
+			return idempotency.Found(r)
 		case errors.As(err, &rej):
-			return idempotency.ReconciledRejected(rej.Code, rej.Message), nil
+			return idempotency.ReconciledRejected(rej.Code, rej.Message)
 		}
-		return idempotency.StillUnknown(fmt.Sprintf("lookup answered 200, and Decode failed (%T)", err)), nil
+		return idempotency.StillUnknown(fmt.Sprintf("lookup answered 200, and Decode failed (%T)", err))
 	case a.status == http.StatusNotFound:
-		if e.s.LookupNotFound != nil && !e.s.LookupNotFound(a.body) {
-			return idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)"), nil
+		if s.LookupNotFound != nil && !s.LookupNotFound(a.body) {
+			return idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)")
 		}
-		return idempotency.Absent(), nil
+		return idempotency.Absent()
 	}
-	return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d", a.status)), nil
+	return idempotency.StillUnknown(fmt.Sprintf("lookup answered %d", a.status))
+}
+
+// retryAfter is the delay the answer's Retry-After header asks for, at most
+// MaxRetryAfter.
+func retryAfter(a answer) time.Duration {
+	return transport.ParseRetryAfter(a.header.Get("Retry-After"), a.at, MaxRetryAfter)
 }
 
 // StatusError is an answer that is neither a success nor a decline. Dispatch returns it
@@ -344,7 +366,9 @@ func (e *StatusError) RetryAfter() time.Duration { return e.Retry }
 
 // TransportError is a request that got no answer. Sent tells whether the whole request
 // had been written to a connection before the failure: if not, the provider cannot have
-// acted on it, and Dispatch wraps the error with idempotency.NotSent.
+// acted on it ("not sent"), and Dispatch wraps the error with idempotency.NotSent; if it
+// was ("sent, no answer"), the outcome is unknown. The tracking is internal/transport's,
+// the same the engine client (camunda7.TransportError) uses.
 type TransportError struct {
 	Op   string // Spec.Name, plus " lookup" for a lookup
 	Sent bool
@@ -352,11 +376,7 @@ type TransportError struct {
 }
 
 func (e *TransportError) Error() string {
-	state := "request not written"
-	if e.Sent {
-		state = "request written, no answer"
-	}
-	return fmt.Sprintf("httpeffect: %s: %s: %v", e.Op, state, e.Err)
+	return "httpeffect: " + transport.Describe(e.Op, e.Sent, e.Err)
 }
 
 func (e *TransportError) Unwrap() error { return e.Err }
@@ -385,29 +405,4 @@ func stripURL(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-// parseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3) received at now:
-// delay-seconds or an HTTP date. It returns 0 for an empty, invalid or past value, and
-// at most MaxRetryAfter.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if strings.Trim(v, "0123456789") == "" {
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
-			return MaxRetryAfter
-		}
-		d = time.Duration(secs) * time.Second
-	} else {
-		at, err := http.ParseTime(v)
-		if err != nil {
-			return 0
-		}
-		d = at.Sub(now)
-	}
-	return min(max(d, 0), MaxRetryAfter)
 }
