@@ -18,35 +18,45 @@ import (
 
 // compensated returns the id of the intent in.Compensates names, which must be confirmed,
 // reconciled, or already compensated (by this intent, on a replay).
-func (l *Ledger) compensated(ctx context.Context, in Intent) (*int64, error) {
+func (s *pgStore) compensated(ctx context.Context, l *Ledger, in Intent) (*int64, error) {
 	ref := in.Compensates
 	var id int64
 	var state State
-	err := l.pool.QueryRow(ctx, `SELECT id, state FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
+	err := s.pool.QueryRow(ctx, `SELECT id, state FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
 		l.cfg.Namespace, ref.Scope, ref.Key).Scan(&id, &state)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, failure.Permanent(fmt.Errorf("%w: %s/%s compensates %s/%s, which is not recorded in namespace %s; nothing was sent",
-			ErrNothingToCompensate, in.Scope, in.Key, ref.Scope, ref.Key, l.cfg.Namespace))
+		return nil, notRecordedToCompensate(in, l.cfg.Namespace)
 	case err != nil:
 		l.cfg.Hooks.Observer.DatabaseError("ledger_read", err)
 		return nil, failure.Retryable(fmt.Errorf("idempotency: read the intent %s/%s compensates: %w", in.Scope, in.Key, err))
 	}
+	return compensable(id, state, in)
+}
+
+// compensable returns id if an intent in state may be compensated by in: confirmed,
+// reconciled, or already compensated (by in, on a replay).
+func compensable(id int64, state State, in Intent) (*int64, error) {
 	switch state {
 	case StateConfirmed, StateReconciled, StateCompensated:
 		return &id, nil
 	}
+	ref := in.Compensates
 	return nil, failure.Permanent(fmt.Errorf("%w: %s/%s compensates %s/%s, which is %s (only a confirmed or reconciled effect is compensated); nothing was sent",
 		ErrNothingToCompensate, in.Scope, in.Key, ref.Scope, ref.Key, state))
 }
 
+// notRecordedToCompensate is the refusal of an intent that compensates one not recorded.
+func notRecordedToCompensate(in Intent, namespace string) error {
+	ref := in.Compensates
+	return failure.Permanent(fmt.Errorf("%w: %s/%s compensates %s/%s, which is not recorded in namespace %s; nothing was sent",
+		ErrNothingToCompensate, in.Scope, in.Key, ref.Scope, ref.Key, namespace))
+}
+
 // compensateTx marks the original compensated, in the transaction that confirms its
 // compensating intent, and appends the original's event.
-func (a *attempt) compensateTx(ctx context.Context, tx pgx.Tx, originalID int64, providerRef string) error {
-	reason := fmt.Sprintf("compensated by %s/%s", a.in.Scope, a.in.Key)
-	if providerRef != "" {
-		reason += " (provider ref " + providerRef + ")"
-	}
+func (s *pgStore) compensateTx(ctx context.Context, tx pgx.Tx, a *attempt, originalID int64, providerRef string) error {
+	reason := a.compensationReason(providerRef)
 	_, err := tx.Exec(ctx, `WITH old AS (
 			SELECT id, state, attempt FROM extworker_intents WHERE id = $1 FOR UPDATE),
 		moved AS (
@@ -59,6 +69,15 @@ func (a *attempt) compensateTx(ctx context.Context, tx pgx.Tx, originalID int64,
 		return fmt.Errorf("mark the compensated intent: %w", err)
 	}
 	return nil
+}
+
+// compensationReason is the event of the intent a confirms the compensation of.
+func (a *attempt) compensationReason(providerRef string) string {
+	reason := fmt.Sprintf("compensated by %s/%s", a.in.Scope, a.in.Key)
+	if providerRef != "" {
+		reason += " (provider ref " + providerRef + ")"
+	}
+	return reason
 }
 
 // Compensation returns the intents linked to r by compensation: the one r compensates

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -85,18 +84,8 @@ func setAttr(ctx context.Context, key, value string) {
 // that word.
 func (a *attempt) endProviderCall(span trace.Span, derr error) {
 	if span.IsRecording() {
-		var rej *Rejection
-		result := "unknown"
-		switch {
-		case derr == nil:
-			result = "answered"
-		case errors.As(derr, &rej):
-			result = "declined"
-		case failure.Classify(derr).Kind == failure.KindPermanent:
-			result = "refused"
-		case IsNotSent(derr):
-			result = "not-sent"
-		}
+		verdict, _, _ := classifyDispatch(derr)
+		result := dispatchResults[verdict]
 		span.SetAttributes(
 			attribute.String("idempotency.scope", a.in.Scope),
 			attribute.Int("idempotency.attempt", a.row.Attempt),
