@@ -132,7 +132,7 @@ func TestSafeToRetry(t *testing.T) {
 		{"not sent, wrapped", fmt.Errorf("poll: %w", notSent), true},
 		{"sent, no answer", sent, false},
 		{"sent, no answer, wrapped", fmt.Errorf("poll: %w", sent), false},
-		{"joined not-sent and outcome-unknown", errors.Join(notSent, sent), false},
+		{"joined not-sent and unknown-outcome", errors.Join(notSent, sent), false},
 		{"invalid argument", invalid("complete external task 1", "WorkerID is empty"), true},
 		{"malformed 200", &ResponseError{Op: "op", StatusCode: 200, Err: errors.New("decode JSON")}, false},
 		{"proxy 502", &ResponseError{Op: "op", StatusCode: 502, Err: errors.New("not an engine error body")}, false},

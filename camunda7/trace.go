@@ -72,7 +72,7 @@ var errorKinds = []struct {
 	{ErrNotSent, "not-sent"},
 	{ErrResponseTooLarge, "response-too-large"},
 	{ErrThrottled, "throttled"},
-	{ErrUnknownOutcome, "outcome-unknown"},
+	{ErrUnknownOutcome, "unknown-outcome"},
 	{ErrMalformedResponse, "malformed-response"},
 	{ErrLockExpired, "lock-expired"},
 	{ErrLockLost, "lock-lost"},
@@ -86,7 +86,7 @@ var errorKinds = []struct {
 
 // errorKind names the kind of a call's error in a word, for its span (attribute
 // error.type, and the status description):
-// "lock-lost", "task-gone", "not-sent", "outcome-unknown", "throttled", ...; "engine-error"
+// "lock-lost", "task-gone", "not-sent", "unknown-outcome", "throttled", ...; "engine-error"
 // for another engine answer (a 500, say); "" for nil. It never contains the error's text.
 func errorKind(err error) string {
 	if err == nil {

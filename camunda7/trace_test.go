@@ -58,7 +58,7 @@ func recordSpans(t *testing.T) *tracetest.InMemoryExporter {
 
 // Every request is one client span, child of the caller's, named by its operation, with
 // the method, the engine's host, the answer's status and the classified outcome; a
-// failure is an Error described by its kind (lock-lost, outcome-unknown, not-sent), never
+// failure is an Error described by its kind (lock-lost, unknown-outcome, not-sent), never
 // by the engine's message. No id, worker name or variable value shows on a span.
 func TestEngineCallSpans(t *testing.T) {
 	exp := recordSpans(t) // global: not parallel
@@ -105,7 +105,7 @@ func TestEngineCallSpans(t *testing.T) {
 	for name, w := range map[string]want{
 		"camunda7 complete":                {204, "ok", ""},
 		"camunda7 extendLock":              {400, "engine-error", "lock-lost"},
-		"camunda7 GET /external-task/{id}": {502, "unknown", "outcome-unknown"},
+		"camunda7 GET /external-task/{id}": {502, "unknown", "unknown-outcome"},
 		"camunda7 fetchAndLock":            {0, "not-sent", "not-sent"},
 	} {
 		sp, ok := got[name]
