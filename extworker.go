@@ -40,6 +40,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
@@ -92,9 +94,26 @@ type App struct {
 // Options are what New takes besides the environment. The zero value is the default.
 type Options struct {
 	// Logger receives the process's records. Default: EXTWORKER_LOG_LEVEL and
-	// EXTWORKER_LOG_FORMAT on standard error.
+	// EXTWORKER_LOG_FORMAT on LogOutput.
 	Logger *slog.Logger
+	// LogOutput is where the default logger writes. Default: standard error.
+	LogOutput io.Writer
+	// Migrations are the program's own database migrations, for its own tables beside
+	// the ledger's (Pool): goose SQL files (00001_bookings.sql, with -- +goose Up) at the
+	// root of the file system; fs.Sub(embedded, "migrations") for a directory. New
+	// applies the pending ones at start, once across replicas starting together (an
+	// advisory lock), and Migrate applies them after the ledger's.
+	Migrations fs.FS
+	// MigrationsTable records which of Migrations are applied. Default
+	// DefaultMigrationsTable. It is never the ledger's (migrations.VersionTable); two
+	// programs with migrations of their own on one database take a table each.
+	MigrationsTable string
 }
+
+// ConfigError is a configuration a program cannot run with: Main exits with ExitConfig
+// for it, and IsConfigError finds it. A program wraps the problems of its own settings in
+// it to be treated as the EXTWORKER_* ones are.
+type ConfigError = daemon.ConfigError
 
 // New reads the configuration from the environment, checks that the engine accepts the
 // credentials, and opens the ledger, which must be migrated. Its errors are what Main
@@ -118,9 +137,12 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if err != nil {
 		return nil, daemon.ConfigError{Err: err}
 	}
+	if _, err := opts.migrationsTable(); err != nil {
+		return nil, err
+	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = daemon.NewLogger(cfg, os.Stderr)
+		logger = daemon.NewLogger(cfg, opts.logOutput())
 	}
 	a := &App{cfg: cfg, ops: ops, logger: logger, registry: tasks.NewRegistry()}
 	if traces.On {
@@ -132,6 +154,12 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if err := a.open(ctx); err != nil {
 		a.Close()
 		return nil, cfg.ScrubError(err)
+	}
+	if opts.Migrations != nil {
+		if _, err := migrateApp(ctx, a.pool, opts); err != nil {
+			a.Close()
+			return nil, cfg.ScrubError(err)
+		}
 	}
 	return a, nil
 }
@@ -186,6 +214,12 @@ func IsConfigError(err error) bool {
 
 // Ledger is the effect ledger, for handlers to run their side effects through.
 func (a *App) Ledger() *idempotency.Ledger { return a.ledger }
+
+// Pool is the ledger's connection pool (EXTWORKER_DATABASE_URL, at most
+// EXTWORKER_LEDGER_MAX_CONNS connections), for the program's own tables (Options.Migrations):
+// a handler's idempotency.Effect.Local gets a transaction on it, and a query of its own
+// borrows a connection briefly, as the ledger does. Close closes it.
+func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
 // Logger is the process's logger (EXTWORKER_LOG_LEVEL, EXTWORKER_LOG_FORMAT). Inside a
 // handler, tasks.Logger(ctx) has the task's fields too.
@@ -382,27 +416,61 @@ const tracingFlushTimeout = 5 * time.Second
 // CredentialsRejectedFor while running, no topic), 130 or 143 on a second signal,
 // and 1 for any other error, which it prints first. It never returns.
 func Main(setup func(*App) error) {
-	os.Exit(run(setup))
-}
-
-func run(setup func(*App) error) int {
-	cfg, _ := daemon.LoadConfig() // for the logger; New reports its problems
-	logger := daemon.NewLogger(cfg, os.Stderr)
-	ctx, stop := daemon.SignalContext(logger, os.Exit)
-	defer stop()
-	app, err := New(ctx, Options{Logger: logger})
-	if err == nil {
-		defer app.Close()
-		if err = setup(app); err == nil {
-			err = app.Run(ctx)
+	err := Serve(Options{}, func(ctx context.Context, app *App) error {
+		if err := setup(app); err != nil {
+			return err
 		}
-	}
+		return app.Run(ctx)
+	})
 	if err == nil {
-		return 0
+		os.Exit(0)
 	}
 	fmt.Fprintln(os.Stderr, "extworker:", err)
 	if IsConfigError(err) {
-		return ExitConfig
+		os.Exit(ExitConfig)
 	}
-	return 1
+	os.Exit(1)
+}
+
+// Serve is Main for a program with commands of its own (`myworker run` beside its
+// `migrate`, which calls Migrate) or with something to set up and tear down around its
+// handlers: it builds the App with opts, calls run with it and a context that the first
+// SIGINT or SIGTERM ends (a second one exits at once with 130 or 143), closes the App,
+// and returns run's error. run registers the handlers and calls app.Run(ctx). A
+// configuration the worker cannot run with is an error IsConfigError reports.
+func Serve(opts Options, run func(ctx context.Context, app *App) error) error {
+	if opts.Logger == nil {
+		cfg, _ := daemon.LoadConfig() // for the logger; New reports its problems
+		opts.Logger = daemon.NewLogger(cfg, opts.logOutput())
+	}
+	ctx, stop := SignalContext(opts.Logger)
+	defer stop()
+	app, err := New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	return app.cfg.ScrubError(run(ctx, app))
+}
+
+// SignalContext returns a context the first SIGINT or SIGTERM cancels, for a graceful
+// stop; a second one, while that stop is under way, logs a record and exits the process
+// at once with 130 or 143. stop releases the signals.
+func SignalContext(logger *slog.Logger) (ctx context.Context, stop func()) {
+	return daemon.SignalContext(logger, os.Exit)
+}
+
+// PrintConfig is a program's `config` command, as `extworker config`: every EXTWORKER_
+// variable with its value (defaults applied) and where it came from, secrets masked;
+// args may be [-json]. With an invalid configuration it prints what it could read and
+// returns every problem.
+func PrintConfig(args []string, stdout, stderr io.Writer) error {
+	return daemon.ConfigCommand(args, stdout, stderr)
+}
+
+func (o Options) logOutput() io.Writer {
+	if o.LogOutput == nil {
+		return os.Stderr
+	}
+	return o.LogOutput
 }

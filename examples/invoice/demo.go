@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -21,7 +20,6 @@ import (
 	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/failure"
 	"github.com/extworker/extworker/idempotency"
-	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/tasks"
 )
 
@@ -67,6 +65,8 @@ type demoEnv struct {
 	// window (EXTWORKER_PROVIDER_SEARCH, EXTWORKER_PROVIDER_SEARCH_LAG).
 	searchOn  bool
 	searchLag time.Duration
+	// timeout bounds each provider call (EXTWORKER_PROVIDER_TIMEOUT, the HTTP client's).
+	timeout time.Duration
 	// eventsNS is the outbox namespace paid invoices announce themselves in
 	// (events.go); empty without a broker.
 	eventsNS string
@@ -103,8 +103,9 @@ func chargeResult(id string) idempotency.Result {
 // demoHandlers registers the demo topics. Collecting a payment runs through the effect
 // ledger: the provider is charged at most once per invoice, whatever the engine
 // redelivers, and an unknown outcome is reconciled with the provider before anything is
-// sent again.
-func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.Handler, tasks.TopicOptions) error) error {
+// sent again. The lock duration is the registrar's default (App.Handle's
+// EXTWORKER_LOCK_DURATION).
+func demoHandlers(env *demoEnv, register func(string, tasks.Handler, tasks.TopicOptions) error) error {
 	retry := failure.RetryPolicy{MaxAttempts: 5, InitialDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
 	err := register(demoTopicCollect, func(ctx context.Context, t *tasks.Task) (camunda7.Variables, error) {
 		invoice, err := t.Variables().String("invoiceId")
@@ -177,7 +178,7 @@ func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.
 			env.reconciled.Add(1)
 		}
 		return camunda7.Variables{"paymentRef": camunda7.StringVar(out.ProviderRef)}, nil
-	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"invoiceId", "amountCents"}, MaxConcurrency: 8, Retry: retry})
+	}, tasks.TopicOptions{Variables: []string{"invoiceId", "amountCents"}, MaxConcurrency: 8, Retry: retry})
 	if err != nil {
 		return err
 	}
@@ -190,31 +191,8 @@ func demoHandlers(lock time.Duration, env *demoEnv, register func(string, tasks.
 			return nil, err
 		}
 		return camunda7.Variables{"receiptId": camunda7.StringVar("rcpt_" + strings.TrimPrefix(ref, "ch_"))}, nil
-	}, tasks.TopicOptions{LockDuration: lock, Variables: []string{"paymentRef"}, Retry: retry})
+	}, tasks.TopicOptions{Variables: []string{"paymentRef"}, Retry: retry})
 	return err
-}
-
-// newDemoEnv charges through ledger and a fake payment provider (EXTWORKER_PROVIDER_URL,
-// or one started in this process). The returned function stops the provider.
-func newDemoEnv(cfg daemon.Config, ledger *idempotency.Ledger) (*demoEnv, *fakeprovider.Server, func(), error) {
-	// A fresh connection per request: on a reused one, net/http itself silently resends a
-	// request carrying an Idempotency-Key whose answer was lost, and the demo wants to show
-	// the ledger reconciling such outcomes.
-	env := &demoEnv{ledger: ledger, searchOn: cfg.ProviderSearch, searchLag: cfg.ProviderSearchLag, pay: &fakeprovider.Client{BaseURL: cfg.ProviderURL,
-		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: cfg.ProviderTimeout}}}
-	var srv *fakeprovider.Server
-	if cfg.ProviderURL == "" {
-		var err error
-		if srv, err = fakeprovider.Start(demoDeclineLimit); err != nil {
-			return nil, nil, nil, err
-		}
-		env.pay.BaseURL = srv.URL()
-	}
-	return env, srv, func() {
-		if srv != nil {
-			_ = srv.Close()
-		}
-	}, nil
 }
 
 func wait(ctx context.Context, d time.Duration) error {
@@ -239,64 +217,47 @@ func deployDemo(ctx context.Context, c *admin.Client) error {
 // runWorker runs the demo topics until ctx ends, as any worker program does through the
 // entry point (package extworker): metrics, health and readiness on EXTWORKER_HTTP_ADDR,
 // the ledger's hooks and pruning, orphaned intents flagged.
-func runWorker(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
-	app, err := extworker.New(ctx, extworker.Options{Logger: logger})
-	if err != nil {
-		return err
-	}
-	defer app.Close()
-	env, _, closeEnv, err := newDemoEnv(cfg, app.Ledger())
+func runWorker(ctx context.Context, app *extworker.App, pc providerConfig) error {
+	env, _, closeEnv, err := newDemoEnv(pc, app.Ledger())
 	if err != nil {
 		return err
 	}
 	defer closeEnv()
-	if cfg.AMQPURL != "" {
+	if amqpURL() != "" {
 		// Paid invoices announce themselves, and start their shipping, through the
 		// outbox and the inbox (events.go).
 		env.eventsNS = app.Ledger().Namespace()
-		if err := app.Consume(shippingConsumer(logger), startShipping); err != nil {
+		if err := app.Consume(shippingConsumer(app.Logger()), startShipping); err != nil {
 			return err
 		}
 	}
-	if err := demoHandlers(cfg.LockDuration, env, app.Handle); err != nil {
+	if err := demoHandlers(env, app.Handle); err != nil {
 		return err
 	}
 	return app.Run(ctx)
 }
 
-// runDemo deploys the demo, starts n invoices, works them off and prints what happened.
-func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io.Writer, n int) error {
-	if n < 1 {
-		return errors.New("demo: -instances must be at least 1")
-	}
-	cc, err := daemon.NewClient(cfg, logger)
-	if err != nil {
-		return err
-	}
-	c := admin.New(cc)
+// runDemo deploys the demo, starts n invoices, works them off with a worker of its own
+// and prints what happened. The ledger is migrated already (`invoice demo` does it).
+func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.Writer, n int) error {
+	c := admin.New(app.Client())
+	engine := redactURL(app.Client().BaseURL())
 	v, err := c.Version(ctx)
 	if err != nil {
-		return fmt.Errorf("engine at %s: %w (run `make up`)", daemon.RedactURL(cfg.EngineURL), err)
+		return fmt.Errorf("engine at %s: %w (run `make up`)", engine, err)
 	}
 	if err := deployDemo(ctx, c); err != nil {
 		return err
 	}
-	if err := daemon.Migrate(ctx, cfg, io.Discard); err != nil {
-		return err
-	}
-	ledger, pool, err := daemon.OpenLedger(ctx, cfg, logger, true)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	env, pay, closeEnv, err := newDemoEnv(cfg, ledger)
+	ledger := app.Ledger()
+	env, pay, closeEnv, err := newDemoEnv(pc, ledger)
 	if err != nil {
 		return err
 	}
 	defer closeEnv()
 	var events *demoEvents
-	if cfg.AMQPURL != "" {
-		if events, err = startDemoEvents(ctx, cfg, pool, ledger.Namespace(), cc, logger); err != nil {
+	if amqpURL() != "" {
+		if events, err = startDemoEvents(ctx, app); err != nil {
 			return err
 		}
 		defer events.stop()
@@ -350,15 +311,15 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 		}
 	}
 	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
-		v, daemon.RedactURL(cfg.EngineURL), len(ids), n, duplicates, run)
+		v, engine, len(ids), n, duplicates, run)
 
+	// A worker of the demo's own, for its counts: a short long poll, since a task whose
+	// retry is due waits out the poll in progress (README).
 	reg := tasks.NewRegistry()
-	if err := demoHandlers(cfg.LockDuration, env, reg.Register); err != nil {
+	if err := demoHandlers(env, reg.Register); err != nil {
 		return err
 	}
-	wcfg := cfg.WorkerConfig(logger)
-	wcfg.AsyncResponseTimeout = min(wcfg.AsyncResponseTimeout, 2*time.Second) // retries wait out their timeout; see README
-	w, err := tasks.New(c, reg, wcfg)
+	w, err := tasks.New(app.Client(), reg, tasks.Config{Logger: app.Logger(), AsyncResponseTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -445,7 +406,7 @@ func runDemo(ctx context.Context, cfg daemon.Config, logger *slog.Logger, out io
 		}
 	}
 	fmt.Fprintf(out, "demo OK: incidents are visible in Cockpit%s or with GET /engine-rest/incident?processDefinitionKey=%s\n",
-		cockpitHint(cfg.EngineURL), demoProcessKey)
+		cockpitHint(app.Client().BaseURL()), demoProcessKey)
 	return nil
 }
 
@@ -533,5 +494,18 @@ func demoFate(ctx context.Context, c *admin.Client, id string) (string, error) {
 	}
 	return "incident", nil
 }
+
+// redactURL is u without its password, for messages.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(an invalid URL)"
+	}
+	return p.Redacted()
+}
+
+// amqpURL is the broker the demo's events go through (EXTWORKER_AMQP_URL, as the worker
+// reads it); empty: no events.
+func amqpURL() string { return os.Getenv("EXTWORKER_AMQP_URL") }
 
 func newTabWriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/inbox"
-	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/outbox"
 )
 
@@ -95,20 +95,25 @@ type demoEvents struct {
 	stop     func()
 }
 
-// startDemoEvents runs the outbox relay and the invoice.paid consumer until stop.
-func startDemoEvents(ctx context.Context, cfg daemon.Config, pool *pgxpool.Pool, ns string, client *camunda7.Client, logger *slog.Logger) (*demoEvents, error) {
-	ccfg := shippingConsumer(logger)
+// startDemoEvents runs the outbox relay and the invoice.paid consumer until stop, on the
+// App's engine client and database (a pool of the consumer's own: each message in hand
+// holds a connection across the engine's calls).
+func startDemoEvents(ctx context.Context, app *extworker.App) (*demoEvents, error) {
+	ccfg := shippingConsumer(app.Logger())
 	ccfg.Concurrency = inbox.DefaultConcurrency
-	inboxPool, err := daemon.OpenInboxPool(ctx, cfg, ccfg.Concurrency)
+	pcfg := app.Pool().Config()
+	pcfg.MaxConns, pcfg.MinConns = int32(ccfg.Concurrency), 0
+	inboxPool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := inbox.NewConsumer(inboxPool, client, cfg.AMQPURL, startShipping, ccfg)
+	cons, err := inbox.NewConsumer(inboxPool, app.Client(), amqpURL(), startShipping, ccfg)
 	if err != nil {
 		inboxPool.Close()
 		return nil, err
 	}
-	pub := outbox.NewAMQPPublisher(cfg.AMQPURL)
+	pool, ns, logger := app.Pool(), app.Ledger().Namespace(), app.Logger()
+	pub := outbox.NewAMQPPublisher(amqpURL())
 	ev := &demoEvents{relay: outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: ns, Logger: logger, PollInterval: 200 * time.Millisecond}),
 		pub: pub, consumer: cons, pool: pool, ns: ns}
 	ctx, cancel := context.WithCancel(ctx)

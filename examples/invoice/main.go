@@ -1,14 +1,18 @@
 // Command invoice is extworker's demo, and the worker its fault tests and soak run: an
 // invoice process whose payment is collected through the effect ledger from a payment
-// provider (a fake one, in this process, unless EXTWORKER_PROVIDER_URL names one).
+// provider (a fake one, package fakeprovider, in this process unless
+// EXTWORKER_PROVIDER_URL names one).
 //
 //	invoice demo [-instances N] [-deploy-only]   deploy the process, start N invoices, work them off, print a summary
 //	invoice run                                  serve the demo topics until SIGINT/SIGTERM
 //	invoice migrate                              apply the ledger's migrations (as extworker migrate)
 //	invoice config [-json]                       print the effective configuration (as extworker config)
 //
-// `make demo` runs `invoice demo`. Its worker is built on package extworker, as any
-// worker program is; see demo.go for the handlers.
+// `make demo` runs `invoice demo`. It is built on the public packages only, as any
+// worker program is: extworker for the process (extworker.Serve, Migrate and
+// PrintConfig for its commands), tasks for the handlers, idempotency for the payment.
+// The provider's settings (EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG) are
+// the demo's own (provider.go); see demo.go for the handlers.
 package main
 
 import (
@@ -16,12 +20,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7/admin"
-	"github.com/extworker/extworker/internal/daemon"
 )
 
 func main() {
@@ -42,33 +44,56 @@ commands:
   migrate   apply the effect ledger's database migrations
   config    print the effective configuration, secrets masked [--json]
 
-configuration: EXTWORKER_* environment variables (see docs/configuration.md)
+configuration: EXTWORKER_* environment variables (see docs/configuration.md); the
+demo's provider: EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG
 signals: SIGINT or SIGTERM stops gracefully; a second one exits at once (130, 143)`
 
 func run(args []string, stdout, stderr io.Writer) error {
-	return daemon.Command(args, usage, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
-		switch args[0] {
-		case "run":
-			return runWorker(ctx, cfg, logger)
-		case "demo":
-			fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-			fs.SetOutput(stderr)
-			n := fs.Int("instances", 200, "process instances to start")
-			deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
-			if err := fs.Parse(args[1:]); err != nil {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	opts := extworker.Options{LogOutput: stderr}
+	switch args[0] {
+	case "config":
+		return extworker.PrintConfig(args[1:], stdout, stderr)
+	case "migrate":
+		return extworker.Migrate(context.Background(), opts, stdout)
+	case "run":
+		pc, err := loadProviderConfig()
+		if err != nil {
+			return err
+		}
+		return extworker.Serve(opts, func(ctx context.Context, app *extworker.App) error {
+			return runWorker(ctx, app, pc)
+		})
+	case "demo":
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		n := fs.Int("instances", 200, "process instances to start")
+		deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *n < 1 {
+			return fmt.Errorf("demo: -instances must be at least 1")
+		}
+		pc, err := loadProviderConfig()
+		if err != nil {
+			return err
+		}
+		if !*deployOnly {
+			// The demo migrates the ledger itself: `make demo` needs nothing else.
+			if err := extworker.Migrate(context.Background(), opts, io.Discard); err != nil {
 				return err
 			}
-			if *deployOnly {
-				c, err := daemon.NewClient(cfg, logger)
-				if err != nil {
-					return err
-				}
-				return deployDemo(ctx, admin.New(c))
-			}
-			return runDemo(ctx, cfg, logger, stdout, *n)
-		case "migrate":
-			return daemon.Migrate(ctx, cfg, stdout)
 		}
-		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
-	})
+		return extworker.Serve(opts, func(ctx context.Context, app *extworker.App) error {
+			if *deployOnly {
+				return deployDemo(ctx, admin.New(app.Client()))
+			}
+			return runDemo(ctx, app, pc, stdout, *n)
+		})
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }

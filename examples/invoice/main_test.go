@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
 )
@@ -119,8 +119,7 @@ func TestRunRejectedCredentials(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 			assert.NotContains(t, err.Error(), "wrong-s3cret")
 			assert.ErrorIs(t, err, camunda7.ErrUnauthorized)
-			var ce daemon.ConfigError
-			assert.True(t, errors.As(err, &ce), "main exits with EX_CONFIG (%d)", daemon.ExitConfig)
+			assert.True(t, extworker.IsConfigError(err), "main exits with EX_CONFIG (%d)", extworker.ExitConfig)
 		})
 	}
 }
@@ -145,7 +144,7 @@ func TestConfigInvalidVariablesExit78(t *testing.T) {
 			err := cmd.Run()
 			var exit *exec.ExitError
 			require.True(t, errors.As(err, &exit), "want an exit status, got %v; stderr:\n%s", err, stderr.String())
-			assert.Equal(t, daemon.ExitConfig, exit.ExitCode(), stderr.String())
+			assert.Equal(t, extworker.ExitConfig, exit.ExitCode(), stderr.String())
 			for _, v := range []string{"EXTWORKER_LOCK_DURATION", "EXTWORKER_READY_TIMEOUT", "EXTWORKER_MAX_CONCURRENCY"} {
 				assert.Contains(t, stderr.String(), v)
 			}

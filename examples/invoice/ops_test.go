@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/daemon"
@@ -134,9 +135,9 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	t.Setenv("EXTWORKER_HTTP_ADDR", addr)
 	t.Setenv("EXTWORKER_LONG_POLL", "1s")
 	t.Setenv("EXTWORKER_PROVIDER_URL", "")
-	cfg, err := daemon.LoadConfig()
+	require.NoError(t, extworker.Migrate(ctx, extworker.Options{}, io.Discard))
+	pc, err := loadProviderConfig()
 	require.NoError(t, err)
-	require.NoError(t, daemon.Migrate(ctx, cfg, io.Discard))
 	require.NoError(t, deployDemo(ctx, c))
 	var ids []string
 	for i, amount := range []int64{1200, 3400, 25_000_00} { // the last is declined
@@ -148,9 +149,12 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	}
 
 	logs := &testenv.Buffer{}
+	app, err := extworker.New(ctx, extworker.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	require.NoError(t, err)
+	defer app.Close()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- runWorker(wctx, cfg, slog.New(slog.NewJSONHandler(logs, nil))) }()
+	go func() { done <- runWorker(wctx, app, pc) }()
 	defer func() {
 		stop()
 		require.NoError(t, <-done)

@@ -64,8 +64,8 @@ type Config struct {
 	// that is not loopback or a unix socket gets verify-full (databaseConfig).
 	DatabaseURL     string `envconfig:"DATABASE_URL" default:"postgres://extworker:extworker@127.0.0.1:5432/extworker" secret:"url"`
 	LedgerNamespace string `envconfig:"LEDGER_NAMESPACE" default:"default"`
-	// LedgerLease is how long one attempt owns an intent; it must leave a provider call
-	// its whole ProviderTimeout (problems).
+	// LedgerLease is how long one attempt owns an intent; it must leave each effect's
+	// call its whole timeout (idempotency.Effect.Timeout, checked by the ledger's Do).
 	LedgerLease time.Duration `envconfig:"LEDGER_LEASE" default:"2m"`
 	// LedgerMaxConns caps the ledger's connection pool, whatever MaxConcurrency is
 	// (pool_max_conns in DatabaseURL wins); see openLedger.
@@ -84,8 +84,6 @@ type Config struct {
 	// so one tenant's logins are never trusted in another's ledger. `extworker migrate`
 	// records it, with ApprovalThreshold, in the database, which enforces both.
 	DatabaseRolePrefix string `envconfig:"DATABASE_ROLE_PREFIX" default:"extworker"`
-	// ProviderURL is the demo topics' payment provider; empty starts a fake one in-process.
-	ProviderURL string `envconfig:"PROVIDER_URL" secret:"url"`
 	// AMQPURL is the RabbitMQ broker the outbox relay publishes to (amqps://user:password@
 	// host/vhost; amqp:// only to a loopback host unless AMQPAllowPlaintext). Empty: no
 	// relay runs in this process (another process's may).
@@ -93,17 +91,10 @@ type Config struct {
 	// AMQPAllowPlaintext allows amqp:// (credentials and events in clear) to a host that
 	// is not loopback.
 	AMQPAllowPlaintext bool `envconfig:"AMQP_ALLOW_PLAINTEXT"`
-	// ProviderWindow is how long the provider keeps idempotency keys (Stripe: 24h). Past
-	// it an unknown charge is looked up by business search only, never by key.
+	// ProviderWindow is how long the providers keep idempotency keys (Stripe: 24h), for
+	// the ledger (idempotency.Config.ProviderWindow): past it an unknown outcome is looked
+	// up by business search only, never by key, and no settled intent is pruned within it.
 	ProviderWindow time.Duration `envconfig:"PROVIDER_WINDOW" default:"24h"`
-	// ProviderSearch: the provider's business search (charges by invoice) is authoritative
-	// once ProviderSearchLag has passed. false: unknown charges past the window go to an
-	// operator.
-	ProviderSearch    bool          `envconfig:"PROVIDER_SEARCH" default:"true"`
-	ProviderSearchLag time.Duration `envconfig:"PROVIDER_SEARCH_LAG" default:"1m"`
-	// ProviderTimeout bounds each provider call; a call that times out after the request
-	// left is an unknown outcome, reconciled before anything is sent again.
-	ProviderTimeout time.Duration `envconfig:"PROVIDER_TIMEOUT" default:"10s"`
 
 	WorkerID       string        `envconfig:"WORKER_ID"`
 	MaxConcurrency int           `envconfig:"MAX_CONCURRENCY" default:"16"`
@@ -348,31 +339,14 @@ func (c Config) problems() []error {
 				c.LedgerRetention, c.ProviderWindow, idempotency.PruneMargin, min))
 		}
 	}
-	if ok("EXTWORKER_PROVIDER_TIMEOUT") && c.ProviderTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_TIMEOUT %v: must be positive", c.ProviderTimeout))
-	}
 	if ok("EXTWORKER_PROVIDER_WINDOW") && c.ProviderWindow <= 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_WINDOW %v: must be positive", c.ProviderWindow))
 	}
-	if ok("EXTWORKER_PROVIDER_SEARCH_LAG") && c.ProviderSearchLag < 0 {
-		errs = append(errs, fmt.Errorf("EXTWORKER_PROVIDER_SEARCH_LAG %v: must not be negative", c.ProviderSearchLag))
-	}
-	leaseOK := ok("EXTWORKER_LEDGER_LEASE") && c.LedgerLease >= time.Second
-	if ok("EXTWORKER_LEDGER_LEASE") && !leaseOK {
+	if ok("EXTWORKER_LEDGER_LEASE") && c.LedgerLease < time.Second {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v: must be at least 1s", c.LedgerLease))
 	}
-	// The ledger ends a provider call DispatchMargin before its lease ends, and another
-	// worker may take the intent over once the lease has ended. A lease that does not
-	// leave a call its whole PROVIDER_TIMEOUT cuts calls short while the provider may
-	// still be working on them, and has others take over a dispatch in progress.
-	if leaseOK && ok("EXTWORKER_PROVIDER_TIMEOUT") && c.ProviderTimeout > 0 {
-		if cut := idempotency.DispatchMargin(c.LedgerLease); c.LedgerLease <= c.ProviderTimeout+cut {
-			errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_LEASE %v must be longer than EXTWORKER_PROVIDER_TIMEOUT %v plus %v "+
-				"(the ledger ends a provider call a tenth of the lease, at most 5s, before the lease ends): a shorter lease "+
-				"cuts provider calls off before their timeout and lets another worker take over a dispatch in progress",
-				c.LedgerLease, c.ProviderTimeout, cut))
-		}
-	}
+	// The lease against each effect's own timeout (idempotency.Effect.Timeout,
+	// httpeffect.Spec.Timeout) is checked where both are known: by the ledger's Do.
 	// The engine's lock has millisecond precision and every extension is a round trip:
 	// under a second there is no room for one.
 	if ok("EXTWORKER_LOCK_DURATION") && c.LockDuration < minLockDuration {

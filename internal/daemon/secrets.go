@@ -4,7 +4,7 @@ package daemon
 //
 // Every secret variable (the fields of config tagged secret:"true" or secret:"url":
 // EXTWORKER_ENGINE_PASSWORD, EXTWORKER_ENGINE_TOKEN, EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET,
-// EXTWORKER_DATABASE_URL, EXTWORKER_ENGINE_URL, EXTWORKER_PROVIDER_URL) can instead be
+// EXTWORKER_DATABASE_URL, EXTWORKER_ENGINE_URL, EXTWORKER_AMQP_URL, ...) can instead be
 // read from a file: EXTWORKER_<NAME>_FILE=/run/secrets/name. The file's content is the
 // value, less one trailing newline. Setting both the variable and its _FILE is an error;
 // so is a file that cannot be read or is empty. Messages name the variable and the path,
