@@ -80,32 +80,37 @@ func TestTrack(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(ok.Close)
-	cancelled, cancel := context.WithCancel(t.Context())
-	cancel()
-	short, cancelShort := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	t.Cleanup(cancelShort)
+	background := func() (context.Context, context.CancelFunc) { return t.Context(), func() {} }
+	cancelled := func() (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		return ctx, cancel
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), 200*time.Millisecond) }
 
 	for name, tc := range map[string]struct {
-		ctx         context.Context
+		ctx         func() (context.Context, context.CancelFunc)
 		url         string
 		body        func() io.Reader
 		wantErr     bool
 		wantWritten bool
 	}{
-		"connection refused":         {t.Context(), closedURL(t), nil, true, false},
+		"connection refused":         {background, closedURL(t), nil, true, false},
 		"context ended before":       {cancelled, ok.URL, nil, true, false},
-		"body failed while written":  {t.Context(), ok.URL, func() io.Reader { return &failingBody{} }, true, false},
-		"dropped after reading it":   {t.Context(), dropAfterReading.URL, nil, true, true},
+		"body failed while written":  {background, ok.URL, func() io.Reader { return &failingBody{} }, true, false},
+		"dropped after reading it":   {background, dropAfterReading.URL, nil, true, true},
 		"timed out waiting":          {short, hang.URL, nil, true, true},
-		"answered":                   {t.Context(), ok.URL, nil, false, true},
-		"answered, with a body sent": {t.Context(), ok.URL, func() io.Reader { return strings.NewReader(`{"a":1}`) }, false, true},
+		"answered":                   {background, ok.URL, nil, false, true},
+		"answered, with a body sent": {background, ok.URL, func() io.Reader { return strings.NewReader(`{"a":1}`) }, false, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			body := io.Reader(bytes.NewReader([]byte(`{}`)))
 			if tc.body != nil {
 				body = tc.body()
 			}
-			err, written := post(t, tc.ctx, tc.url, body)
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			err, written := post(t, ctx, tc.url, body)
 			assert.Equal(t, tc.wantErr, err != nil, "error: %v", err)
 			assert.Equal(t, tc.wantWritten, written)
 		})
