@@ -86,7 +86,9 @@ func TestTrack(t *testing.T) {
 		cancel()
 		return ctx, cancel
 	}
-	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), 200*time.Millisecond) }
+	short := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(t.Context(), 200*time.Millisecond)
+	}
 
 	for name, tc := range map[string]struct {
 		ctx         func() (context.Context, context.CancelFunc)
