@@ -1,5 +1,6 @@
 # extworker: one command each for the main job and the tests, on a fresh machine.
 #   make up     PostgreSQL, RabbitMQ and the engines under test (installed, built and started when needed)
+#   make check  no services: go vet, then the unit tests (-race -short); the quick loop
 #   make test   make up, then the whole Go suite with the race detector
 #   make demo   make up, then the demo (examples/invoice): invoices paid, declined (BPMN error) and one incident
 #   make down   stop the engines and PostgreSQL
@@ -22,7 +23,7 @@ OLDER_ENGINES ?= camunda7-7.20 camunda7-7.22
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: up down pg-up rabbit-up engine-up tools-up test demo vet fmt soak soak-short conformance engines-check
+.PHONY: up down pg-up rabbit-up engine-up tools-up check test demo vet fmt soak soak-short conformance engines-check
 
 up: pg-up rabbit-up engine-up tools-up
 
@@ -62,6 +63,19 @@ test: up
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./...
 	$(GO) test -race -count=1 -timeout 45m -tags failpoints $(GOTESTFLAGS) ./...
+
+# The quick loop, with no services: nothing is started and none is reached. go vet in
+# both build-tag sets, then every package's tests with the race detector, -short, and
+# EXTWORKER_TEST_SERVICES=none, under which internal/testenv's helpers (Engine, DB, AMQP,
+# StartBroker, Jaeger, ...) skip a test that needs an engine, PostgreSQL or a broker at
+# once, without trying to connect. What runs: the unit tests, tasks/taskstest, the fake
+# provider, the oracle, the soak's and the console's own tests, the fuzz targets' seeds.
+# CI=true refuses it: in CI a missing service fails the test, never skips it (make test).
+check:
+	@if [ "$${CI:-}" = true ]; then echo "make check: runs without services (EXTWORKER_TEST_SERVICES=none), which CI=true forbids: CI runs make test" >&2; exit 2; fi
+	$(GO) vet ./...
+	$(GO) vet -tags failpoints ./...
+	EXTWORKER_TEST_SERVICES=none $(GO) test -race -short -count=1 -tags failpoints $(GOTESTFLAGS) ./...
 
 # make demo KILLER=1: the same demo invoices served by 3 worker processes that a killer
 # SIGKILLs at random and at the ledger's crash points (the soak harness, small and
