@@ -238,6 +238,9 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Receipt, error)
 	if eff.Dispatch == nil && eff.Local == nil {
 		return Receipt{}, failure.Permanent(errors.New("idempotency: an effect needs Dispatch or Local"))
 	}
+	if err := CheckLease(l.cfg.Lease, eff.Timeout); err != nil {
+		return Receipt{}, failure.Permanent(err)
+	}
 	digest, err := Digest(in.Request)
 	if err != nil {
 		return Receipt{}, failure.Permanent(err)

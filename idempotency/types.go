@@ -118,6 +118,11 @@ type Effect struct {
 	// OnRejected turns a decline into the handler's error. Default: a BPMN error with the
 	// rejection's code and message.
 	OnRejected func(*Rejection) error
+	// Timeout is the longest one provider call of Dispatch, Reconcile or Search takes
+	// before it gives up: its client's timeout (httpeffect sets it from Spec.Timeout). Do
+	// refuses, before anything is written or sent, an effect whose Timeout the ledger's
+	// lease cannot leave whole (ErrLeaseTooShort, a permanent failure). 0: not checked.
+	Timeout time.Duration
 }
 
 // Query is what Reconcile gets to look an effect up.

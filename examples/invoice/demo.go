@@ -153,6 +153,7 @@ func demoHandlers(env *demoEnv, register func(string, tasks.Handler, tasks.Topic
 			},
 			Search:    env.search(invoice),
 			SearchLag: env.searchLag,
+			Timeout:   env.timeout, // the ledger refuses a lease that cannot leave it whole
 		}
 		if env.eventsNS != "" {
 			// invoice.paid, in the transaction that records the charge: published if and

@@ -90,7 +90,8 @@ type Spec struct {
 	// KeyHeader is the header that carries the provider key. Default Idempotency-Key.
 	KeyHeader string
 	// Timeout bounds each request and lookup, reading the answer included. Default 30s.
-	// The ledger bounds a dispatch by the intent's lease as well.
+	// The ledger bounds a dispatch by the intent's lease as well, and refuses an effect
+	// whose Timeout (Effect.Timeout) its lease cannot leave whole.
 	Timeout time.Duration
 	// MaxResponseBytes caps the answer body read. Default 1 MiB. A larger 2xx answer is
 	// an unknown outcome (the provider acted; the answer cannot be read).
@@ -157,7 +158,7 @@ func New(s Spec) (idempotency.Effect, error) {
 	hc := *base
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	e := &effect{s: s, hc: &hc}
-	eff := idempotency.Effect{Dispatch: e.dispatch}
+	eff := idempotency.Effect{Dispatch: e.dispatch, Timeout: s.Timeout} // the ledger checks its lease against it
 	if s.LookupURL != nil {
 		eff.Reconcile = e.reconcile
 	}
