@@ -30,6 +30,15 @@
 //
 // The database needs the schema of package migrations.
 //
+// # Testing handlers
+//
+// NewInMemory returns a ledger that keeps its intents in memory: a handler's unit test
+// passes it where production passes the ledger of New, and needs no database. Do is
+// written once over both (the same claim decision, leases, fencing, replays and
+// reconciliation), and package ledgertest holds both to one behaviour suite. The
+// in-memory ledger has no operators (their methods need PostgreSQL) and runs Effect.Local with a
+// nil transaction.
+//
 // # Traces
 //
 // Do traces its steps through OpenTelemetry's global TracerProvider (a no-op until a

@@ -75,3 +75,29 @@ func ExampleLedger_Do() {
 	}
 	fmt.Println(out.Values["paymentRef"])
 }
+
+// A handler's test needs no PostgreSQL: an in-memory ledger behaves as the PostgreSQL
+// one for what a handler sees through Do (package ledgertest holds both to one suite).
+// Here the second delivery of the same intent is replayed from the ledger, and a
+// different request under the same key is refused; the provider is called once.
+func ExampleNewInMemory() {
+	ctx := context.Background()
+	ledger := idempotency.NewInMemory(idempotency.Config{})
+	calls := 0
+	charge := idempotency.Effect{Dispatch: func(ctx context.Context, key string) (idempotency.Result, error) {
+		calls++
+		return idempotency.Result{ProviderRef: "ch_1", Values: map[string]any{"paymentRef": "ch_1"}}, nil
+	}}
+	in := idempotency.Intent{Scope: "payment.collect", Key: "invoice:INV-1:v1", Request: map[string]any{"invoice": "INV-1", "amountCents": 1999}}
+
+	first, _ := ledger.Do(ctx, in, charge)
+	again, _ := ledger.Do(ctx, in, charge)
+	fmt.Println(first.State, first.Replayed, again.Replayed, again.Values["paymentRef"])
+
+	in.Request = map[string]any{"invoice": "INV-1", "amountCents": 2999}
+	_, err := ledger.Do(ctx, in, charge)
+	fmt.Println(errors.Is(err, idempotency.ErrDigestMismatch), calls)
+	// Output:
+	// confirmed false true ch_1
+	// true 1
+}
