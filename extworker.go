@@ -51,6 +51,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/console"
@@ -257,20 +258,20 @@ func (a *App) Consume(cfg inbox.Config, decide inbox.Decide) error {
 	if cfg.Logger == nil {
 		cfg.Logger = a.logger
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = inbox.DefaultConcurrency
-	}
-	if cfg.InFlightWindow <= 0 {
-		// A dead attempt's request may land until the engine client would have given up
-		// on it, and then some.
-		cfg.InFlightWindow = max(time.Minute, 2*a.cfg.EngineTimeout)
+	// The inbox's defaults (inbox.Config.WithDefaults), before the pool is sized by them.
+	engine := admin.New(a.client)
+	cfg, err := cfg.WithDefaults(engine)
+	if err != nil {
+		err = daemon.ConfigError{Err: err}
+		a.errs = append(a.errs, err)
+		return err
 	}
 	// A pool of its own: each message in hand holds a connection across the engine's
 	// calls, which the handlers' ledger must not wait behind.
 	pool, err := daemon.OpenInboxPool(context.Background(), a.cfg, cfg.Concurrency)
 	if err == nil {
 		var c *inbox.Consumer
-		if c, err = inbox.NewConsumer(pool, a.client, a.cfg.AMQPURL, decide, cfg); err == nil {
+		if c, err = inbox.NewConsumer(pool, engine, a.cfg.AMQPURL, decide, cfg); err == nil {
 			if a.inboxStats == nil {
 				a.inboxStats = metrics.NewInboxCollector(func(ctx context.Context) (inbox.Parked, error) {
 					return inbox.ReadParked(ctx, a.pool, "")

@@ -41,12 +41,12 @@ func TestReadParked(t *testing.T) {
 	// A redelivery of the parked message is a duplicate: still one parked message.
 	out, err = c.Handle(ctx, inbox.Message{ID: "bad-1", Body: []byte("not json")})
 	require.NoError(t, err)
-	require.True(t, out.Duplicate)
+	require.Equal(t, inbox.ClassDuplicate, out.Class)
 	// Its id with another body, delivered twice: two conflicting copies, parked.
 	for range 2 {
 		out, err = c.Handle(ctx, inbox.Message{ID: "bad-1", Body: []byte("not json either")})
 		require.NoError(t, err)
-		require.True(t, out.Conflict)
+		require.Equal(t, inbox.ClassConflict, out.Class)
 		require.Equal(t, inbox.Park, out.Disposition)
 	}
 	// A payment nothing waits for yet: retried, not parked.

@@ -47,7 +47,7 @@ func BenchmarkHandleDuplicate(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		out, err := c.Handle(ctx, msgs[i])
-		if err != nil || !out.Duplicate || out.Disposition != inbox.Ack {
+		if err != nil || out.Class != inbox.ClassDuplicate || out.Disposition != inbox.Ack {
 			b.Fatalf("redelivery of %s: %+v, %v", msgs[i].ID, out, err)
 		}
 	}
@@ -72,7 +72,7 @@ func BenchmarkHandleIgnore(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		out, err := c.Handle(ctx, msgs[i])
-		if err != nil || out.State != inbox.StateProcessed || out.Duplicate || out.Disposition != inbox.Ack {
+		if err != nil || out.State != inbox.StateProcessed || out.Class == inbox.ClassDuplicate || out.Disposition != inbox.Ack {
 			b.Fatalf("%s: %+v, %v", msgs[i].ID, out, err)
 		}
 	}
@@ -96,7 +96,7 @@ func BenchmarkHandleStart(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		out, err := c.Handle(ctx, msgs[i])
-		if err != nil || !out.Started {
+		if err != nil || out.Class != inbox.ClassStarted {
 			b.Fatalf("%s: %+v, %v", msgs[i].ID, out, err)
 		}
 	}
@@ -279,7 +279,7 @@ func benchConsumer(b *testing.B, e env, decide inbox.Decide, cfg ...inbox.Config
 	if c.Queue == "" {
 		c.Queue = testenv.Unique("q") // Handle alone does not use it
 	}
-	cons, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), decide, c)
+	cons, err := inbox.NewConsumer(e.pool, e.engine, testenv.AMQPURL(), decide, c)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func (c *Consumer) deliver(ctx context.Context, pub *confirmer, d amqp.Delivery)
 	if err != nil {
 		// The inbox could not record it: hand it back to come again after a pause.
 		c.cfg.Logger.Warn("inbox: recording a message failed; it comes back", "message_id", id, "error", err)
-		out = Outcome{Disposition: Retry, Delay: c.backoff(int(attempt(d)) + 1), Reason: err.Error()}
+		out = Handling{Disposition: Retry, Class: ClassFailed, Delay: c.backoff(int(attempt(d)) + 1), Reason: err.Error()}
 	}
 	reason := truncate(cleanText(out.Reason), 500)
 	switch out.Disposition {

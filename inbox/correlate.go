@@ -21,38 +21,43 @@ var mismatch = regexp.MustCompile(`(?i)cannot correlate message`)
 // its business key that waits for it. The engine's /message takes no process definition:
 // the running instances of the definition with the key are looked up, and the message
 // sent to each by its id until one takes it.
-func (c *Consumer) correlate(ctx context.Context, r *row, m Correlate, ambiguous bool) (Outcome, error) {
+func (c *Consumer) correlate(ctx context.Context, r *row, fa facts, m Correlate) (Handling, error) {
 	mark, token := markVariable(m.MessageName), r.token()
 	action := "correlate " + m.MessageName
 	if err := r.begin(ctx); err != nil {
-		return Outcome{}, err
+		return Handling{}, err
 	}
-	if ambiguous {
+	if fa.unresolved {
 		// An earlier attempt's end was not recorded: the engine says whether it correlated.
 		took, _, err := c.marked(ctx, m, mark, token)
 		if err != nil {
-			return r.failed(ctx, "reconciling "+action, err)
+			return c.failed(ctx, r, "reconciling "+action, err)
 		}
-		r.unresolved = false
+		r.unresolved, fa.unresolved = false, false
 		if took != "" {
-			return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack, Reconciled: true})
+			fa.engine = engineTookThis
+			return c.finish(ctx, r, classify(fa), "reconciled: the engine had correlated it", took)
 		}
 	}
 	running, err := c.engine.ProcessInstances(ctx, url.Values{"processDefinitionKey": {m.ProcessDefinitionKey}, "businessKey": {m.BusinessKey}})
 	if err != nil {
-		return r.failed(ctx, "looking for the instance for "+action, err)
+		return c.failed(ctx, r, "looking for the instance for "+action, err)
 	}
-	for _, pi := range running {
-		if out, sent, err := c.send(ctx, r, m, pi.ID, mark, token); sent {
+	if len(running) > 0 {
+		// Instances with the key run: each is sent the message until one takes it.
+		fa.engine = engineWaiting
+	}
+	for i := 0; i < len(running) && classify(fa).next == nextAct; i++ {
+		if out, sent, err := c.send(ctx, r, m, running[i].ID, mark, token); sent {
 			return out, err
 		}
 	}
-	return c.classify(ctx, r, m, mark, token)
+	return c.notWaiting(ctx, r, fa, m, mark, token)
 }
 
 // send correlates m to the instance id. sent is false when the instance does not wait
 // for it (the engine's mismatch): nothing was done.
-func (c *Consumer) send(ctx context.Context, r *row, m Correlate, id, mark, token string) (out Outcome, sent bool, err error) {
+func (c *Consumer) send(ctx context.Context, r *row, m Correlate, id, mark, token string) (out Handling, sent bool, err error) {
 	vars := camunda7.Variables{}
 	maps.Copy(vars, m.Variables)
 	vars[mark] = camunda7.StringVar(token)
@@ -66,34 +71,53 @@ func (c *Consumer) send(ctx context.Context, r *row, m Correlate, id, mark, toke
 		if len(res) > 0 && res[0].InstanceID() != "" {
 			id = res[0].InstanceID()
 		}
-		out, err = r.settle(ctx, StateProcessed, "", id, Outcome{Disposition: Ack, Correlated: true})
+		out, err = c.finish(ctx, r, acted(ClassCorrelated), "", id)
 		return out, true, err
 	case mismatchError(err):
-		return Outcome{}, false, nil
+		return Handling{}, false, nil
 	}
-	out, err = r.failed(ctx, "correlate "+m.MessageName, err)
+	out, err = c.failed(ctx, r, "correlate "+m.MessageName, err)
 	return out, true, err
 }
 
-// classify settles a message no instance of its definition waits for: early, or late.
-func (c *Consumer) classify(ctx context.Context, r *row, m Correlate, mark, token string) (Outcome, error) {
+// notWaiting settles a message no instance of its definition waits for: reconciled (an
+// earlier attempt correlated it), late, or early, as the marks the engine holds say.
+func (c *Consumer) notWaiting(ctx context.Context, r *row, fa facts, m Correlate, mark, token string) (Handling, error) {
 	took, other, err := c.marked(ctx, m, mark, token)
 	if err != nil {
-		return r.failed(ctx, "classifying correlate "+m.MessageName, err)
+		return c.failed(ctx, r, "classifying correlate "+m.MessageName, err)
 	}
-	r.unresolved = false
+	r.unresolved, fa.unresolved = false, false
+	fa.engine = markedSays(took, other)
+	s := classify(fa)
+	switch fa.engine {
+	case engineTookThis:
+		return c.finish(ctx, r, s, "reconciled: the engine had correlated it", took)
+	case engineTookOther:
+		return c.finish(ctx, r, s, fmt.Sprintf("late: process instance %s took message %s before (from %s) and no longer waits for it",
+			other.instance, m.MessageName, other.token), other.instance)
+	case engineEnded:
+		return c.finish(ctx, r, s, fmt.Sprintf("late: process instance %s of %s with business key %s ended before message %s came",
+			other.ended, m.ProcessDefinitionKey, m.BusinessKey, m.MessageName), other.ended)
+	}
+	return c.early(ctx, r, s, fmt.Sprintf("no process instance of %s with business key %s waits for message %s", m.ProcessDefinitionKey, m.BusinessKey, m.MessageName))
+}
+
+// markedSays is what the marks marked found say of a message no instance waits for.
+func markedSays(took string, f found) engineSays {
 	switch {
 	case took != "":
-		return r.settle(ctx, StateProcessed, "reconciled: the engine had correlated it", took, Outcome{Disposition: Ack, Reconciled: true})
-	case other.instance != "":
-		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("late: process instance %s took message %s before (from %s) and no longer waits for it",
-			other.instance, m.MessageName, other.token), other.instance, Outcome{Disposition: Ack, Late: true})
-	case other.ended != "":
-		return r.settle(ctx, StateIgnoredDuplicate, fmt.Sprintf("late: process instance %s of %s with business key %s ended before message %s came",
-			other.ended, m.ProcessDefinitionKey, m.BusinessKey, m.MessageName), other.ended, Outcome{Disposition: Ack, Late: true})
+		return engineTookThis
+	case f.instance != "":
+		return engineTookOther
+	case f.ended != "":
+		return engineEnded
 	}
-	return r.early(ctx, fmt.Sprintf("no process instance of %s with business key %s waits for message %s", m.ProcessDefinitionKey, m.BusinessKey, m.MessageName))
+	return engineNone
 }
+
+// acted is the step of a delivery the engine carried out: acknowledged, processed.
+func acted(class Class) step { return step{class: class, state: StateProcessed, disposition: Ack} }
 
 // markVariable is the process variable a correlation sets: extworkerMessage_<name>.
 func markVariable(messageName string) string {

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/failpoint"
 	"github.com/extworker/extworker/internal/testenv"
@@ -62,7 +63,7 @@ func child(mode string) int {
 			return 2
 		}
 		e := env{ship: os.Getenv(childEnv + "_SHIP"), wait: os.Getenv(childEnv + "_WAIT"), paid: os.Getenv(childEnv + "_PAID")}
-		c, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), e.decide,
+		c, err := inbox.NewConsumer(pool, admin.New(ec), testenv.AMQPURL(), e.decide,
 			inbox.Config{Source: os.Getenv(childEnv + "_SOURCE"), Queue: os.Getenv(childEnv + "_QUEUE")})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -138,16 +138,16 @@ func (e env) consumerVia(t *testing.T, base string, timeout time.Duration, cfg i
 	if cfg.Queue == "" {
 		cfg.Queue = "unused"
 	}
-	c, err := inbox.NewConsumer(e.pool, ec, testenv.AMQPURL(), e.decide, cfg)
+	c, err := inbox.NewConsumer(e.pool, admin.New(ec), testenv.AMQPURL(), e.decide, cfg)
 	require.NoError(t, err)
 	return c
 }
 
 // handleUntil hands m to c until done says so (a retried message comes back), and returns
 // the last outcome.
-func handleUntil(t *testing.T, c *inbox.Consumer, m inbox.Message, what string, done func(inbox.Outcome) bool) inbox.Outcome {
+func handleUntil(t *testing.T, c *inbox.Consumer, m inbox.Message, what string, done func(inbox.Handling) bool) inbox.Handling {
 	t.Helper()
-	var out inbox.Outcome
+	var out inbox.Handling
 	testenv.Eventually(t, 30*time.Second, what, func() (bool, error) {
 		var err error
 		out, err = c.Handle(context.Background(), m)
@@ -173,15 +173,15 @@ func TestEarlyNotLateWhenAnotherDefinitionEndedWithTheKey(t *testing.T) {
 	out, err := c.Handle(ctx, m)
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Retry, out.Disposition, "reason: %s", out.Reason)
-	assert.True(t, out.Early)
-	assert.False(t, out.Late)
+	assert.Equal(t, inbox.ClassEarly, out.Class)
+	assert.NotEqual(t, inbox.ClassLate, out.Class)
 	assert.Equal(t, inbox.StateFailedRetryable, out.State)
 	assert.NotContains(t, out.Reason, other.ID)
 
 	pi := e.startWaiting(t, bk)
 	done, err := c.Handle(ctx, m)
 	require.NoError(t, err)
-	assert.True(t, done.Correlated, "reason: %s", done.Reason)
+	assert.Equal(t, inbox.ClassCorrelated, done.Class, "reason: %s", done.Reason)
 	assert.Equal(t, pi, done.ProcessInstanceID)
 	assert.Equal(t, 1, e.correlations(t, bk))
 }
@@ -192,7 +192,7 @@ func TestCorrelateNeedsItsProcessDefinition(t *testing.T) {
 	e := newEnv(t)
 	bk := testenv.Unique("INV")
 	e.startWaiting(t, bk)
-	c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), func(inbox.Message) (inbox.Action, error) {
+	c, err := inbox.NewConsumer(e.pool, e.engine, testenv.AMQPURL(), func(inbox.Message) (inbox.Action, error) {
 		return inbox.Action{Correlate: &inbox.Correlate{MessageName: e.paid, BusinessKey: bk}}, nil
 	}, inbox.Config{Source: e.source, Queue: "unused"})
 	require.NoError(t, err)
@@ -212,7 +212,7 @@ func TestUnstorableFieldsAreParked(t *testing.T) {
 	raw := func(m inbox.Message) (inbox.Action, error) {
 		return inbox.Action{Start: &inbox.Start{ProcessKey: e.ship, BusinessKey: string(m.Body)}}, nil
 	}
-	c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), raw, inbox.Config{Source: e.source, Queue: "unused"})
+	c, err := inbox.NewConsumer(e.pool, e.engine, testenv.AMQPURL(), raw, inbox.Config{Source: e.source, Queue: "unused"})
 	require.NoError(t, err)
 	ctx := testenv.Context(t, 60*time.Second)
 	for _, tc := range []struct {
@@ -241,7 +241,7 @@ func TestUnstorableFieldsAreParked(t *testing.T) {
 			assert.Equal(t, out.Reason, rows[0].Reason)
 			again, err := c.Handle(ctx, tc.m)
 			require.NoError(t, err)
-			assert.True(t, again.Duplicate, "the redelivery is a duplicate")
+			assert.Equal(t, inbox.ClassDuplicate, again.Class, "the redelivery is a duplicate")
 		})
 	}
 	p, err := inbox.ReadParked(ctx, e.pool, e.source)
@@ -272,17 +272,17 @@ func TestSecondMessageDoesNotStartASecondInstance(t *testing.T) {
 	cb := e.consumerVia(t, testenv.EngineURL(), 2*time.Second, cfg)
 	first, err := cb.Handle(testenv.Context(t, 30*time.Second), b)
 	require.NoError(t, err)
-	assert.False(t, first.Started, "b started an instance while a's start was in flight")
+	assert.NotEqual(t, inbox.ClassStarted, first.Class, "b started an instance while a's start was in flight")
 	close(p.release)
 	within(t, p.landed, "a's start to land at the engine")
 
-	bOut := handleUntil(t, cb, b, "b settled", func(o inbox.Outcome) bool { return o.Disposition != inbox.Retry })
-	aOut := handleUntil(t, ca, a, "a settled", func(o inbox.Outcome) bool { return o.Disposition != inbox.Retry })
+	bOut := handleUntil(t, cb, b, "b settled", func(o inbox.Handling) bool { return o.Disposition != inbox.Retry })
+	aOut := handleUntil(t, ca, a, "a settled", func(o inbox.Handling) bool { return o.Disposition != inbox.Retry })
 	assert.Equal(t, 1, e.instances(t, e.ship, bk), "instances with business key %s", bk)
 	assert.Equal(t, inbox.StateIgnoredDuplicate, bOut.State, "b: %s", bOut.Reason)
-	assert.False(t, bOut.Started)
+	assert.NotEqual(t, inbox.ClassStarted, bOut.Class)
 	assert.Equal(t, inbox.StateProcessed, aOut.State, "a: %s", aOut.Reason)
-	assert.True(t, aOut.Reconciled, "a: %s", aOut.Reason)
+	assert.Equal(t, inbox.ClassReconciled, aOut.Class, "a: %s", aOut.Reason)
 	assert.Equal(t, aOut.ProcessInstanceID, bOut.ProcessInstanceID)
 }
 
@@ -317,7 +317,7 @@ func TestUnknownOutcomeSurvivesRetryableFailures(t *testing.T) {
 		return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: loop, MessageName: e.paid, BusinessKey: string(m.Body)}}, nil
 	}
 	consumer := func(base string) *inbox.Consumer {
-		c, err := inbox.NewConsumer(e.pool, quickClient(t, base, quickTimeout), testenv.AMQPURL(), decide,
+		c, err := inbox.NewConsumer(e.pool, admin.New(quickClient(t, base, quickTimeout)), testenv.AMQPURL(), decide,
 			inbox.Config{Source: e.source, Queue: "unused", InFlightWindow: quickWindow})
 		require.NoError(t, err)
 		return c
@@ -341,8 +341,8 @@ func TestUnknownOutcomeSurvivesRetryableFailures(t *testing.T) {
 	time.Sleep(quickWindow)
 	out, err = consumer(testenv.EngineURL()).Handle(ctx, m)
 	require.NoError(t, err)
-	assert.True(t, out.Reconciled, "asked the engine first: %s", out.Reason)
-	assert.False(t, out.Correlated)
+	assert.Equal(t, inbox.ClassReconciled, out.Class, "asked the engine first: %s", out.Reason)
+	assert.NotEqual(t, inbox.ClassCorrelated, out.Class)
 	acts, err := e.engine.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {pi.ID}, "activityId": {"waitPaid"}, "finished": {"true"}})
 	require.NoError(t, err)
 	assert.Len(t, acts, 1, "the message was taken once")
@@ -360,7 +360,7 @@ func TestEngineFailuresAreParkedAfterALimit(t *testing.T) {
 	c := e.consumerVia(t, p.url, quickTimeout, inbox.Config{InFlightWindow: quickWindow, BackoffInitial: time.Millisecond})
 	ctx := testenv.Context(t, 60*time.Second)
 	m := msg("fail-"+testenv.Unique("x"), payload{Do: "start", BusinessKey: testenv.Unique("INV")})
-	var out inbox.Outcome
+	var out inbox.Handling
 	for i := 1; i <= 20 && out.Disposition != inbox.Park; i++ {
 		// Each failure leaves an outcome to reconcile: the next attempt waits out the
 		// in-flight window (as the retry queue would hold the message) before it asks.
@@ -422,7 +422,7 @@ func TestEveryParkLogsAWarning(t *testing.T) {
 	require.NoError(t, err)
 	out, err := c.Handle(ctx, msg(id, payload{Do: "start", BusinessKey: other}))
 	require.NoError(t, err)
-	require.True(t, out.Conflict)
+	require.Equal(t, inbox.ClassConflict, out.Class)
 	_, err = c.Handle(ctx, inbox.Message{ID: "unreadable", Body: []byte("SECRET-body")})
 	require.NoError(t, err)
 
@@ -459,7 +459,7 @@ func TestEarlyWindowOnTheDatabaseClock(t *testing.T) {
 	skewed, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	t.Cleanup(skewed.Close)
-	c, err := inbox.NewConsumer(skewed, e.engine.Client, testenv.AMQPURL(), e.decide,
+	c, err := inbox.NewConsumer(skewed, e.engine, testenv.AMQPURL(), e.decide,
 		inbox.Config{Source: e.source, Queue: "unused", EarlyWindow: 200 * time.Millisecond, BackoffInitial: 10 * time.Millisecond})
 	require.NoError(t, err)
 	m := msg("skew-"+testenv.Unique("x"), payload{Do: "correlate", BusinessKey: testenv.Unique("INV")})
@@ -469,7 +469,7 @@ func TestEarlyWindowOnTheDatabaseClock(t *testing.T) {
 	// The row was first seen now by the database's clock (an hour ahead of the worker's).
 	_, err = skewed.Exec(ctx, `UPDATE extworker_inbox SET received_at = now() WHERE source = $1`, e.source)
 	require.NoError(t, err)
-	out = handleUntil(t, c, m, "the early message parked once its window passed", func(o inbox.Outcome) bool { return o.Disposition == inbox.Park })
+	out = handleUntil(t, c, m, "the early message parked once its window passed", func(o inbox.Handling) bool { return o.Disposition == inbox.Park })
 	assert.Contains(t, out.Reason, "past the window of 200ms")
 }
 
@@ -508,13 +508,13 @@ func TestInFlightWindowMustExceedTheClientTimeout(t *testing.T) {
 	require.NoError(t, err)
 	decide := func(inbox.Message) (inbox.Action, error) { return inbox.Action{Ignore: "x"}, nil }
 	for _, w := range []time.Duration{time.Millisecond, time.Minute, 2 * time.Minute} {
-		_, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), decide, inbox.Config{Source: "s", Queue: "q", InFlightWindow: w})
+		_, err := inbox.NewConsumer(pool, admin.New(ec), testenv.AMQPURL(), decide, inbox.Config{Source: "s", Queue: "q", InFlightWindow: w})
 		require.Error(t, err, "InFlightWindow %v with a client timeout of 2m", w)
 		assert.Contains(t, err.Error(), "InFlightWindow "+w.String())
 		assert.Contains(t, err.Error(), "2m0s")
 	}
 	for _, w := range []time.Duration{0, 2*time.Minute + time.Second} {
-		_, err := inbox.NewConsumer(pool, ec, testenv.AMQPURL(), decide, inbox.Config{Source: "s", Queue: "q", InFlightWindow: w})
+		_, err := inbox.NewConsumer(pool, admin.New(ec), testenv.AMQPURL(), decide, inbox.Config{Source: "s", Queue: "q", InFlightWindow: w})
 		assert.NoError(t, err, "InFlightWindow %v", w)
 	}
 }
@@ -535,14 +535,14 @@ func TestStartFindsTwoInstancesOfItsBusinessKey(t *testing.T) {
 				require.NoError(t, err)
 			}
 			var logs lockedBuffer
-			c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), func(inbox.Message) (inbox.Action, error) {
+			c, err := inbox.NewConsumer(e.pool, e.engine, testenv.AMQPURL(), func(inbox.Message) (inbox.Action, error) {
 				return inbox.Action{Start: &inbox.Start{ProcessKey: process, BusinessKey: bk}}, nil
 			}, inbox.Config{Source: e.source, Queue: "unused", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			require.NoError(t, err)
 			out, err := c.Handle(ctx, inbox.Message{ID: testenv.Unique("start"), Body: []byte("{}")})
 			require.NoError(t, err)
 			assert.Equal(t, inbox.StateIgnoredDuplicate, out.State, out.Reason)
-			assert.False(t, out.Started)
+			assert.NotEqual(t, inbox.ClassStarted, out.Class)
 			assert.Equal(t, 2, e.instances(t, process, bk), "nothing started, nothing cancelled")
 			assert.Equal(t, int64(1), c.Stats().DuplicateStarts.Load())
 			assert.Contains(t, logs.String(), `"level":"WARN"`)
@@ -573,8 +573,8 @@ func TestExplicitSHA256IDIsNotTheIDOfAMessageWithoutOne(t *testing.T) {
 	withID.ID = derived
 	out, err = c.Handle(ctx, withID)
 	require.NoError(t, err)
-	assert.False(t, out.Duplicate, "acknowledged as the message without an id: %s", out.Reason)
-	assert.True(t, out.Started, out.Reason)
+	assert.NotEqual(t, inbox.ClassDuplicate, out.Class, "acknowledged as the message without an id: %s", out.Reason)
+	assert.Equal(t, inbox.ClassStarted, out.Class, out.Reason)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
 	assert.NotEqual(t, derived, inbox.StoredID(derived))
 	assert.Equal(t, inbox.StateProcessed, e.record(t, inbox.StoredID(derived)).State)
@@ -595,7 +595,7 @@ func TestDuplicateFromAnotherQueueDoesNotMoveTheRow(t *testing.T) {
 	require.Equal(t, inbox.Park, out.Disposition)
 	out, err = b.Handle(ctx, parked)
 	require.NoError(t, err)
-	require.True(t, out.Duplicate)
+	require.Equal(t, inbox.ClassDuplicate, out.Class)
 	assert.Equal(t, qa, e.record(t, parked.ID).Queue, "the queue whose dead-letter queue holds the parked copy")
 
 	early := msg(testenv.Unique("early"), payload{Do: "correlate", BusinessKey: testenv.Unique("INV")})
@@ -604,6 +604,6 @@ func TestDuplicateFromAnotherQueueDoesNotMoveTheRow(t *testing.T) {
 	require.Equal(t, inbox.Retry, out.Disposition)
 	out, err = b.Handle(ctx, early) // acted on again from qb: its copies now go through qb's queues
 	require.NoError(t, err)
-	require.False(t, out.Duplicate, out.Reason)
+	require.NotEqual(t, inbox.ClassDuplicate, out.Class, out.Reason)
 	assert.Equal(t, qb, e.record(t, early.ID).Queue)
 }

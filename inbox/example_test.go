@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/inbox"
 )
 
@@ -28,11 +29,11 @@ func ExampleNewConsumer() {
 		case "invoice.paid":
 			return inbox.Action{Start: &inbox.Start{ProcessKey: "shipping", BusinessKey: e.Invoice}}, nil
 		case "payment.captured":
-			return inbox.Action{Correlate: &inbox.Correlate{MessageName: "PaymentCaptured", BusinessKey: e.Invoice}}, nil
+			return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: "invoice", MessageName: "PaymentCaptured", BusinessKey: e.Invoice}}, nil
 		}
 		return inbox.Action{Ignore: "not for shipping: " + m.Type}, nil
 	}
-	c, err := inbox.NewConsumer(pool, engine, "amqps://shipping:secret@broker.example.com/billing", decide, inbox.Config{
+	c, err := inbox.NewConsumer(pool, admin.New(engine), "amqps://shipping:secret@broker.example.com/billing", decide, inbox.Config{
 		Source:   "billing",
 		Queue:    "shipping.billing-events",
 		Bindings: []inbox.Binding{{Exchange: "billing", RoutingKey: "invoice.*"}, {Exchange: "billing", RoutingKey: "payment.*"}},

@@ -8,6 +8,6 @@ import (
 
 // HandleDelivery is what Run does with a delivery, without the broker: the message and
 // the trace context it carries, handled (for the fuzz targets).
-func (c *Consumer) HandleDelivery(ctx context.Context, d amqp.Delivery) (Outcome, error) {
+func (c *Consumer) HandleDelivery(ctx context.Context, d amqp.Delivery) (Handling, error) {
 	return c.Handle(deliveryContext(ctx, d), messageOf(d))
 }

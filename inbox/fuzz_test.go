@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -41,9 +42,9 @@ const maxRounds = 8
 
 // settles hands a message to handle (round counts from 1) until it is not retried, and
 // checks the invariant on source's inbox.
-func settles(t *testing.T, e env, source string, handle func(round int) (inbox.Outcome, error)) {
+func settles(t *testing.T, e env, source string, handle func(round int) (inbox.Handling, error)) {
 	t.Helper()
-	var out inbox.Outcome
+	var out inbox.Handling
 	for round := 1; ; round++ {
 		var err error
 		out, err = handle(round)
@@ -73,10 +74,10 @@ func FuzzMessageFields(f *testing.F) {
 	f.Add("evt-1", "invoice.paid", "corr-1", []byte(`{"do":"start","bk":"INV-1"}`))
 	f.Fuzz(func(t *testing.T, id, typ, corr string, body []byte) {
 		source := testenv.Unique("fuzz")
-		c, err := inbox.NewConsumer(e.pool, fuzzClient(t), testenv.AMQPURL(), e.decide, fuzzConfig(source))
+		c, err := inbox.NewConsumer(e.pool, admin.New(fuzzClient(t)), testenv.AMQPURL(), e.decide, fuzzConfig(source))
 		require.NoError(t, err)
 		m := inbox.Message{ID: id, Type: typ, CorrelationID: corr, Body: body}
-		settles(t, e, source, func(int) (inbox.Outcome, error) { return c.Handle(context.Background(), m) })
+		settles(t, e, source, func(int) (inbox.Handling, error) { return c.Handle(context.Background(), m) })
 	})
 }
 
@@ -91,10 +92,10 @@ func FuzzBusinessKey(f *testing.F) {
 			}
 			return inbox.Action{Correlate: &inbox.Correlate{ProcessDefinitionKey: e.wait, MessageName: e.paid, BusinessKey: bk}}, nil
 		}
-		c, err := inbox.NewConsumer(e.pool, fuzzClient(t), testenv.AMQPURL(), decide, fuzzConfig(source))
+		c, err := inbox.NewConsumer(e.pool, admin.New(fuzzClient(t)), testenv.AMQPURL(), decide, fuzzConfig(source))
 		require.NoError(t, err)
 		m := inbox.Message{ID: "bk", Body: []byte(bk)}
-		settles(t, e, source, func(int) (inbox.Outcome, error) { return c.Handle(context.Background(), m) })
+		settles(t, e, source, func(int) (inbox.Handling, error) { return c.Handle(context.Background(), m) })
 	})
 }
 
@@ -104,9 +105,9 @@ func FuzzDeliveryHeaders(f *testing.F) {
 		[]byte(`{"do":"correlate","bk":"INV-1"}`))
 	f.Fuzz(func(t *testing.T, id, typ, corr, key, value, traceparent string, attempt int64, redelivered bool, body []byte) {
 		source := testenv.Unique("fuzz")
-		c, err := inbox.NewConsumer(e.pool, fuzzClient(t), testenv.AMQPURL(), e.decide, fuzzConfig(source))
+		c, err := inbox.NewConsumer(e.pool, admin.New(fuzzClient(t)), testenv.AMQPURL(), e.decide, fuzzConfig(source))
 		require.NoError(t, err)
-		settles(t, e, source, func(round int) (inbox.Outcome, error) {
+		settles(t, e, source, func(round int) (inbox.Handling, error) {
 			headers := amqp.Table{key: value, inbox.HeaderTraceparent: traceparent, inbox.HeaderAttempt: attempt}
 			if round > 1 {
 				headers[inbox.HeaderAttempt] = int32(round - 1) // the retry queue's copy

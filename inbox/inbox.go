@@ -77,7 +77,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
-	"github.com/extworker/extworker/camunda7/admin"
 )
 
 // State is an inbox row's state.
@@ -186,9 +185,9 @@ type Disposition int
 const (
 	// Ack: acknowledge; the row records the outcome.
 	Ack Disposition = iota
-	// Retry: send a copy to the retry queue to come back after Outcome.Delay, then acknowledge.
+	// Retry: send a copy to the retry queue to come back after Handling.Delay, then acknowledge.
 	Retry
-	// Park: send a copy to the dead-letter queue with Outcome.Reason, then acknowledge.
+	// Park: send a copy to the dead-letter queue with Handling.Reason, then acknowledge.
 	Park
 )
 
@@ -202,33 +201,6 @@ func (d Disposition) String() string {
 		return "park"
 	}
 	return fmt.Sprintf("Disposition(%d)", int(d))
-}
-
-// Outcome is what Handle made of a delivery.
-type Outcome struct {
-	Disposition Disposition
-	// State is the inbox row's state afterwards.
-	State State
-	// Delay is how long a retried message waits.
-	Delay time.Duration
-	// Reason explains a retry, a parked message or an ignored one.
-	Reason string
-	// Duplicate: the message had been consumed before; nothing was sent to the engine.
-	Duplicate bool
-	// Late: the process had moved past the wait state; nothing was sent.
-	Late bool
-	// Early: no process instance waited for it yet (or the process is not deployed); it is
-	// retried, or parked once EarlyWindow has passed.
-	Early bool
-	// Conflict: the message id was known with another body; nothing was sent.
-	Conflict bool
-	// Reconciled: an earlier attempt had acted on it without recording it; the engine
-	// said so, and nothing was sent again.
-	Reconciled bool
-	// Started and Correlated: what this delivery did in the engine.
-	Started, Correlated bool
-	// ProcessInstanceID is the instance started or reached.
-	ProcessInstanceID string
 }
 
 // DefaultConcurrency is Config.Concurrency's default.
@@ -292,10 +264,10 @@ type Binding struct {
 }
 
 // ClientTimeout is how long engine waits for the answer to a request that does not
-// long-poll, which Config.InFlightWindow must exceed: the client's Timeout
-// (camunda7.Config.Timeout), or its LongPollMargin when that is longer
+// long-poll, which Config.InFlightWindow must exceed: for the engine's client, its
+// Timeout (camunda7.Config.Timeout), or its LongPollMargin when that is longer
 // (Client.LongPollTimeout(0), the client's one exported account of it).
-func ClientTimeout(engine *camunda7.Client) time.Duration { return engine.LongPollTimeout(0) }
+func ClientTimeout(engine Engine) time.Duration { return engine.LongPollTimeout(0) }
 
 // inFlightWindow is the window for a client whose requests time out after timeout: the
 // one configured, which must exceed timeout, or by default the longer of a minute and
@@ -311,7 +283,12 @@ func inFlightWindow(configured, timeout time.Duration) (time.Duration, error) {
 	return configured, nil
 }
 
-func (c Config) withDefaults(clientTimeout time.Duration) (Config, error) {
+// WithDefaults is c with the documented defaults in its zero fields, for a consumer
+// acting through engine (InFlightWindow's default, and its check, depend on the engine
+// client's timeout), or an error saying what is wrong with c. NewConsumer applies it; a
+// caller that sizes something by c (the pool, by Concurrency) applies it first. The one
+// place the inbox's defaults are set.
+func (c Config) WithDefaults(engine Engine) (Config, error) {
 	if c.Source == "" || c.Queue == "" {
 		return c, errors.New("inbox: Config needs Source and Queue")
 	}
@@ -331,7 +308,7 @@ func (c Config) withDefaults(clientTimeout time.Duration) (Config, error) {
 		c.BackoffMax = max(time.Minute, c.BackoffInitial)
 	}
 	var err error
-	if c.InFlightWindow, err = inFlightWindow(c.InFlightWindow, clientTimeout); err != nil {
+	if c.InFlightWindow, err = inFlightWindow(c.InFlightWindow, ClientTimeout(engine)); err != nil {
 		return c, err
 	}
 	if c.MaxEngineFailures <= 0 {
@@ -350,7 +327,7 @@ func (c Config) withDefaults(clientTimeout time.Duration) (Config, error) {
 // may consume the same queue, in any number of processes.
 type Consumer struct {
 	pool    *pgxpool.Pool
-	engine  *admin.Client
+	engine  Engine
 	amqpURL string
 	decide  Decide
 	cfg     Config
@@ -361,16 +338,17 @@ type Consumer struct {
 }
 
 // NewConsumer returns a consumer of cfg.Queue on the broker at amqpURL that records in
-// pool's inbox and acts through engine.
-func NewConsumer(pool *pgxpool.Pool, engine *camunda7.Client, amqpURL string, decide Decide, cfg Config) (*Consumer, error) {
-	if pool == nil || engine == nil || decide == nil {
-		return nil, errors.New("inbox: NewConsumer needs a pool, an engine client and a Decide")
+// pool's inbox and acts through engine: admin.New of the engine's client, or a test's
+// (package inboxtest).
+func NewConsumer(pool *pgxpool.Pool, engine Engine, amqpURL string, decide Decide, cfg Config) (*Consumer, error) {
+	if pool == nil || isNil(engine) || decide == nil {
+		return nil, errors.New("inbox: NewConsumer needs a pool, an engine and a Decide")
 	}
-	cfg, err := cfg.withDefaults(ClientTimeout(engine))
+	cfg, err := cfg.WithDefaults(engine)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{pool: pool, engine: admin.New(engine), amqpURL: amqpURL, decide: decide, cfg: cfg, declared: make(chan struct{})}, nil
+	return &Consumer{pool: pool, engine: engine, amqpURL: amqpURL, decide: decide, cfg: cfg, declared: make(chan struct{})}, nil
 }
 
 // Declared is closed once Run has declared the queue and its bindings the first time.

@@ -107,7 +107,7 @@ func (e env) consumer(t *testing.T, cfg inbox.Config) *inbox.Consumer {
 	if cfg.Queue == "" {
 		cfg.Queue = testenv.Unique("q")
 	}
-	c, err := inbox.NewConsumer(e.pool, e.engine.Client, testenv.AMQPURL(), e.decide, cfg)
+	c, err := inbox.NewConsumer(e.pool, e.engine, testenv.AMQPURL(), e.decide, cfg)
 	require.NoError(t, err)
 	return c
 }
@@ -204,20 +204,20 @@ func TestStartOncePerMessageAndBusinessKey(t *testing.T) {
 	out, err := c.Handle(ctx, msg("m1", payload{Do: "start", BusinessKey: bk}))
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Ack, out.Disposition)
-	assert.True(t, out.Started)
+	assert.Equal(t, inbox.ClassStarted, out.Class)
 	assert.NotEmpty(t, out.ProcessInstanceID)
 
 	// Redelivered: the inbox row answers, the engine is not asked.
 	again, err := c.Handle(ctx, msg("m1", payload{Do: "start", BusinessKey: bk}))
 	require.NoError(t, err)
-	assert.Equal(t, inbox.Outcome{Disposition: inbox.Ack, State: inbox.StateProcessed, Duplicate: true}, again)
+	assert.Equal(t, inbox.Handling{Disposition: inbox.Ack, State: inbox.StateProcessed, Class: inbox.ClassDuplicate}, again)
 
 	// The same fact announced again under a new message id (a replayed event): the
 	// business key decides, nothing is started.
 	replayed, err := c.Handle(ctx, msg("m1-replayed", payload{Do: "start", BusinessKey: bk}))
 	require.NoError(t, err)
 	assert.Equal(t, inbox.StateIgnoredDuplicate, replayed.State)
-	assert.False(t, replayed.Started)
+	assert.NotEqual(t, inbox.ClassStarted, replayed.Class)
 	assert.Equal(t, out.ProcessInstanceID, replayed.ProcessInstanceID)
 
 	assert.Equal(t, 1, e.instances(t, e.ship, bk), "instances with business key %s", bk)
@@ -242,7 +242,7 @@ func TestParallelDeliveriesActOnce(t *testing.T) {
 				e.startWaiting(t, bk)
 			}
 			m := msg("par-"+bk, payload{Do: do, BusinessKey: bk})
-			outs := make([]inbox.Outcome, 8)
+			outs := make([]inbox.Handling, 8)
 			var wg sync.WaitGroup
 			for i := range outs {
 				c := e.consumer(t, inbox.Config{}) // a consumer each, as in separate processes
@@ -257,10 +257,10 @@ func TestParallelDeliveriesActOnce(t *testing.T) {
 			wg.Wait()
 			acted, dup := 0, 0
 			for _, o := range outs {
-				if o.Started || o.Correlated {
+				if o.Class == inbox.ClassStarted || o.Class == inbox.ClassCorrelated {
 					acted++
 				}
-				if o.Duplicate {
+				if o.Class == inbox.ClassDuplicate {
 					dup++
 				}
 				assert.Equal(t, inbox.Ack, o.Disposition)
@@ -285,7 +285,7 @@ func TestCorrelateOnceThenLate(t *testing.T) {
 
 	out, err := c.Handle(ctx, msg("pay-1", payload{Do: "correlate", BusinessKey: bk}))
 	require.NoError(t, err)
-	assert.True(t, out.Correlated)
+	assert.Equal(t, inbox.ClassCorrelated, out.Class)
 	assert.Equal(t, pi, out.ProcessInstanceID)
 	vars, err := e.engine.ProcessInstanceVariables(ctx, pi)
 	require.NoError(t, err)
@@ -294,13 +294,13 @@ func TestCorrelateOnceThenLate(t *testing.T) {
 
 	dup, err := c.Handle(ctx, msg("pay-1", payload{Do: "correlate", BusinessKey: bk}))
 	require.NoError(t, err)
-	assert.True(t, dup.Duplicate)
+	assert.Equal(t, inbox.ClassDuplicate, dup.Class)
 
 	// Another payment for the same invoice, after the process moved on: late.
 	late, err := c.Handle(ctx, msg("pay-2", payload{Do: "correlate", BusinessKey: bk, Note: "second"}))
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Ack, late.Disposition)
-	assert.True(t, late.Late)
+	assert.Equal(t, inbox.ClassLate, late.Class)
 	assert.Equal(t, inbox.StateIgnoredDuplicate, late.State)
 	assert.Contains(t, late.Reason, "late: process instance "+pi)
 	assert.Contains(t, late.Reason, e.source+"/pay-1")
@@ -328,7 +328,7 @@ func TestEarlyMessageRetriedUntilTheProcessWaits(t *testing.T) {
 	pi := e.startWaiting(t, bk)
 	done, err := c.Handle(ctx, m)
 	require.NoError(t, err)
-	assert.True(t, done.Correlated)
+	assert.Equal(t, inbox.ClassCorrelated, done.Class)
 	assert.Equal(t, pi, done.ProcessInstanceID)
 	r := e.record(t, "early-1")
 	assert.Equal(t, 3, r.Attempts)
@@ -367,7 +367,7 @@ func TestConflictingBodyIsParkedNotActedOn(t *testing.T) {
 	out, err := c.Handle(ctx, msg("c-1", payload{Do: "start", BusinessKey: other}))
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Park, out.Disposition)
-	assert.True(t, out.Conflict)
+	assert.Equal(t, inbox.ClassConflict, out.Class)
 	assert.Contains(t, out.Reason, "conflict: message id c-1")
 	assert.Equal(t, 0, e.instances(t, e.ship, other), "the conflicting message started nothing")
 	r := e.record(t, "c-1")
@@ -400,7 +400,7 @@ func TestEngineDownIsRetriedNotParked(t *testing.T) {
 	e := newEnv(t)
 	down, err := camunda7.New(camunda7.Config{BaseURL: "http://127.0.0.1:1/engine-rest"})
 	require.NoError(t, err)
-	c, err := inbox.NewConsumer(e.pool, down, testenv.AMQPURL(), e.decide, inbox.Config{Source: e.source, Queue: "unused", EarlyWindow: time.Millisecond})
+	c, err := inbox.NewConsumer(e.pool, admin.New(down), testenv.AMQPURL(), e.decide, inbox.Config{Source: e.source, Queue: "unused", EarlyWindow: time.Millisecond})
 	require.NoError(t, err)
 	ctx := testenv.Context(t, 30*time.Second)
 	bk := testenv.Unique("INV")
@@ -413,7 +413,7 @@ func TestEngineDownIsRetriedNotParked(t *testing.T) {
 	up := e.consumer(t, inbox.Config{})
 	out, err = up.Handle(ctx, m)
 	require.NoError(t, err)
-	assert.True(t, out.Started)
+	assert.Equal(t, inbox.ClassStarted, out.Class)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
 }
 
@@ -442,8 +442,8 @@ func TestPruneKeepsWhatIsNotSettled(t *testing.T) {
 
 	again, err := c.Handle(ctx, done)
 	require.NoError(t, err)
-	assert.False(t, again.Started)
-	assert.True(t, again.Reconciled, "the instance's mark names this message: %s", again.Reason)
+	assert.NotEqual(t, inbox.ClassStarted, again.Class)
+	assert.Equal(t, inbox.ClassReconciled, again.Class, "the instance's mark names this message: %s", again.Reason)
 	assert.Equal(t, inbox.StateProcessed, again.State)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
 }

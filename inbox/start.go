@@ -27,39 +27,41 @@ type startKey struct{ process, business string }
 // message in an attempt whose end was not recorded, or by another message announcing the
 // same fact). A start another message sent, whose outcome is unknown, may still land: the
 // message waits until it cannot, then asks the engine, before it starts anything.
-func (c *Consumer) start(ctx context.Context, r *row, s Start, ambiguous bool) (Outcome, error) {
+func (c *Consumer) start(ctx context.Context, r *row, fa facts, s Start) (Handling, error) {
 	k := startKey{process: s.ProcessKey, business: s.BusinessKey}
 	unlock, err := r.lockStart(ctx, k)
 	if err != nil {
-		return Outcome{}, err
+		return Handling{}, err
 	}
 	defer unlock()
 	cl, err := r.readClaim(ctx, k)
 	if err != nil {
-		return Outcome{}, err
+		return Handling{}, err
 	}
-	if wait := claimWait(cl, c.cfg.InFlightWindow); wait > 0 {
-		return r.retryIn(ctx, wait, "start in flight", fmt.Sprintf("another message's start of process %s with this business key began %v ago "+
-			"and may still land at the engine: asking the engine once it cannot", s.ProcessKey, cl.since.Round(time.Millisecond)))
+	if fa.claimWait = claimWait(cl, c.cfg.InFlightWindow); fa.claimWait > 0 {
+		return c.finish(ctx, r, classify(fa), fmt.Sprintf("another message's start of process %s with this business key began %v ago "+
+			"and may still land at the engine: asking the engine once it cannot", s.ProcessKey, cl.since.Round(time.Millisecond)), "")
 	}
 	if err := r.begin(ctx); err != nil {
-		return Outcome{}, err
+		return Handling{}, err
 	}
 	existing, err := c.instances(ctx, s.ProcessKey, s.BusinessKey)
 	if err != nil {
-		return r.failed(ctx, "looking for an instance with business key "+s.BusinessKey, err)
+		return c.failed(ctx, r, "looking for an instance with business key "+s.BusinessKey, err)
 	}
-	r.unresolved = false // the engine answered: whatever an earlier attempt did is there
+	// The engine answered: whatever an earlier attempt did is there.
+	ambiguous := fa.unresolved
+	r.unresolved, fa.unresolved = false, false
 	if len(existing) > 0 {
-		return c.startedBefore(ctx, r, k, existing, ambiguous, cl.held)
+		return c.startedBefore(ctx, r, fa, k, existing, ambiguous, cl.held)
 	}
-	return c.startNew(ctx, r, k, s)
+	return c.startNew(ctx, r, fa, k, s)
 }
 
 // startNew claims the start for this message, committed, then asks the engine.
-func (c *Consumer) startNew(ctx context.Context, r *row, k startKey, s Start) (Outcome, error) {
+func (c *Consumer) startNew(ctx context.Context, r *row, fa facts, k startKey, s Start) (Handling, error) {
 	if err := r.takeClaim(ctx, k); err != nil {
-		return Outcome{}, err
+		return Handling{}, err
 	}
 	vars := camunda7.Variables{}
 	maps.Copy(vars, s.Variables)
@@ -70,38 +72,40 @@ func (c *Consumer) startNew(ctx context.Context, r *row, k startKey, s Start) (O
 	r.unresolved = outcomeUnknown(err)
 	switch {
 	case err == nil:
-		return r.settle(ctx, StateProcessed, "", pi.ID, Outcome{Disposition: Ack, Started: true})
+		return c.finish(ctx, r, acted(ClassStarted), "", pi.ID)
 	case errors.Is(err, camunda7.ErrNotFound):
-		return r.early(ctx, fmt.Sprintf("process %s is not deployed", s.ProcessKey))
+		fa.engine, fa.unresolved = engineNotDeployed, r.unresolved
+		return c.early(ctx, r, classify(fa), fmt.Sprintf("process %s is not deployed", s.ProcessKey))
 	}
-	return r.failed(ctx, "start "+s.ProcessKey, err)
+	return c.failed(ctx, r, "start "+s.ProcessKey, err)
 }
 
 // startedBefore settles a start whose instance is there already: reconciled when this
 // message started it (its mark says so; or, after an attempt whose outcome was unknown,
 // an instance without any mark), else ignored as a duplicate.
-func (c *Consumer) startedBefore(ctx context.Context, r *row, k startKey, existing []admin.ProcessInstance, ambiguous, claimed bool) (Outcome, error) {
+func (c *Consumer) startedBefore(ctx context.Context, r *row, fa facts, k startKey, existing []admin.ProcessInstance, ambiguous, claimed bool) (Handling, error) {
 	if len(existing) > 1 {
 		c.duplicateStart(r, k, existing)
 	}
 	id, by, err := c.startedBy(ctx, existing, r.token())
 	if err != nil {
-		return r.failed(ctx, "reconciling start "+k.process, err)
+		return c.failed(ctx, r, "reconciling start "+k.process, err)
 	}
 	if claimed {
 		if err := r.resolveClaim(ctx, k, id); err != nil {
-			return Outcome{}, err
+			return Handling{}, err
 		}
 	}
 	if startedByThis(ambiguous, by, r.token()) {
-		return r.settle(ctx, StateProcessed, "reconciled: the instance was there when this message was delivered again", id,
-			Outcome{Disposition: Ack, Reconciled: true})
+		fa.engine = engineTookThis
+		return c.finish(ctx, r, classify(fa), "reconciled: the instance was there when this message was delivered again", id)
 	}
+	fa.engine = engineTookOther
 	reason := fmt.Sprintf("not started: process %s has an instance with business key %s already (%s)", k.process, k.business, id)
 	if by != "" {
 		reason += ", started by " + by
 	}
-	return r.settle(ctx, StateIgnoredDuplicate, reason, id, Outcome{Disposition: Ack})
+	return c.finish(ctx, r, classify(fa), reason, id)
 }
 
 // duplicateStart counts and logs a start whose business key has more than one instance
@@ -149,65 +153,6 @@ func (c *Consumer) startedBy(ctx context.Context, existing []admin.ProcessInstan
 		}
 	}
 	return id, by, nil
-}
-
-// lockStart takes the start's advisory lock: one consumer at a time asks the engine about
-// a start of k. It returns what lets go of it.
-func (r *row) lockStart(ctx context.Context, k startKey) (func(), error) {
-	key := k.process + "\n" + k.business
-	if _, err := r.conn.Exec(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, lockStart, key); err != nil {
-		return nil, fmt.Errorf("inbox: lock start %s: %w", k.business, err)
-	}
-	return func() {
-		if _, err := r.conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, lockStart, key); err != nil {
-			_ = r.conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}, nil
-}
-
-// readClaim reads the start claim of k, as this message sees it.
-func (r *row) readClaim(ctx context.Context, k startKey) (claim, error) {
-	var (
-		cl    claim
-		since float64
-	)
-	rows, err := r.conn.Query(ctx, `SELECT source = $3 AND message_id = $4, pending, extract(epoch FROM now() - attempt_started_at)::float8
-		FROM extworker_inbox_starts WHERE process_key = $1 AND business_key = $2`, k.process, k.business, r.c.cfg.Source, r.id)
-	if err != nil {
-		return cl, fmt.Errorf("inbox: read the start of %s: %w", k.business, err)
-	}
-	defer rows.Close()
-	if rows.Next() {
-		cl.held = true
-		if err := rows.Scan(&cl.mine, &cl.pending, &since); err != nil {
-			return cl, fmt.Errorf("inbox: read the start of %s: %w", k.business, err)
-		}
-		cl.since = seconds(since)
-	}
-	return cl, rows.Err()
-}
-
-// takeClaim records, committed, that this message is about to ask the engine for the
-// start of k: until its answer is recorded (settle), other messages for k wait.
-func (r *row) takeClaim(ctx context.Context, k startKey) error {
-	_, err := r.conn.Exec(ctx, `INSERT INTO extworker_inbox_starts (process_key, business_key, source, message_id) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (process_key, business_key) DO UPDATE SET source = EXCLUDED.source, message_id = EXCLUDED.message_id, pending = true,
-			process_instance_id = NULL, attempt_started_at = now(), updated_at = now()`, k.process, k.business, r.c.cfg.Source, r.id)
-	if err != nil {
-		return fmt.Errorf("inbox: claim the start of %s: %w", k.business, err)
-	}
-	r.claim = &k
-	return nil
-}
-
-// resolveClaim records that the engine has the instance of k, whoever sent the start.
-func (r *row) resolveClaim(ctx context.Context, k startKey, instance string) error {
-	_, err := r.conn.Exec(ctx, `UPDATE extworker_inbox_starts SET pending = false, process_instance_id = $3, updated_at = now()
-		WHERE process_key = $1 AND business_key = $2`, k.process, k.business, instance)
-	if err != nil {
-		return fmt.Errorf("inbox: record the start of %s: %w", k.business, err)
-	}
-	return nil
 }
 
 // instances returns the instances of processKey with businessKey, running or ended.

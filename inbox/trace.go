@@ -65,53 +65,25 @@ func (c *Consumer) startHandleSpan(ctx context.Context, typ string) (context.Con
 	return ctx, span
 }
 
-// endHandleSpan records what became of the message (extworker.outcome: outcome) and
-// the row's state, and ends the span. A message parked (a conflict among them) and an
-// inbox that could not record it are Errors, described by the outcome; a retry is not:
-// the message comes back, and the engine call that failed, if one did, is an Error of
-// its own. Reasons are not recorded: they quote business keys.
-func endHandleSpan(span trace.Span, out Outcome, err error) {
+// endHandleSpan records what became of the message (extworker.outcome: its Class, or
+// "failed" when the inbox could not record it) and the row's state, and ends the span. A
+// parked message (a conflict among them) and an inbox that could not record it are
+// Errors, described by the class; a retry is not: the message comes back, and the engine
+// call that failed, if one did, is an Error of its own. Reasons are not recorded: they
+// quote business keys.
+func endHandleSpan(span trace.Span, out Handling, err error) {
 	if span.IsRecording() {
-		o := outcomeWord(out, err)
-		span.SetAttributes(attribute.String("extworker.outcome", o))
+		class := out.Class
+		if err != nil {
+			class = ClassFailed
+		}
+		span.SetAttributes(attribute.String("extworker.outcome", string(class)))
 		if out.State != "" {
 			span.SetAttributes(attribute.String("extworker.inbox.state", string(out.State)))
 		}
-		if o == "parked" || o == "conflict" || o == "failed" {
-			span.SetStatus(codes.Error, o)
+		if class == ClassFailed || out.Disposition == Park {
+			span.SetStatus(codes.Error, string(class))
 		}
 	}
 	span.End()
-}
-
-// outcomeWord names what Handle made of a message, in a word: "duplicate" (consumed
-// before), "conflict" (its id came with another body), "started", "correlated",
-// "reconciled" (an earlier attempt had acted), "late", "ignored" (nothing to do: Decide
-// said so, or the business key has its instance), "early" (retried until an instance
-// waits), "retry" (the engine unreachable, or an earlier attempt maybe in flight),
-// "parked", "failed" (the inbox could not record it).
-func outcomeWord(out Outcome, err error) string {
-	switch {
-	case err != nil:
-		return "failed"
-	case out.Duplicate:
-		return "duplicate"
-	case out.Conflict:
-		return "conflict"
-	case out.Disposition == Park:
-		return "parked"
-	case out.Started:
-		return "started"
-	case out.Correlated:
-		return "correlated"
-	case out.Reconciled:
-		return "reconciled"
-	case out.Late:
-		return "late"
-	case out.Early:
-		return "early"
-	case out.Disposition == Retry:
-		return "retry"
-	}
-	return "ignored"
 }

@@ -156,7 +156,7 @@ func TestHandleSpansContinueTheMessagesTrace(t *testing.T) {
 	require.NoError(t, err)
 	out, err := c.Handle(ctx, msg(conflictID, payload{Do: "start", BusinessKey: conflictBK, Note: "another body"}))
 	require.NoError(t, err)
-	require.True(t, out.Conflict)
+	require.Equal(t, inbox.ClassConflict, out.Class)
 	conflicts := handles(func(sp tracetest.SpanStub) bool {
 		return !sp.Parent.IsValid() && slices.ContainsFunc(sp.Attributes, func(kv attribute.KeyValue) bool {
 			return string(kv.Key) == "extworker.outcome" && kv.Value.AsString() == "conflict"

@@ -22,8 +22,11 @@ import (
 //	extworker_inbox_parked_up                        1 if the scrape's query worked, else 0
 //
 // The outcomes are those of inbox.Stats: received (every delivery, duplicates and
-// retries included), started, correlated, reconciled, duplicate, ignored, retried,
-// parked, and conflict (a subset of parked). received is not the sum of the others.
+// retries included), the classes started, correlated, reconciled, duplicate, ignored
+// (late, or the start's key has its instance: recorded ignored_duplicate), the
+// dispositions retried and parked (every parked delivery), conflict (a subset of
+// parked), and duplicate_start. received is not the sum of the others. The class labels
+// are inbox.Class constants, the words of the inbox's logs and traces.
 // The gauges come from one query per scrape (inbox.ReadParked), bounded by a timeout;
 // while it fails extworker_inbox_parked_up is 0 and the gauges are absent.
 type InboxCollector struct {
@@ -90,20 +93,22 @@ func (c *InboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.up
 }
 
-// inboxOutcomes maps the outcome label to its inbox.Stats counter.
+// inboxOutcomes maps the outcome label to its inbox.Stats counter: a delivery's class
+// (inbox.Class, the word its logs and traces use), the dispositions (retried, parked),
+// every delivery (received), and the starts that found their key twice.
 var inboxOutcomes = []struct {
 	outcome string
 	count   func(*inbox.Stats) int64
 }{
 	{"received", func(s *inbox.Stats) int64 { return s.Received.Load() }},
-	{"started", func(s *inbox.Stats) int64 { return s.Started.Load() }},
-	{"correlated", func(s *inbox.Stats) int64 { return s.Correlated.Load() }},
-	{"reconciled", func(s *inbox.Stats) int64 { return s.Reconciled.Load() }},
-	{"duplicate", func(s *inbox.Stats) int64 { return s.Duplicates.Load() }},
-	{"ignored", func(s *inbox.Stats) int64 { return s.Ignored.Load() }},
+	{string(inbox.ClassStarted), func(s *inbox.Stats) int64 { return s.Started.Load() }},
+	{string(inbox.ClassCorrelated), func(s *inbox.Stats) int64 { return s.Correlated.Load() }},
+	{string(inbox.ClassReconciled), func(s *inbox.Stats) int64 { return s.Reconciled.Load() }},
+	{string(inbox.ClassDuplicate), func(s *inbox.Stats) int64 { return s.Duplicates.Load() }},
+	{string(inbox.ClassIgnored), func(s *inbox.Stats) int64 { return s.Ignored.Load() }},
 	{"retried", func(s *inbox.Stats) int64 { return s.Retried.Load() }},
 	{"parked", func(s *inbox.Stats) int64 { return s.Parked.Load() }},
-	{"conflict", func(s *inbox.Stats) int64 { return s.Conflicts.Load() }},
+	{string(inbox.ClassConflict), func(s *inbox.Stats) int64 { return s.Conflicts.Load() }},
 	{"duplicate_start", func(s *inbox.Stats) int64 { return s.DuplicateStarts.Load() }},
 }
 

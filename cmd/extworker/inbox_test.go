@@ -112,7 +112,7 @@ func (f *inboxFixture) publish(t *testing.T, id, typ string, body []byte) {
 func (f *inboxFixture) consume(t *testing.T, decide inbox.Decide, cfg inbox.Config, what string, done func() bool) {
 	t.Helper()
 	cfg.Source, cfg.Queue, cfg.Concurrency = f.source, f.queue, 1 // one at a time: in the order published
-	c, err := inbox.NewConsumer(f.pool, f.engine.Client, testenv.AMQPURL(), decide, cfg)
+	c, err := inbox.NewConsumer(f.pool, f.engine, testenv.AMQPURL(), decide, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)

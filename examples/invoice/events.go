@@ -99,15 +99,18 @@ type demoEvents struct {
 // App's engine client and database (a pool of the consumer's own: each message in hand
 // holds a connection across the engine's calls).
 func startDemoEvents(ctx context.Context, app *extworker.App) (*demoEvents, error) {
-	ccfg := shippingConsumer(app.Logger())
-	ccfg.Concurrency = inbox.DefaultConcurrency
+	engine := admin.New(app.Client())
+	ccfg, err := shippingConsumer(app.Logger()).WithDefaults(engine) // its Concurrency sizes the pool
+	if err != nil {
+		return nil, err
+	}
 	pcfg := app.Pool().Config()
 	pcfg.MaxConns, pcfg.MinConns = int32(ccfg.Concurrency), 0
 	inboxPool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := inbox.NewConsumer(inboxPool, app.Client(), amqpURL(), startShipping, ccfg)
+	cons, err := inbox.NewConsumer(inboxPool, engine, amqpURL(), startShipping, ccfg)
 	if err != nil {
 		inboxPool.Close()
 		return nil, err
