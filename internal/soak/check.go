@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/examples/invoice/fakeprovider"
+	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/internal/oracle"
 )
 
@@ -164,4 +169,210 @@ func invariantOf(v string) string {
 		return v[:i]
 	}
 	return "run"
+}
+
+// checkInput is what the recorder and the oracle need of a finished run.
+type checkInput struct {
+	c        *admin.Client
+	pool     *pgxpool.Pool
+	ledger   *idempotency.Ledger
+	pay      *fakeprovider.Server
+	ns, run  string
+	invoices []invoice
+	start    time.Time
+	faults   map[string]int
+	canaries []string
+	// events is the broker's tap (nil: no events); eventsDrain how long they took to
+	// settle after the invoices had.
+	events      *tap
+	eventsDrain time.Duration
+}
+
+// check records the run's history under res.RunDir, runs the oracle over it, writes
+// report.txt (and prints it), and prunes a passing run's history unless asked to keep
+// it. The error sums up the violations.
+func check(ctx context.Context, cfg Config, res *Result, in checkInput, out io.Writer) error {
+	began := time.Now()
+	violate := func(format string, args ...any) {
+		res.Violations = append(res.Violations, fmt.Sprintf(format, args...))
+	}
+	res.Violations = append(res.Violations, phaseViolations(*res, cfg.MinKills)...)
+	st, hist := record(ctx, res.RunDir, in, violate)
+	// The demo topics are fixed: any other worker serving them on this engine takes some
+	// of the run's tasks with its own ledger and provider, and the oracle would blame
+	// this run's workers. Say so plainly.
+	if foreign := foreignWorkers(hist, cfg.Seed); len(foreign) > 0 {
+		violate("run: workers not of this run reported on its tasks (%s): another worker serves the demo topics on this engine, so this run proves nothing; run the soak alone",
+			counts(foreign))
+	}
+	log, charges := in.pay.Log(), in.pay.Charges()
+	mayHold, rows := checkInvoices(ctx, res, in, log, charges, hist, violate)
+	// I10 and I11 over the run's events.
+	if in.events != nil {
+		ev := checkEvents(ctx, in.c, in.pool, in.events, in.ns, in.run, paidInvoices(rows, in.ns), violate)
+		ev.BrokerRestarts, ev.Drain = res.BrokerRestarts, in.eventsDrain
+		if ev.Drain >= eventsDrainAllowed {
+			violate("run: the events did not settle within %v of the invoices", eventsDrainAllowed)
+		}
+		res.Events = &ev
+	}
+	// I3 over the run's instances.
+	var iv []string
+	res.Engine, iv = oracle.CheckInstances(instancesOf(in.invoices), st, allowedIncident(in.invoices, mayHold), time.Now())
+	res.Violations = append(res.Violations, iv...)
+	sources, control := checkCanaries(ctx, res, in, hist, violate)
+
+	res.Faults = withProviderFaults(in.faults, log)
+	res.Check = time.Since(began)
+	rep := report{res: res, cfg: cfg, log: log, charges: charges, doubles: in.pay.DoubleCharges(), rows: rows, hist: hist, sources: sources, canaries: len(in.canaries), control: control}
+	rep.version, _ = in.c.Version(ctx)
+	rep.reconciled, _ = reconcileCounts(ctx, in.pool, in.ns)
+	if err := writeFile(filepath.Join(res.RunDir, reportFile), rep.write); err != nil {
+		fmt.Fprintf(out, "soak: write the report: %v\n", err)
+	}
+	_ = rep.write(out)
+	if len(res.Violations) > 0 {
+		fmt.Fprintf(out, "soak: FAILED; the run's whole history is in %s\n", res.RunDir)
+		return fmt.Errorf("soak: %d invariant violations (seed %d); history in %s", len(res.Violations), cfg.Seed, res.RunDir)
+	}
+	if !cfg.KeepHistory {
+		if err := prune(res.RunDir); err != nil {
+			return fmt.Errorf("soak: prune %s: %w", res.RunDir, err)
+		}
+	}
+	return nil
+}
+
+// phaseViolations are the run's own failures before any history is read: fewer kills
+// than asked for, a drain longer than the tier allows.
+func phaseViolations(res Result, minKills int) []string {
+	var v []string
+	if k := res.RandomKills + res.FailpointKills; k < minKills {
+		v = append(v, fmt.Sprintf("run: the run reached %d kills, short of the %d asked for", k, minKills))
+	}
+	if res.Drain > res.Timing.DrainAllowed {
+		v = append(v, fmt.Sprintf("run: the drain took %v, over the %v allowed (%s tier)", res.Drain.Round(time.Second), res.Timing.DrainAllowed, res.Tier))
+	}
+	return v
+}
+
+// record saves the provider's history and the ledger's rows under dir, reads the
+// engine's state and history of the run's instances, and saves the history too.
+func record(ctx context.Context, dir string, in checkInput, violate func(string, ...any)) (oracle.EngineState, engineHistory) {
+	if err := recordProvider(dir, in.pay); err != nil {
+		violate("run: record the provider's history: %v", err)
+	}
+	if err := recordLedger(ctx, dir, in.pool, in.ns); err != nil {
+		violate("run: record the ledger: %v", err)
+	}
+	st, err := oracle.ReadEngine(ctx, in.c, oracle.EngineQuery{ProcessDefinitionKey: processKey, BusinessKeyPrefix: in.run,
+		ErrorEndActivities: []string{errorEndEvent}, Since: in.start.Add(-time.Minute)})
+	if err != nil {
+		violate("run: read the engine's state: %v", err)
+	}
+	hist, err := readEngineHistory(ctx, in.c, st)
+	if err != nil {
+		violate("run: read the engine's history: %v", err)
+	}
+	if err := recordEngine(dir, hist); err != nil {
+		violate("run: record the engine's history: %v", err)
+	}
+	return st, hist
+}
+
+// foreignWorkers counts, by worker id, the successes and failures on the run's tasks
+// that workers of another run (or another program) reported.
+func foreignWorkers(h engineHistory, seed uint64) map[string]int {
+	foreign := map[string]int{}
+	for _, entries := range h.ExternalTaskLog {
+		for _, e := range entries {
+			if (e.SuccessLog || e.FailureLog) && !strings.HasPrefix(e.WorkerID, fmt.Sprintf("soak-%d-", seed)) {
+				foreign[e.WorkerID]++
+			}
+		}
+	}
+	return foreign
+}
+
+// checkInvoices checks I1 and I4-I8 per invoice and I2 over every effect and every
+// intent of the run. It returns which invoices may hold an incident (expectations) and
+// the ledger's rows.
+func checkInvoices(ctx context.Context, res *Result, in checkInput, log []fakeprovider.Request, charges []fakeprovider.Charge,
+	hist engineHistory, violate func(string, ...any)) (map[string]bool, []idempotency.Row) {
+	exps := expectations(in.invoices, log, hist)
+	mayHold := map[string]bool{}
+	for _, e := range exps {
+		mayHold[e.Invoice] = e.MayHold
+		res.Violations = append(res.Violations, oracle.Check(ctx, in.ledger, charges, e)...)
+	}
+	res.HeldDeclined = heldDeclined(exps)
+	rows, err := in.ledger.List(ctx, idempotency.Filter{Limit: 2*len(in.invoices) + 100})
+	if err != nil {
+		violate("run: list the ledger: %v", err)
+	}
+	res.Violations = append(res.Violations, oracle.CheckDigests(rows, effects(charges))...)
+	return mayHold, rows
+}
+
+// heldDeclined counts the invoices to decline that may hold an incident and do: the
+// provider stored a 500 under their key before it could decline.
+func heldDeclined(exps []oracle.Expect) int {
+	n := 0
+	for _, e := range exps {
+		if e.Declined && e.MayHold && e.Incident {
+			n++
+		}
+	}
+	return n
+}
+
+// paidInvoices are the invoices whose charge the ledger confirmed (confirmed, or
+// reconciled as made), by invoice id, from the rows of namespace ns.
+func paidInvoices(rows []idempotency.Row, ns string) map[string]bool {
+	paid := map[string]bool{}
+	for _, r := range rows {
+		if r.Namespace == ns && r.Scope == scope && (r.State == idempotency.StateConfirmed || r.State == idempotency.StateReconciled) {
+			paid[strings.TrimSuffix(strings.TrimPrefix(r.Key, "invoice:"), ":v1")] = true
+		}
+	}
+	return paid
+}
+
+// instancesOf is the instance ids the invoices started.
+func instancesOf(invoices []invoice) []string {
+	started := make([]string, 0, len(invoices))
+	for _, inv := range invoices {
+		started = append(started, inv.instance)
+	}
+	return started
+}
+
+// checkCanaries checks I9 over the recorded logs, the ledger dump and the engine's
+// state, with its positive control. It returns how many sources it scanned and in how
+// many instances the control found the planted canary.
+func checkCanaries(ctx context.Context, res *Result, in checkInput, hist engineHistory, violate func(string, ...any)) (sources, control int) {
+	leaks, sources, err := scanCanaries(ctx, res.RunDir, hist, in.canaries)
+	if err != nil {
+		violate("run: I9 scan: %v", err)
+	}
+	res.Leaks = len(leaks)
+	for _, l := range leaks {
+		violate("%s", l)
+	}
+	control, err = plantedCanaries(hist)
+	if err != nil || control < len(in.invoices) {
+		violate("run: I9's control found the planted canary variable in %d of %d instances (%v)", control, len(in.invoices), err)
+	}
+	return sources, control
+}
+
+// withProviderFaults adds the provider's faults, from its request log, to the faults
+// the harness injected (by kind); it returns injected, counted into.
+func withProviderFaults(injected map[string]int, log []fakeprovider.Request) map[string]int {
+	for _, r := range log {
+		if r.Fault != "" {
+			injected["provider "+r.Fault]++
+		}
+	}
+	return injected
 }

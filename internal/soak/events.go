@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/oracle"
 	"github.com/extworker/extworker/outbox"
 )
@@ -201,7 +203,8 @@ func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, run string) (boo
 		return false, err
 	}
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND message_id LIKE $2
-		AND state IN ('processed', 'ignored_duplicate', 'failed_final')`, paidSource, paidType+":"+run+"%").Scan(&settled)
+		AND state = ANY($3)`, paidSource, paidType+":"+run+"%",
+		[]string{string(inbox.StateProcessed), string(inbox.StateIgnoredDuplicate), string(inbox.StateFailedFinal)}).Scan(&settled)
 	if err != nil {
 		return false, err
 	}
@@ -215,14 +218,49 @@ func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, run string) (boo
 //	    broker's tap at least once, every copy with the same body.
 //	I11 (inbox): every event was acted on exactly once: one shipping instance per event's
 //	    invoice, none for anything else, no message parked.
+//
+// It reads the outbox, the inbox and the shipping instances; checkOutbox, checkInbox
+// and checkShipping decide.
 func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *tap, ns, run string, paid map[string]bool, violate func(string, ...any)) eventCounts {
 	var n eventCounts
+	report := func(v []string) {
+		for _, s := range v {
+			violate("%s", s)
+		}
+	}
 	prefix := paidType + ":" + run
+	events, ok := readOutbox(ctx, pool, ns, prefix, violate)
+	if !ok {
+		return n
+	}
+	t.mu.Lock()
+	report(checkOutbox(events, t.seen, t.differ, paid, &n))
+	t.mu.Unlock()
+	n.DuplicatesSent = int(t.dups.Load())
+	inbox, ok := readInbox(ctx, pool, prefix, violate)
+	if !ok {
+		return n
+	}
+	report(checkInbox(inbox, events, &n))
+	his, err := oracle.AllPages(ctx, url.Values{"processDefinitionKey": {shippingKey}, "processInstanceBusinessKeyLike": {run + "%"}},
+		c.HistoricProcessInstances)
+	if err != nil {
+		violate("run: read the shipping instances: %v", err)
+		return n
+	}
+	report(checkShipping(his, events, &n))
+	return n
+}
+
+// readOutbox reads the run's invoice.paid events from the outbox: whether each was
+// published, by message id. false: the outbox could not be read at all.
+func readOutbox(ctx context.Context, pool *pgxpool.Pool, ns, prefix string, violate func(string, ...any)) (map[string]bool, bool) {
 	rows, err := pool.Query(ctx, `SELECT message_id, published_at IS NOT NULL FROM extworker_outbox WHERE namespace = $1 AND message_id LIKE $2`, ns, prefix+"%")
 	if err != nil {
 		violate("run: read the outbox: %v", err)
-		return n
+		return nil, false
 	}
+	defer rows.Close()
 	events := map[string]bool{}
 	for rows.Next() {
 		var id string
@@ -233,82 +271,109 @@ func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *ta
 		}
 		events[id] = published
 	}
-	rows.Close()
+	return events, true
+}
+
+// checkOutbox is I10 over the outbox's events (published or not, by message id), what
+// the tap saw (deliveries by message id; ids seen with two bodies) and the invoices the
+// ledger confirmed as charged (paid). It counts into n.
+func checkOutbox(events map[string]bool, seen map[string]int, differ []string, paid map[string]bool, n *eventCounts) []string {
+	var v []string
 	n.Events = len(events)
-	t.mu.Lock()
 	for id, published := range events {
 		if !published {
 			n.Unpublished++
-			violate("I10: %s was never published (the broker never confirmed it)", id)
+			v = append(v, fmt.Sprintf("I10: %s was never published (the broker never confirmed it)", id))
 		}
-		if t.seen[id] == 0 {
-			violate("I10: %s never reached the broker's tap", id)
+		if seen[id] == 0 {
+			v = append(v, fmt.Sprintf("I10: %s never reached the broker's tap", id))
 		} else {
 			n.Tapped++
 		}
 	}
-	for _, k := range t.seen {
+	for _, k := range seen {
 		n.TapDeliveries += k
 	}
-	for _, id := range t.differ {
-		violate("I10: %s was delivered with two different bodies", id)
+	for _, id := range differ {
+		v = append(v, fmt.Sprintf("I10: %s was delivered with two different bodies", id))
 	}
-	t.mu.Unlock()
-	n.DuplicatesSent = int(t.dups.Load())
 	for inv := range paid {
 		if _, ok := events[paidType+":"+inv]; !ok {
-			violate("I10: invoice %s was charged (the ledger confirmed it) but has no invoice.paid in the outbox", inv)
+			v = append(v, fmt.Sprintf("I10: invoice %s was charged (the ledger confirmed it) but has no invoice.paid in the outbox", inv))
 		}
 	}
 	for id := range events {
 		if !paid[strings.TrimPrefix(id, paidType+":")] {
-			violate("I10: %s announces an invoice the ledger did not confirm as charged", id)
+			v = append(v, fmt.Sprintf("I10: %s announces an invoice the ledger did not confirm as charged", id))
 		}
 	}
+	return v
+}
 
-	n.InboxStates = map[string]int{}
-	irows, err := pool.Query(ctx, `SELECT message_id, state, deliveries, duplicates, coalesce(reason, '') FROM extworker_inbox
+// inboxRow is one inbox row of the run's events.
+type inboxRow struct {
+	id, state, reason      string
+	deliveries, duplicates int
+}
+
+// readInbox reads the inbox rows of the run's events. false: the inbox could not be read
+// at all.
+func readInbox(ctx context.Context, pool *pgxpool.Pool, prefix string, violate func(string, ...any)) ([]inboxRow, bool) {
+	rows, err := pool.Query(ctx, `SELECT message_id, state, deliveries, duplicates, coalesce(reason, '') FROM extworker_inbox
 		WHERE source = $1 AND message_id LIKE $2`, paidSource, prefix+"%")
 	if err != nil {
 		violate("run: read the inbox: %v", err)
-		return n
+		return nil, false
 	}
-	inboxed := map[string]bool{}
-	for irows.Next() {
-		var id, state, reason string
-		var deliveries, dups int
-		if err := irows.Scan(&id, &state, &deliveries, &dups, &reason); err != nil {
+	defer rows.Close()
+	var out []inboxRow
+	for rows.Next() {
+		var r inboxRow
+		if err := rows.Scan(&r.id, &r.state, &r.deliveries, &r.duplicates, &r.reason); err != nil {
 			violate("run: read the inbox: %v", err)
 			break
 		}
-		inboxed[id] = true
-		n.InboxStates[state]++
-		n.Deliveries += deliveries
-		n.Duplicates += dups
-		if strings.HasPrefix(reason, "reconciled") {
+		out = append(out, r)
+	}
+	return out, true
+}
+
+// checkInbox is I11's inbox half over the run's inbox rows and the outbox's events:
+// every event reached the inbox and was processed (or recognised as a duplicate), none
+// parked or left unsettled. It counts into n.
+func checkInbox(rows []inboxRow, events map[string]bool, n *eventCounts) []string {
+	var v []string
+	n.InboxStates = map[string]int{}
+	inboxed := map[string]bool{}
+	for _, r := range rows {
+		inboxed[r.id] = true
+		n.InboxStates[r.state]++
+		n.Deliveries += r.deliveries
+		n.Duplicates += r.duplicates
+		if strings.HasPrefix(r.reason, "reconciled") {
 			n.Reconcd++
 		}
-		switch state {
-		case "PROCESSED", "IGNORED_DUPLICATE":
-		case "FAILED_FINAL":
-			violate("I11: %s was parked: %s", id, reason)
+		switch inbox.State(r.state) {
+		case inbox.StateProcessed, inbox.StateIgnoredDuplicate:
+		case inbox.StateFailedFinal:
+			v = append(v, fmt.Sprintf("I11: %s was parked: %s", r.id, r.reason))
 		default:
-			violate("I11: %s was left %s: %s", id, state, reason)
+			v = append(v, fmt.Sprintf("I11: %s was left %s: %s", r.id, r.state, r.reason))
 		}
 	}
-	irows.Close()
 	for id := range events {
 		if !inboxed[id] {
-			violate("I11: %s never reached the inbox", id)
+			v = append(v, fmt.Sprintf("I11: %s never reached the inbox", id))
 		}
 	}
+	return v
+}
 
-	his, err := oracle.AllPages(ctx, url.Values{"processDefinitionKey": {shippingKey}, "processInstanceBusinessKeyLike": {run + "%"}},
-		c.HistoricProcessInstances)
-	if err != nil {
-		violate("run: read the shipping instances: %v", err)
-		return n
-	}
+// checkShipping is I11's engine half over the run's shipping instances and the outbox's
+// events: one shipping instance per event's invoice, none for anything else. It counts
+// into n.
+func checkShipping(his []admin.HistoricProcessInstance, events map[string]bool, n *eventCounts) []string {
+	var v []string
 	per := map[string]int{}
 	for _, h := range his {
 		per[h.BusinessKey]++
@@ -317,16 +382,16 @@ func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *ta
 	for bk, k := range per {
 		if k > 1 {
 			n.ShippedTwice++
-			violate("I11: invoice %s was shipped %d times (one event acted on more than once)", bk, k)
+			v = append(v, fmt.Sprintf("I11: invoice %s was shipped %d times (one event acted on more than once)", bk, k))
 		}
 		if _, ok := events[paidType+":"+bk]; !ok {
-			violate("I11: invoice %s was shipped without an invoice.paid event", bk)
+			v = append(v, fmt.Sprintf("I11: invoice %s was shipped without an invoice.paid event", bk))
 		}
 	}
 	for id := range events {
 		if per[strings.TrimPrefix(id, paidType+":")] == 0 {
-			violate("I11: %s started no shipping instance (an event lost)", id)
+			v = append(v, fmt.Sprintf("I11: %s started no shipping instance (an event lost)", id))
 		}
 	}
-	return n
+	return v
 }
