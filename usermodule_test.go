@@ -95,14 +95,15 @@ func (c *courier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"id":%q}`, id)
 }
 
-// buildUserModule builds testdata/courier, a module of its own that requires this one.
+// buildUserModule builds examples/courier, the model user module: a module of its own
+// that requires this one.
 func buildUserModule(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "courier")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join("testdata", "courier")
+	cmd.Dir = filepath.Join("examples", "courier")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build testdata/courier: %s", out)
+	require.NoError(t, err, "go build examples/courier: %s", out)
 	return bin
 }
 
@@ -130,7 +131,7 @@ func TestUserModule(t *testing.T) {
 	require.NoError(t, err)
 	bin := buildUserModule(t)
 
-	main, err := os.ReadFile(filepath.Join("testdata", "courier", "main.go"))
+	main, err := os.ReadFile(filepath.Join("examples", "courier", "main.go"))
 	require.NoError(t, err)
 	body := string(main)[strings.Index(string(main), "func main()"):]
 	assert.LessOrEqual(t, strings.Count(strings.TrimSpace(body), "\n")+1, 15, "a complete worker's main in at most 15 lines")

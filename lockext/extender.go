@@ -165,6 +165,25 @@ func (e *Extender) Stop() {
 	e.cancel(ErrStopped)
 }
 
+// answered applies the verdict on a call's answer (err) and returns the cause that ends
+// the extending, if it ends.
+func (e *Extender) answered(v verdict, err error, sentAt time.Time, relocked bool) error {
+	if e.cfg.OnExtend != nil {
+		e.cfg.OnExtend(err)
+	}
+	switch v {
+	case verdictLost:
+		return &LockLostError{TaskID: e.task.ID, Err: err}
+	case verdictMaxRunTime:
+		return ErrMaxRunTime
+	case verdictExtended:
+		e.succeeded(sentAt, relocked)
+	default:
+		e.failed(err)
+	}
+	return nil
+}
+
 // succeeded records an extension sent at sentAt that the engine granted.
 func (e *Extender) succeeded(sentAt time.Time, relocked bool) {
 	e.backoff, e.failures = 0, 0

@@ -164,24 +164,17 @@ func (s *Scheduler) poke() {
 }
 
 // gap is the least time between two sends. s.mu must be held.
-func (s *Scheduler) gap() time.Duration {
-	if s.cfg.Burst < 0 || s.need <= 0 {
-		return 0
-	}
-	return min(time.Duration(float64(time.Second)/(s.cfg.Burst*s.need)), minPaceGap)
-}
+func (s *Scheduler) gap() time.Duration { return paceGap(s.cfg.Burst, s.need) }
 
 // schedule queues e's next extension. nominal is when it is due; with spread it goes
 // out up to Spread × Interval earlier. s.mu must be held.
 func (s *Scheduler) schedule(e *Extender, nominal time.Time, spread bool) {
 	e.nominal = nominal
-	e.at = nominal
-	if spread && s.cfg.Spread > 0 {
-		e.at = nominal.Add(-time.Duration(rand.Float64() * s.cfg.Spread * float64(e.cfg.Interval)))
+	share := 0.0
+	if spread {
+		share = s.cfg.Spread
 	}
-	if !e.maxAt.IsZero() {
-		e.at = earliest(e.at, e.maxAt)
-	}
+	e.at = dueAt(nominal, e.maxAt, e.cfg.Interval, share, rand.Float64())
 	heap.Push(&s.queue, e)
 	if e.index == 0 {
 		s.poke()
@@ -239,17 +232,14 @@ func (s *Scheduler) dispatch() (wait time.Duration, expired []*Extender) {
 	for len(s.queue) > 0 {
 		now := time.Now()
 		e := s.queue[0]
-		if e.at.After(now) {
-			return e.at.Sub(now), expired
-		}
-		if !e.maxAt.IsZero() && !now.Before(e.maxAt) {
+		switch st, wait := nextStep(now, e.at, e.maxAt, s.lastSend, s.gap()); st {
+		case stepWait:
+			return wait, expired
+		case stepExpire:
 			s.forget(e)
 			e.ended = true
 			expired = append(expired, e)
 			continue
-		}
-		if next := s.lastSend.Add(s.gap()); now.Before(next) {
-			return next.Sub(now), expired
 		}
 		select {
 		case s.slots <- struct{}{}:
@@ -261,12 +251,7 @@ func (s *Scheduler) dispatch() (wait time.Duration, expired []*Extender) {
 		if s.cfg.OnSend != nil {
 			s.cfg.OnSend(now.Sub(e.nominal))
 		}
-		// The call ends by RequestTimeout, and never after MaxRunTime.
-		callEnd := now.Add(e.cfg.RequestTimeout)
-		if !e.maxAt.IsZero() {
-			callEnd = earliest(callEnd, e.maxAt)
-		}
-		ctx, cancel := context.WithDeadline(context.WithoutCancel(e.parent), callEnd)
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(e.parent), callDeadline(now, e.cfg.RequestTimeout, e.maxAt))
 		e.callCancel = cancel
 		e.callDone = make(chan struct{})
 		s.calls.Add(1)
@@ -292,22 +277,12 @@ func (s *Scheduler) call(e *Extender, ctx context.Context, sentAt time.Time) {
 	<-s.slots
 	s.poke()
 
-	var cause error // ends the extending
+	var (
+		cause error // ends the extending
+		v     = verdictOf(err, LostAnswer(err), !e.maxAt.IsZero() && !time.Now().Before(e.maxAt))
+	)
 	if !stopped {
-		if e.cfg.OnExtend != nil {
-			e.cfg.OnExtend(err)
-		}
-		maxOver := !e.maxAt.IsZero() && !time.Now().Before(e.maxAt)
-		switch {
-		case err != nil && LostAnswer(err):
-			cause = &LockLostError{TaskID: e.task.ID, Err: err}
-		case maxOver:
-			cause = ErrMaxRunTime
-		case err == nil:
-			e.succeeded(sentAt, relocked)
-		default:
-			e.failed(err)
-		}
+		cause = e.answered(v, err, sentAt, relocked)
 	}
 
 	s.mu.Lock()
@@ -319,10 +294,8 @@ func (s *Scheduler) call(e *Extender, ctx context.Context, sentAt time.Time) {
 	case cause != nil || s.closed:
 		s.forget(e)
 		e.ended = cause != nil
-	case err == nil:
-		s.schedule(e, sentAt.Add(e.cfg.Interval), true)
 	default:
-		s.schedule(e, time.Now().Add(e.backoff), true)
+		s.schedule(e, nextNominal(v, sentAt, time.Now(), e.cfg.Interval, e.backoff), true)
 	}
 	s.mu.Unlock()
 
@@ -354,13 +327,11 @@ func (s *Scheduler) Start(parent context.Context, t Task, cfg Config) (*Extender
 		e.maxAt = now.Add(cfg.MaxRunTime)
 	}
 	e.ctx, e.cancel = context.WithCancelCause(parent)
-	due := t.GrantedAt.Add(cfg.Interval)
-	late := !now.Before(due)
+	due, late := firstDue(t.GrantedAt, now, cfg.Interval)
 	if late {
 		// Handed over late in a long poll: extend at once, and let the handler start
 		// only on the engine's answer.
 		e.ready = make(chan struct{})
-		due = now
 	}
 
 	s.mu.Lock()

@@ -14,7 +14,7 @@
 //
 // # Metrics
 //
-// Labels are bounded: topic (the registered topics), outcome, classification, reason,
+// Labels are bounded: topic (the registered topics), outcome (tasks.Outcome), classification, reason,
 // operation (fixed words), scope and state (the ledger's scopes, chosen by handler
 // authors, and its eight states). Task ids, process instance ids, business keys and
 // intent keys never become labels: they are in the logs.

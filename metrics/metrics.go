@@ -58,54 +58,14 @@ type Options struct {
 // New creates the metrics and registers them on reg. It fails if any name is already
 // registered there.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
-	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
-	}
-	m := &Metrics{
-		fetched:    counter("tasks_fetched_total", "External tasks locked by fetchAndLock for this worker.", "topic"),
-		completed:  counter("tasks_completed_total", "Tasks completed (the engine accepted the completion).", "topic"),
-		bpmnErrors: counter("tasks_bpmn_errors_total", "Tasks ended with a BPMN error (the model's error path).", "topic"),
-		failed: counter("tasks_failed_total",
-			"Failures reported to the engine, by classification (retryable, permanent, unknown-outcome), with or without retries left.", "topic", "classification"),
-		incidents: counter("incidents_total",
-			"Failures reported with retries 0, which raise an incident: classification retryable means retries were exhausted.", "topic", "classification"),
-		handled: counter("tasks_handled_total",
-			"Tasks this worker ran, by outcome: completed, bpmn-error, retryable, incident, unlocked, lock-lost, report-failed.", "topic", "outcome"),
-		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "handler_duration_seconds",
-			Help:    "How long handlers ran, by outcome.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"topic", "outcome"}),
-		fetchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "fetch_duration_seconds",
-			Help:    "How long fetchAndLock calls took, including the long poll's wait for work.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}}),
-		polls:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "fetch_polls_total", Help: "fetchAndLock calls that returned (successful or not)."}),
-		emptyPolls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "fetch_empty_polls_total", Help: "Successful fetchAndLock calls that returned no task."}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "tasks_in_flight",
-			Help: "Handlers running now."}, []string{"topic"}),
-		freeSlots: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "slots_free",
-			Help: "Free handler slots: MaxConcurrency minus running handlers; the next fetch asks for at most this many tasks."}),
-		extensions:     counter("lock_extensions_total", "Successful extendLock calls for running tasks.", "topic"),
-		extensionFails: counter("lock_extension_failures_total", "Failed extendLock calls (transient errors and lost locks).", "topic"),
-		locksLost: counter("locks_lost_total",
-			"Locks lost while a task ran or was reported: reason gone, taken or max_run_time.", "topic", "reason"),
-		engineErrors: counter("engine_errors_total",
-			"Failed engine calls: operation fetch_and_lock, complete, failure, bpmn_error, unlock, extend_lock, query, version.", "operation"),
-		dbErrors: counter("database_errors_total",
-			"Failed database operations: ledger_write, ledger_backlog, ping, migrations.", "operation"),
-		transitions: counter("ledger_transitions_total",
-			"Committed effect-ledger state changes, by scope and the state entered.", "scope", "state"),
-		duplicates: counter("ledger_duplicates_suppressed_total",
-			"Attempts kept from dispatching an effect again: reason replayed (answered from the ledger) or in_progress (another attempt owns it).", "scope", "reason"),
-		reconciliation: counter("ledger_reconciliations_total",
-			"Reconciliations of unknown outcomes with the provider: result found, not_found, still_unknown, rejected.", "scope", "result"),
-		conflicts: counter("ledger_idempotency_conflicts_total",
-			"Intent keys that came with a different request digest; refused, nothing sent.", "scope"),
-	}
+	m := newTaskMetrics()
+	m.addLedgerMetrics()
 	cs := []prometheus.Collector{m.fetched, m.completed, m.bpmnErrors, m.failed, m.incidents, m.handled, m.handlerSeconds,
 		m.fetchSeconds, m.polls, m.emptyPolls, m.inFlight, m.freeSlots, m.extensions, m.extensionFails, m.locksLost,
 		m.engineErrors, m.dbErrors, m.transitions, m.duplicates, m.reconciliation, m.conflicts}
 	if opts.MaxConcurrency > 0 {
 		m.freeSlots.Set(float64(opts.MaxConcurrency))
-		max := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "slots_max", Help: "The worker's MaxConcurrency."})
+		max := gauge("slots_max", "The worker's MaxConcurrency.")
 		max.Set(float64(opts.MaxConcurrency))
 		cs = append(cs, max)
 	}
@@ -124,6 +84,81 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	return m, nil
 }
 
+// The one way this file makes a collector: a name under Namespace, a help text, labels.
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
+}
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(Namespace+"_"+name, help, labels, nil)
+}
+
+// newTaskMetrics creates the worker's metrics (tasks.Observer).
+func newTaskMetrics() *Metrics {
+	return &Metrics{
+		fetched:    counterVec("tasks_fetched_total", "External tasks locked by fetchAndLock for this worker.", "topic"),
+		completed:  counterVec("tasks_completed_total", "Tasks completed (the engine accepted the completion).", "topic"),
+		bpmnErrors: counterVec("tasks_bpmn_errors_total", "Tasks ended with a BPMN error (the model's error path).", "topic"),
+		failed: counterVec("tasks_failed_total",
+			"Failures reported to the engine, by classification (retryable, permanent, unknown-outcome), with or without retries left.", "topic", "classification"),
+		incidents: counterVec("incidents_total",
+			"Failures reported with retries 0, which raise an incident: classification retryable means retries were exhausted.", "topic", "classification"),
+		handled: counterVec("tasks_handled_total",
+			"Tasks this worker ran, by outcome (tasks.Outcome): completed, bpmn-error, retryable, incident, deferred, unlocked, lock-lost, report-failed.", "topic", "outcome"),
+		handlerSeconds: histogramVec("handler_duration_seconds", "How long handlers ran, by outcome.",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}, "topic", "outcome"),
+		fetchSeconds: histogram("fetch_duration_seconds", "How long fetchAndLock calls took, including the long poll's wait for work.",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}),
+		polls:      counter("fetch_polls_total", "fetchAndLock calls that returned (successful or not)."),
+		emptyPolls: counter("fetch_empty_polls_total", "Successful fetchAndLock calls that returned no task."),
+		inFlight:   gaugeVec("tasks_in_flight", "Handlers running now.", "topic"),
+		freeSlots: gauge("slots_free",
+			"Free handler slots: MaxConcurrency minus running handlers; the next fetch asks for at most this many tasks."),
+		extensions:     counterVec("lock_extensions_total", "Successful extendLock calls for running tasks.", "topic"),
+		extensionFails: counterVec("lock_extension_failures_total", "Failed extendLock calls (transient errors and lost locks).", "topic"),
+		locksLost: counterVec("locks_lost_total",
+			"Locks lost while a task ran or was reported: reason gone, taken or max_run_time.", "topic", "reason"),
+		engineErrors: counterVec("engine_errors_total",
+			"Failed engine calls: operation fetch_and_lock, complete, failure, bpmn_error, unlock, extend_lock, query, version.", "operation"),
+	}
+}
+
+// addLedgerMetrics creates the effect ledger's metrics (idempotency.Observer) and the
+// database errors.
+func (m *Metrics) addLedgerMetrics() {
+	m.dbErrors = counterVec("database_errors_total",
+		"Failed database operations: ledger_write, ledger_backlog, ping, migrations.", "operation")
+	m.transitions = counterVec("ledger_transitions_total",
+		"Committed effect-ledger state changes, by scope and the state entered.", "scope", "state")
+	m.duplicates = counterVec("ledger_duplicates_suppressed_total",
+		"Attempts kept from dispatching an effect again: reason replayed (answered from the ledger) or in_progress (another attempt owns it).", "scope", "reason")
+	m.reconciliation = counterVec("ledger_reconciliations_total",
+		"Reconciliations of unknown outcomes with the provider: result found, not_found, still_unknown, rejected.", "scope", "result")
+	m.conflicts = counterVec("ledger_idempotency_conflicts_total",
+		"Intent keys that came with a different request digest; refused, nothing sent.", "scope")
+}
+
 // Polled implements tasks.Observer.
 func (m *Metrics) Polled(n int, latency time.Duration, err error) {
 	m.polls.Inc()
@@ -137,17 +172,17 @@ func (m *Metrics) Polled(n int, latency time.Duration, err error) {
 func (m *Metrics) Fetched(topic string) { m.fetched.WithLabelValues(topic).Inc() }
 
 // Handled implements tasks.Observer.
-func (m *Metrics) Handled(topic, outcome, classification string, took time.Duration) {
-	m.handled.WithLabelValues(topic, outcome).Inc()
-	m.handlerSeconds.WithLabelValues(topic, outcome).Observe(took.Seconds())
+func (m *Metrics) Handled(topic string, outcome tasks.Outcome, classification string, took time.Duration) {
+	m.handled.WithLabelValues(topic, outcome.String()).Inc()
+	m.handlerSeconds.WithLabelValues(topic, outcome.String()).Observe(took.Seconds())
 	switch outcome {
-	case "completed":
+	case tasks.OutcomeCompleted:
 		m.completed.WithLabelValues(topic).Inc()
-	case "bpmn-error":
+	case tasks.OutcomeBPMNError:
 		m.bpmnErrors.WithLabelValues(topic).Inc()
-	case "retryable":
+	case tasks.OutcomeRetryable:
 		m.failed.WithLabelValues(topic, classification).Inc()
-	case "incident":
+	case tasks.OutcomeIncident:
 		m.failed.WithLabelValues(topic, classification).Inc()
 		m.incidents.WithLabelValues(topic, classification).Inc()
 	}
@@ -236,16 +271,10 @@ func NewBacklogCollector(l Backlogger, timeout time.Duration, m *Metrics, logger
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &BacklogCollector{l: l, timeout: timeout, errs: m, log: logger, seen: map[[2]string]bool{},
-		intents: prometheus.NewDesc(Namespace+"_ledger_intents",
-			"Intents needing attention, by scope and state: unknown (outcome not known yet), operator_hold (an operator must resolve), dispatched (in flight, or left by a dead worker).",
-			[]string{"scope", "state"}, nil),
-		oldest: prometheus.NewDesc(Namespace+"_ledger_oldest_intent_age_seconds",
-			"Age of the oldest such intent: for unknown since its first dispatch, else since its last change.",
-			[]string{"scope", "state"}, nil),
-		up: prometheus.NewDesc(Namespace+"_ledger_backlog_up",
-			"1 if the last scrape's backlog query succeeded, else 0.", nil, nil),
-		duration: prometheus.NewDesc(Namespace+"_ledger_backlog_query_seconds",
-			"How long the last scrape's backlog query took.", nil, nil),
+		intents:  desc("ledger_intents", "Intents needing attention, by scope and state: unknown (outcome not known yet), operator_hold (an operator must resolve), dispatched (in flight, or left by a dead worker).", "scope", "state"),
+		oldest:   desc("ledger_oldest_intent_age_seconds", "Age of the oldest such intent: for unknown since its first dispatch, else since its last change.", "scope", "state"),
+		up:       desc("ledger_backlog_up", "1 if the last scrape's backlog query succeeded, else 0."),
+		duration: desc("ledger_backlog_query_seconds", "How long the last scrape's backlog query took."),
 	}
 }
 
@@ -322,14 +351,12 @@ func NewOutboxCollector(read func(context.Context) (outbox.Backlog, error), time
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &OutboxCollector{read: read, timeout: timeout, log: logger,
-		published: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "outbox_published_total",
-			Help: "Outbox events the broker confirmed."}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "outbox_publish_errors_total",
-			Help: "Outbox publishes that failed (the event waits and is tried again)."}),
-		unpub:   prometheus.NewDesc(Namespace+"_outbox_unpublished", "Outbox events not yet confirmed by the broker.", nil, nil),
-		oldest:  prometheus.NewDesc(Namespace+"_outbox_oldest_unpublished_age_seconds", "How long the oldest unpublished outbox event has waited.", nil, nil),
-		failing: prometheus.NewDesc(Namespace+"_outbox_failing", "Unpublished outbox events whose last publish failed.", nil, nil),
-		up:      prometheus.NewDesc(Namespace+"_outbox_backlog_up", "1 if the last scrape's outbox backlog query succeeded, else 0.", nil, nil),
+		published: counter("outbox_published_total", "Outbox events the broker confirmed."),
+		errors:    counter("outbox_publish_errors_total", "Outbox publishes that failed (the event waits and is tried again)."),
+		unpub:     desc("outbox_unpublished", "Outbox events not yet confirmed by the broker."),
+		oldest:    desc("outbox_oldest_unpublished_age_seconds", "How long the oldest unpublished outbox event has waited."),
+		failing:   desc("outbox_failing", "Unpublished outbox events whose last publish failed."),
+		up:        desc("outbox_backlog_up", "1 if the last scrape's outbox backlog query succeeded, else 0."),
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/outbox"
+	"github.com/extworker/extworker/tasks"
 
 	"github.com/extworker/extworker/internal/testenv"
 )
@@ -180,9 +181,9 @@ func TestObserverCounts(t *testing.T) {
 	m.Fetched("pay")
 	m.Fetched("pay")
 	m.Slots("pay", 2, 6)
-	m.Handled("pay", "completed", "", 50*time.Millisecond)
-	m.Handled("pay", "incident", "retryable", time.Second)
-	m.Handled("pay", "retryable", "retryable", time.Second)
+	m.Handled("pay", tasks.OutcomeCompleted, "", 50*time.Millisecond)
+	m.Handled("pay", tasks.OutcomeIncident, "retryable", time.Second)
+	m.Handled("pay", tasks.OutcomeRetryable, "retryable", time.Second)
 	m.LockExtended("pay", nil)
 	m.LockExtended("pay", errors.New("503"))
 	m.LockLost("pay", "taken")

@@ -167,11 +167,16 @@ func (e *BindError) Unwrap() error { return e.Err }
 type bindErrors struct {
 	typ  reflect.Type
 	errs []*BindError
+	verb string // "bind task variables to" (Bind) or "write variables from" (VariablesFrom)
 }
 
 func (e *bindErrors) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "tasks: bind task variables to %v: ", e.typ)
+	verb := e.verb
+	if verb == "" {
+		verb = "bind task variables to"
+	}
+	fmt.Fprintf(&b, "tasks: %s %v: ", verb, e.typ)
 	for i, be := range e.errs {
 		if i > 0 {
 			b.WriteString("; ")
@@ -200,6 +205,8 @@ type bindField struct {
 	name     string // the variable
 	optional bool
 	read     reader
+	write    writer // VariablesFrom's
+	writeErr error  // why the field cannot be written, for VariablesFrom only
 }
 
 // reader reads the variable name from vs into dst (a settable field).
@@ -261,7 +268,8 @@ func buildPlan(t reflect.Type) (*bindPlan, error) {
 			bad("%v", err)
 			continue
 		}
-		p.fields = append(p.fields, bindField{index: sf.Index, field: fieldName, name: name, optional: optional, read: r})
+		w, werr := writerFor(sf.Type)
+		p.fields = append(p.fields, bindField{index: sf.Index, field: fieldName, name: name, optional: optional, read: r, write: w, writeErr: werr})
 	}
 	if len(errs) > 0 {
 		return nil, &bindErrors{typ: t, errs: errs}
@@ -304,143 +312,185 @@ var (
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// readerFor returns the reader for a field of type t, or why there is none.
+// readerFor returns the reader for a field of type t, or why there is none: a named type
+// with a reader of its own (readerForType), else one by kind (readerForKind).
 func readerFor(t reflect.Type) (reader, error) {
+	if r, ok, err := readerForType(t); ok {
+		return r, err
+	}
+	return readerForKind(t)
+}
+
+// readerForType returns the reader of the types bound by what they are rather than by
+// their kind: camunda7.Variable, time.Time, time.Duration (refused), json.RawMessage,
+// and types that parse text. ok is false for any other type.
+func readerForType(t reflect.Type) (r reader, ok bool, err error) {
 	switch {
 	case t == variableType:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			v, ok := vs[name]
-			if !ok {
-				return &camunda7.VariableError{Name: name, Err: camunda7.ErrVariableMissing}
-			}
-			dst.Set(reflect.ValueOf(v))
-			return nil
-		}, nil
+		return readVariable, true, nil
 	case t == timeType:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			d, err := vs.Date(name)
-			if err == nil {
-				dst.Set(reflect.ValueOf(d))
-			}
-			return err
-		}, nil
+		return readTime, true, nil
 	case t == durationType:
-		return nil, errors.New("time.Duration: no engine type holds a duration; bind an int64 or a string and convert it")
+		return nil, true, errors.New("time.Duration: no engine type holds a duration; bind an int64 or a string and convert it")
 	case t == rawJSONType:
-		return readJSON, nil
+		return readJSON, true, nil
 	case t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(textUnmarshaler):
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			s, err := vs.String(name)
-			if err != nil {
-				return err
-			}
-			if err := dst.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
-				// The parser's message may quote the value: name only the type.
-				return &camunda7.VariableError{Name: name, Type: vs[name].Type, Want: camunda7.TypeString,
-					Err: fmt.Errorf("%w: does not parse as %v", camunda7.ErrVariableValue, t)}
-			}
-			return nil
-		}, nil
+		return readText, true, nil
 	}
+	return nil, false, nil
+}
+
+// readerForKind returns the reader for a field of type t by its kind.
+func readerForKind(t reflect.Type) (reader, error) {
 	switch t.Kind() {
 	case reflect.String:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			s, err := vs.String(name)
-			if err == nil {
-				dst.SetString(s)
-			}
-			return err
-		}, nil
+		return readString, nil
 	case reflect.Bool:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			b, err := vs.Bool(name)
-			if err == nil {
-				dst.SetBool(b)
-			}
-			return err
-		}, nil
+		return readBool, nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			n, err := vs.Long(name)
-			if err != nil {
-				return err
-			}
-			if dst.OverflowInt(n) {
-				return outOfRange(vs, name, camunda7.TypeLong, t)
-			}
-			dst.SetInt(n)
-			return nil
-		}, nil
+		return readInt, nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			n, err := vs.Long(name)
-			if err != nil {
-				return err
-			}
-			if n < 0 || dst.OverflowUint(uint64(n)) {
-				return outOfRange(vs, name, camunda7.TypeLong, t)
-			}
-			dst.SetUint(uint64(n))
-			return nil
-		}, nil
+		return readUint, nil
 	case reflect.Float32, reflect.Float64:
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			f, err := vs.Double(name)
-			if err != nil {
-				return err
-			}
-			if dst.OverflowFloat(f) {
-				return outOfRange(vs, name, camunda7.TypeDouble, t)
-			}
-			dst.SetFloat(f)
-			return nil
-		}, nil
+		return readFloat, nil
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {
-			return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-				b, err := vs.Bytes(name)
-				if err == nil {
-					dst.SetBytes(b)
-				}
-				return err
-			}, nil
+			return readBytes, nil
 		}
 		return readJSON, nil
 	case reflect.Struct, reflect.Map, reflect.Array:
 		return readJSON, nil
 	case reflect.Interface:
-		if t.NumMethod() > 0 {
-			break
+		if t.NumMethod() == 0 {
+			return readAny, nil
 		}
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			x, err := vs.Value(name)
-			if err != nil {
-				return err
-			}
-			if x == nil {
-				return &camunda7.VariableError{Name: name, Type: vs[name].Type, Err: camunda7.ErrVariableNull}
-			}
-			dst.Set(reflect.ValueOf(x))
-			return nil
-		}, nil
 	case reflect.Pointer:
-		if t.Elem().Kind() == reflect.Pointer {
-			break
+		if t.Elem().Kind() != reflect.Pointer {
+			return readerForPointer(t)
 		}
-		inner, err := readerFor(t.Elem())
-		if err != nil {
-			return nil, err
-		}
-		return func(vs camunda7.Variables, name string, dst reflect.Value) error {
-			nv := reflect.New(t.Elem())
-			if err := inner(vs, name, nv.Elem()); err != nil {
-				return err
-			}
-			dst.Set(nv)
-			return nil
-		}, nil
 	}
 	return nil, fmt.Errorf("%v: no variable type binds to it", t)
+}
+
+// readerForPointer returns the reader for a pointer field: it sets the field to a new
+// value, read by the reader of the type pointed to, when the variable is present.
+func readerForPointer(t reflect.Type) (reader, error) {
+	inner, err := readerFor(t.Elem())
+	if err != nil {
+		return nil, err
+	}
+	return func(vs camunda7.Variables, name string, dst reflect.Value) error {
+		nv := reflect.New(t.Elem())
+		if err := inner(vs, name, nv.Elem()); err != nil {
+			return err
+		}
+		dst.Set(nv)
+		return nil
+	}, nil
+}
+
+// The readers, one per kind of field: each reads the variable name from vs into dst.
+
+func readVariable(vs camunda7.Variables, name string, dst reflect.Value) error {
+	v, ok := vs[name]
+	if !ok {
+		return &camunda7.VariableError{Name: name, Err: camunda7.ErrVariableMissing}
+	}
+	dst.Set(reflect.ValueOf(v))
+	return nil
+}
+
+func readTime(vs camunda7.Variables, name string, dst reflect.Value) error {
+	d, err := vs.Date(name)
+	if err == nil {
+		dst.Set(reflect.ValueOf(d))
+	}
+	return err
+}
+
+func readText(vs camunda7.Variables, name string, dst reflect.Value) error {
+	s, err := vs.String(name)
+	if err != nil {
+		return err
+	}
+	if err := dst.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+		// The parser's message may quote the value: name only the type.
+		return &camunda7.VariableError{Name: name, Type: vs[name].Type, Want: camunda7.TypeString,
+			Err: fmt.Errorf("%w: does not parse as %v", camunda7.ErrVariableValue, dst.Type())}
+	}
+	return nil
+}
+
+func readString(vs camunda7.Variables, name string, dst reflect.Value) error {
+	s, err := vs.String(name)
+	if err == nil {
+		dst.SetString(s)
+	}
+	return err
+}
+
+func readBool(vs camunda7.Variables, name string, dst reflect.Value) error {
+	b, err := vs.Bool(name)
+	if err == nil {
+		dst.SetBool(b)
+	}
+	return err
+}
+
+func readInt(vs camunda7.Variables, name string, dst reflect.Value) error {
+	n, err := vs.Long(name)
+	if err != nil {
+		return err
+	}
+	if dst.OverflowInt(n) {
+		return outOfRange(vs, name, camunda7.TypeLong, dst.Type())
+	}
+	dst.SetInt(n)
+	return nil
+}
+
+func readUint(vs camunda7.Variables, name string, dst reflect.Value) error {
+	n, err := vs.Long(name)
+	if err != nil {
+		return err
+	}
+	if n < 0 || dst.OverflowUint(uint64(n)) {
+		return outOfRange(vs, name, camunda7.TypeLong, dst.Type())
+	}
+	dst.SetUint(uint64(n))
+	return nil
+}
+
+func readFloat(vs camunda7.Variables, name string, dst reflect.Value) error {
+	f, err := vs.Double(name)
+	if err != nil {
+		return err
+	}
+	if dst.OverflowFloat(f) {
+		return outOfRange(vs, name, camunda7.TypeDouble, dst.Type())
+	}
+	dst.SetFloat(f)
+	return nil
+}
+
+func readBytes(vs camunda7.Variables, name string, dst reflect.Value) error {
+	b, err := vs.Bytes(name)
+	if err == nil {
+		dst.SetBytes(b)
+	}
+	return err
+}
+
+func readAny(vs camunda7.Variables, name string, dst reflect.Value) error {
+	x, err := vs.Value(name)
+	if err != nil {
+		return err
+	}
+	if x == nil {
+		return &camunda7.VariableError{Name: name, Type: vs[name].Type, Err: camunda7.ErrVariableNull}
+	}
+	dst.Set(reflect.ValueOf(x))
+	return nil
 }
 
 // readJSON decodes a Json variable (or an Object serialized as JSON) into dst.

@@ -88,7 +88,7 @@ func TestBindTypes(t *testing.T) {
 	in := everything{Ignored: "kept", Untagged: "kept", F: 9}
 	res, bindErr := bindRun(t, &in, vars)
 	require.NoError(t, bindErr)
-	assert.Equal(t, "completed", res.Outcome)
+	assert.Equal(t, tasks.OutcomeCompleted, res.Outcome)
 
 	assert.Equal(t, "acme", in.Tenant)
 	assert.Equal(t, "text", in.S)
@@ -147,7 +147,7 @@ func TestBindErrorsArePermanentAndNameEveryVariable(t *testing.T) {
 	assert.Equal(t, "InvoiceID", be.Field)
 	assert.Equal(t, "invoiceId", be.Variable)
 
-	assert.Equal(t, "incident", res.Outcome)
+	assert.Equal(t, tasks.OutcomeIncident, res.Outcome)
 	assert.Equal(t, "permanent", res.Classification)
 	require.NotNil(t, res.Failure)
 	assert.Equal(t, 0, res.Failure.Retries)
@@ -235,7 +235,7 @@ func TestBindRefusesWhatItCannotFill(t *testing.T) {
 			require.Error(t, bindErr)
 			assert.Contains(t, bindErr.Error(), tc.want)
 			assert.Equal(t, failure.KindPermanent, failure.Classify(bindErr).Kind)
-			assert.Equal(t, "incident", res.Outcome)
+			assert.Equal(t, tasks.OutcomeIncident, res.Outcome)
 		})
 	}
 }

@@ -107,9 +107,9 @@
 //
 // Every record about a task carries worker_id, topic, external_task_id,
 // process_instance_id, process_definition_key, activity_id, business_key and attempt;
-// records about its result add outcome (completed, bpmn-error, retryable, incident,
-// deferred, unlocked, lock-lost) and, for failures, classification, retries_left, retry_timeout
-// and error.
+// records about its result add outcome (an Outcome: completed, bpmn-error, retryable,
+// incident, deferred, unlocked, lock-lost, report-failed) and, for failures,
+// classification, retries_left, retry_timeout and error.
 //
 // A handler's context carries the task's logger: Logger(ctx) returns it, and
 // AddLogAttrs(ctx, ...) adds fields to every later record about the task, including the
@@ -120,7 +120,9 @@
 // # Metrics
 //
 // Config.Observer receives fetches, outcomes, slot changes, lock extensions, lost locks
-// and engine errors; package metrics implements it on Prometheus.
+// and engine errors; package metrics implements it on Prometheus. A task's end is one
+// event: the Observer's Handled and Worker.Stats are both fed from it, with the same
+// Outcome the log record and the task's span carry.
 //
 // # Traces
 //

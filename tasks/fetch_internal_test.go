@@ -55,7 +55,7 @@ func TestTopicOptionsPassEveryFetchFilter(t *testing.T) {
 	assert.True(t, req.Topics[0].DeserializeValues)
 	assert.Equal(t, []string{"a"}, req.Topics[0].Variables)
 	assert.Equal(t, []string{"x"}, req.Topics[0].TenantIDIn)
-	assert.Equal(t, 30*time.Second, req.Topics[0].LockDuration, "the default lock duration")
+	assert.Equal(t, DefaultLockDuration, req.Topics[0].LockDuration, "the default lock duration")
 }
 
 func testWorkerFor(t *testing.T, reg *Registry) *Worker {

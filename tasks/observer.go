@@ -14,7 +14,7 @@ import (
 // Observer receives what the worker does, for metrics. Every method is called
 // synchronously from the worker's goroutines, so implementations must be safe for
 // concurrent use and quick (increment a counter, set a gauge; never block). Label values
-// passed in are bounded: topics, the outcome words of the log records, failure
+// passed in are bounded: topics, the outcomes (Outcome), failure
 // classifications and fixed operation names; never task ids or business keys.
 //
 // Embed NopObserver to implement only some methods. Config.Observer nil observes nothing.
@@ -25,13 +25,12 @@ type Observer interface {
 	Polled(tasks int, latency time.Duration, err error)
 	// Fetched is called once per task a poll returned, with the task's topic.
 	Fetched(topic string)
-	// Handled is called once per task this worker started, when its outcome is known:
-	// outcome is the word the "task handled" record carries (completed, bpmn-error,
-	// retryable, incident, unlocked, lock-lost, or report-failed when no report reached
-	// the engine); classification is the failure's (retryable, permanent,
-	// unknown-outcome) for retryable and incident, else ""; took is the handler's run
-	// time.
-	Handled(topic, outcome, classification string, took time.Duration)
+	// Handled is called once per task this worker started, when its outcome is known
+	// (one of Outcomes(), the word its log record and trace carry too); classification is
+	// the failure's (retryable, permanent, unknown-outcome, deferred) for retryable,
+	// incident and deferred, else ""; took is the handler's run time. It is the one
+	// count of a task's end: Worker.Stats is kept from the same event.
+	Handled(topic string, outcome Outcome, classification string, took time.Duration)
 	// Slots is called whenever a task starts or ends: the topic's running handlers, and
 	// the worker's free slots (MaxConcurrency minus all running handlers).
 	Slots(topic string, inFlight, free int)
@@ -53,13 +52,13 @@ type NopObserver struct{}
 
 var _ Observer = NopObserver{}
 
-func (NopObserver) Polled(int, time.Duration, error)              {}
-func (NopObserver) Fetched(string)                                {}
-func (NopObserver) Handled(string, string, string, time.Duration) {}
-func (NopObserver) Slots(string, int, int)                        {}
-func (NopObserver) LockExtended(string, error)                    {}
-func (NopObserver) LockLost(string, string)                       {}
-func (NopObserver) EngineError(string, error)                     {}
+func (NopObserver) Polled(int, time.Duration, error)               {}
+func (NopObserver) Fetched(string)                                 {}
+func (NopObserver) Handled(string, Outcome, string, time.Duration) {}
+func (NopObserver) Slots(string, int, int)                         {}
+func (NopObserver) LockExtended(string, error)                     {}
+func (NopObserver) LockLost(string, string)                        {}
+func (NopObserver) EngineError(string, error)                      {}
 
 // lockLostReason names why a lock ended, for Observer.LockLost.
 func lockLostReason(cause error) string {

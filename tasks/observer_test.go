@@ -71,8 +71,8 @@ func (o *countingObserver) get(k string) int {
 }
 func (o *countingObserver) Polled(int, time.Duration, error) { o.inc("polled") }
 func (o *countingObserver) Fetched(topic string)             { o.inc("fetched") }
-func (o *countingObserver) Handled(_, outcome, class string, _ time.Duration) {
-	o.inc("handled " + outcome + " " + class)
+func (o *countingObserver) Handled(_ string, outcome tasks.Outcome, class string, _ time.Duration) {
+	o.inc("handled " + outcome.String() + " " + class)
 }
 func (o *countingObserver) Slots(_ string, inFlight, free int) {
 	if inFlight > 0 {

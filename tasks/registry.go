@@ -26,7 +26,7 @@ type Handler func(ctx context.Context, t *Task) (camunda7.Variables, error)
 // camunda7.FetchTopic gains one that TopicOptions does not pass on).
 type TopicOptions struct {
 	// LockDuration is how long a fetched task stays locked; the extender renews it
-	// while the handler runs. Default 30s.
+	// while the handler runs. Default DefaultLockDuration.
 	LockDuration time.Duration
 	// Variables names the variables to fetch. Default none: fetching everything must be
 	// asked for with AllVariables, never happen by accident. VariablesOf lists those a
@@ -67,10 +67,14 @@ type TopicOptions struct {
 	MaxRunTime time.Duration
 }
 
+// DefaultLockDuration is a topic's lock duration unless TopicOptions.LockDuration says
+// otherwise: the one default, also EXTWORKER_LOCK_DURATION's (App.Handle).
+const DefaultLockDuration = 20 * time.Second
+
 // WithDefaults returns a copy with defaults filled in.
 func (o TopicOptions) WithDefaults() TopicOptions {
 	if o.LockDuration == 0 {
-		o.LockDuration = 30 * time.Second
+		o.LockDuration = DefaultLockDuration
 	}
 	o.Retry = o.Retry.WithDefaults()
 	return o

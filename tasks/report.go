@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"reflect"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sethvargo/go-retry"
 
@@ -19,132 +16,185 @@ import (
 	"github.com/extworker/extworker/lockext"
 )
 
-// maxErrorMessage keeps errorMessage under the engine's 666-character column.
-const maxErrorMessage = 600
+// The last step of a task's walk: its result becomes one engine call. planReport decides
+// which, from values alone; report sends it (deliver), falls back to a failure when the
+// engine refuses a completion for good, and records the task's outcome (finish).
 
-// report turns one outcome into one engine call: the only place that does. Reports use
-// their own context (never the handler's, which may be cancelled), their own timeout,
-// resend only what certainly did not arrive, and resolve a lost answer by asking the
-// engine, never by running the handler again. It returns what it told the Observer:
-// the outcome (completed, bpmn-error, retryable, incident, deferred, lock-lost,
-// report-failed, ...) and the failure's classification ("" for none).
-func (w *Worker) report(workCtx context.Context, t *topic, task *Task, o failure.Classification, vars camunda7.Variables, took time.Duration, log *slog.Logger) (string, string) {
-	ctx := context.WithoutCancel(workCtx)
-	id := task.ID()
-	var (
-		send    func(context.Context) error
-		outcome string
-		op      string // the engine call, for Observer.EngineError
-		class   string // the failure's classification, for Observer.Handled
-		attrs   []slog.Attr
-	)
-	if o.Kind == failure.KindBPMNError {
-		bv, err := toVariables(o.Variables)
-		if err != nil {
-			// A BPMN error whose variables cannot be sent is a bug in the handler.
-			o = failure.Classify(failure.Permanent(fmt.Errorf("BPMN error %q: %w", o.Code, err)))
-		} else {
-			send = func(ctx context.Context) error {
-				return w.c.BPMNError(ctx, id, camunda7.BPMNErrorRequest{WorkerID: w.cfg.WorkerID, ErrorCode: o.Code, ErrorMessage: o.Message, Variables: bv})
-			}
-			outcome, op = "bpmn-error", "bpmn_error"
-			attrs = append(attrs, slog.String("error_code", o.Code))
-		}
-	}
-	switch o.Kind {
-	case failure.KindNone:
-		send = func(ctx context.Context) error {
-			return w.c.Complete(ctx, id, camunda7.CompleteRequest{WorkerID: w.cfg.WorkerID, Variables: vars, LocalVariables: task.localVariables()})
-		}
-		outcome, op = "completed", "complete"
-	case failure.KindRetryable, failure.KindPermanent, failure.KindUnknownOutcome:
-		left, delay := 0, time.Duration(0)
-		if o.Kind == failure.KindRetryable {
-			left, delay = t.opts.Retry.Next(task.Retries())
-			if o.KeepRetries {
-				// Deferred: waiting, not failing. The retries stay as they are (a task
-				// never failed before keeps its whole budget).
-				left = t.opts.Retry.MaxAttempts
-				if r := task.Retries(); r != nil {
-					left = max(*r, 1)
-				}
-				if delay == 0 {
-					delay = t.opts.Retry.InitialDelay
-				}
-			}
-			if left > 0 && o.RetryDelay > 0 {
-				delay = o.RetryDelay
-			}
-		}
-		msg, details := describeFailure(w.cfg.WorkerID, t, task, o, left, delay)
-		send = func(ctx context.Context) error {
-			if left > 0 && delay > 0 {
-				w.holdForRetry(id, delay)
-			}
-			return w.c.Failure(ctx, id, camunda7.FailureRequest{WorkerID: w.cfg.WorkerID, ErrorMessage: msg, ErrorDetails: details, Retries: left, RetryTimeout: delay})
-		}
-		outcome, op, class = o.Kind.String(), "failure", o.Kind.String()
-		switch {
-		case o.KeepRetries:
-			outcome, class = "deferred", "deferred"
-		case left == 0:
-			outcome = "incident"
-		}
-		attrs = append(attrs, slog.String("classification", class), slog.Int("retries_left", left),
-			slog.Duration("retry_timeout", delay), slog.String("error", errorText(o)))
-	}
+// engineCall is an engine call that reports a result; its value is the operation's name
+// for Observer.EngineError.
+type engineCall string
 
-	if o.Kind == failure.KindNone {
-		failpoint.Inject(failpoint.BeforeComplete)
-	}
-	err := w.deliver(ctx, id, send, log)
-	if o.Kind == failure.KindNone || o.Kind == failure.KindBPMNError {
-		if fo, ok := refusedReport(op, err); ok {
-			// The engine answered and will answer the same again: report a failure instead,
-			// so the task shows in Cockpit rather than cycling through lock expiries.
-			log.Warn("the engine refused the report; reporting a failure instead", slog.String("refused", op), slog.Any("error", err))
-			return w.report(workCtx, t, task, fo, nil, took, log)
+const (
+	callComplete  engineCall = "complete"
+	callBPMNError engineCall = "bpmn_error"
+	callFailure   engineCall = "failure"
+)
+
+// reportPlan is the one engine call that reports a handler's result.
+type reportPlan struct {
+	call engineCall
+	// outcome is the task's outcome once the engine accepts the call.
+	outcome Outcome
+	// class is the failure's classification label (retryable, permanent,
+	// unknown-outcome, deferred); "" for complete and bpmnError.
+	class string
+	// result is what is reported: the handler's, or a permanent failure in place of a
+	// BPMN error whose variables cannot be sent.
+	result failure.Classification
+	// bpmnVars are the BPMN error's variables, converted for the engine.
+	bpmnVars camunda7.Variables
+	// retries and retryTimeout are a failure's: retries left (0 raises an incident), and
+	// when the task comes back.
+	retries      int
+	retryTimeout time.Duration
+}
+
+// holds reports whether the engine keeps the task locked for this worker once the plan
+// is reported: a failure with retries left and a retry timeout.
+func (p reportPlan) holds() bool { return p.call == callFailure && p.retries > 0 && p.retryTimeout > 0 }
+
+// planReport decides the engine call for a handler's classified result c, given the
+// task's retries as the engine sent them (nil before its first failure) and the topic's
+// retry policy.
+func planReport(c failure.Classification, retries *int, policy failure.RetryPolicy) reportPlan {
+	if c.Kind == failure.KindBPMNError {
+		vars, err := toVariables(c.Variables)
+		if err == nil {
+			return reportPlan{call: callBPMNError, outcome: OutcomeBPMNError, result: c, bpmnVars: vars}
 		}
+		// A BPMN error whose variables cannot be sent is a bug in the handler.
+		c = failure.Classify(failure.Permanent(fmt.Errorf("BPMN error %q: %w", c.Code, err)))
 	}
-	attrs = append(attrs, slog.Duration("took", took))
-	if err != nil {
-		w.stats.ReportErrors.Add(1)
-		level := slog.LevelError
-		observed := "report-failed"
-		if lockext.LostAnswer(err) {
-			w.stats.LockLost.Add(1)
-			level = slog.LevelWarn
-			observed = "lock-lost"
-			w.obs.LockLost(task.Topic(), lockLostReason(err))
-		} else {
-			w.obs.EngineError(op, err)
-		}
-		w.obs.Handled(task.Topic(), observed, class, took)
-		log.LogAttrs(ctx, level, "reporting the result failed", append(attrs, slog.String("outcome", outcome), slog.Any("report_error", err))...)
-		if errors.Is(err, camunda7.ErrTaskGone) {
-			w.taskGone(ctx, task, err, log)
-		}
-		return observed, class
+	if c.Kind == failure.KindNone {
+		return reportPlan{call: callComplete, outcome: OutcomeCompleted, result: c}
 	}
+	left, delay := failureRetries(c, retries, policy)
+	p := reportPlan{call: callFailure, outcome: OutcomeRetryable, class: c.Kind.String(), result: c, retries: left, retryTimeout: delay}
 	switch {
-	case o.Kind == failure.KindNone:
-		w.stats.Completed.Add(1)
-	case o.Kind == failure.KindBPMNError:
-		w.stats.BPMNErrors.Add(1)
-	case outcome == "incident":
-		w.stats.Incidents.Add(1)
-	case outcome == "deferred":
-		w.stats.Deferred.Add(1)
-	default:
-		w.stats.Failures.Add(1)
+	case c.KeepRetries:
+		p.outcome, p.class = OutcomeDeferred, "deferred"
+	case left == 0:
+		p.outcome = OutcomeIncident
 	}
-	w.obs.Handled(task.Topic(), outcome, class, took)
-	level := slog.LevelInfo
-	if outcome == "incident" {
-		level = slog.LevelWarn
+	return p
+}
+
+// failureRetries returns the retries left and the retry timeout to report with a
+// failure: the policy's for a retryable one (the handler's RetryDelay, if any, replacing
+// the timeout), the retries unchanged for a deferral, and none (an incident) otherwise.
+func failureRetries(c failure.Classification, retries *int, policy failure.RetryPolicy) (left int, delay time.Duration) {
+	if c.Kind != failure.KindRetryable {
+		return 0, 0
 	}
-	log.LogAttrs(ctx, level, "task handled", append(attrs, slog.String("outcome", outcome))...)
-	return outcome, class
+	left, delay = policy.Next(retries)
+	if c.KeepRetries {
+		// Deferred: waiting, not failing. The retries stay as they are (a task never
+		// failed before keeps its whole budget).
+		left = policy.MaxAttempts
+		if retries != nil {
+			left = max(*retries, 1)
+		}
+		if delay == 0 {
+			delay = policy.InitialDelay
+		}
+	}
+	if left > 0 && c.RetryDelay > 0 {
+		delay = c.RetryDelay
+	}
+	return left, delay
+}
+
+// logAttrs are the fields of the plan's log records.
+func (p reportPlan) logAttrs() []slog.Attr {
+	switch p.call {
+	case callBPMNError:
+		return []slog.Attr{slog.String("error_code", p.result.Code)}
+	case callFailure:
+		return []slog.Attr{slog.String("classification", p.class), slog.Int("retries_left", p.retries),
+			slog.Duration("retry_timeout", p.retryTimeout), slog.String("error", errorText(p.result))}
+	}
+	return nil
+}
+
+// report turns a handler's result into one engine call: the only place that does, a
+// loop over planReport. Reports use their own context (never the handler's, which may be
+// cancelled), their own timeout, resend only what certainly did not arrive, and resolve a
+// lost answer by asking the engine, never by running the handler again. A completion or
+// BPMN error the engine refuses for good is reported as a failure instead (refusedReport:
+// one more turn of the loop; a failure is never replaced). It returns the task's outcome
+// and the failure's classification ("" for none), as recorded by finish.
+func (w *Worker) report(workCtx context.Context, t *topic, task *Task, c failure.Classification, vars camunda7.Variables, took time.Duration, log *slog.Logger) (Outcome, string) {
+	ctx := context.WithoutCancel(workCtx)
+	for {
+		p := planReport(c, task.Retries(), t.opts.Retry)
+		err := w.send(ctx, t, task, p, vars, log)
+		if p.call != callFailure {
+			if instead, ok := refusedReport(string(p.call), err); ok {
+				// The engine answered and will answer the same again: report a failure
+				// instead, so the task shows in Cockpit rather than cycling through lock
+				// expiries.
+				log.Warn("the engine refused the report; reporting a failure instead", slog.String("refused", string(p.call)), slog.Any("error", err))
+				c, vars = instead, nil
+				continue
+			}
+		}
+		return w.reported(ctx, task, p, err, took, log)
+	}
+}
+
+// send delivers the plan's engine call. A failure with a retry timeout leaves the task
+// locked for this worker until the timeout ends: the worker holds it (holdForRetry) so
+// that sweepOrphans leaves it alone; the task stays active here until then.
+func (w *Worker) send(ctx context.Context, t *topic, task *Task, p reportPlan, vars camunda7.Variables, log *slog.Logger) error {
+	id, wid := task.ID(), w.cfg.WorkerID
+	var call func(context.Context) error
+	switch p.call {
+	case callComplete:
+		failpoint.Inject(failpoint.BeforeComplete)
+		req := camunda7.CompleteRequest{WorkerID: wid, Variables: vars, LocalVariables: task.localVariables()}
+		call = func(ctx context.Context) error { return w.c.Complete(ctx, id, req) }
+	case callBPMNError:
+		req := camunda7.BPMNErrorRequest{WorkerID: wid, ErrorCode: p.result.Code, ErrorMessage: p.result.Message, Variables: p.bpmnVars}
+		call = func(ctx context.Context) error { return w.c.BPMNError(ctx, id, req) }
+	case callFailure:
+		msg, details := describeFailure(wid, t, task, p.result, p.retries, p.retryTimeout)
+		req := camunda7.FailureRequest{WorkerID: wid, ErrorMessage: msg, ErrorDetails: details, Retries: p.retries, RetryTimeout: p.retryTimeout}
+		call = func(ctx context.Context) error { return w.c.Failure(ctx, id, req) }
+	}
+	err := w.deliver(ctx, id, call, log)
+	if p.holds() {
+		w.holdForRetry(id, p.retryTimeout)
+	}
+	return err
+}
+
+// reported records the task's outcome once its report has been delivered, or not (err):
+// in Stats and the Observer (finish), and in the "task handled" record.
+func (w *Worker) reported(ctx context.Context, task *Task, p reportPlan, err error, took time.Duration, log *slog.Logger) (Outcome, string) {
+	attrs := append(p.logAttrs(), slog.Duration("took", took))
+	if err == nil {
+		w.finish(ended{topic: task.Topic(), outcome: p.outcome, class: p.class, took: took})
+		level := slog.LevelInfo
+		if p.outcome == OutcomeIncident {
+			level = slog.LevelWarn
+		}
+		log.LogAttrs(ctx, level, "task handled", append(attrs, slog.String("outcome", p.outcome.String()))...)
+		return p.outcome, p.class
+	}
+	outcome, level := OutcomeReportFailed, slog.LevelError
+	if lockext.LostAnswer(err) {
+		outcome, level = OutcomeLockLost, slog.LevelWarn
+		w.obs.LockLost(task.Topic(), lockLostReason(err))
+	} else {
+		w.obs.EngineError(string(p.call), err)
+	}
+	w.finish(ended{topic: task.Topic(), outcome: outcome, class: p.class, took: took, reportFailed: true})
+	log.LogAttrs(ctx, level, "reporting the result failed", append(attrs, slog.String("outcome", outcome.String()),
+		slog.String("report", string(p.call)), slog.Any("report_error", err))...)
+	if errors.Is(err, camunda7.ErrTaskGone) {
+		w.taskGone(ctx, task, err, log)
+	}
+	return outcome, p.class
 }
 
 // Pacing of report resends: doubling from reportRetryInitial up to reportRetryMax, with
@@ -289,143 +339,4 @@ func (w *Worker) taskGone(ctx context.Context, task *Task, cause error, log *slo
 	}
 	w.cfg.OnTaskGone(ctx, Gone{TaskID: task.ID(), ProcessInstanceID: task.ProcessInstanceID(), Topic: task.Topic(), BusinessKey: task.BusinessKey(),
 		Reason: fmt.Sprintf("the engine cancelled task %s (deleted in its history; %v)", task.ID(), cause)})
-}
-
-// describeFailure renders errorMessage and errorDetails in the one format operators read
-// in Cockpit (documented in the package doc): a one-line message, and details as
-// "key: value" lines followed by the error and, for a panic, its stack.
-func describeFailure(workerID string, t *topic, task *Task, o failure.Classification, left int, delay time.Duration) (string, string) {
-	if o.KeepRetries {
-		return describeDeferral(workerID, task, o, left, delay)
-	}
-	msg := fmt.Sprintf("%s: %s", o.Kind, errorText(o))
-	if left > 0 {
-		msg += fmt.Sprintf(" (attempt %d of %d, retrying in %v)", task.Attempt(), t.opts.Retry.MaxAttempts, delay)
-	} else if o.Kind == failure.KindRetryable {
-		msg += fmt.Sprintf(" (attempt %d of %d, retries exhausted)", task.Attempt(), t.opts.Retry.MaxAttempts)
-	}
-	msg = truncate(strings.ReplaceAll(msg, "\n", " "), maxErrorMessage)
-
-	var b strings.Builder
-	line := func(k, v string) { fmt.Fprintf(&b, "%s: %s\n", k, v) }
-	line("extworker", "failure report v1")
-	line("classification", o.Kind.String())
-	line("attempt", fmt.Sprintf("%d of %d", task.Attempt(), t.opts.Retry.MaxAttempts))
-	if left > 0 {
-		line("retries left", fmt.Sprintf("%d, next attempt in %v", left, delay))
-	} else {
-		line("retries left", "0: incident raised")
-	}
-	taskLines(line, workerID, task)
-	switch o.Kind {
-	case failure.KindUnknownOutcome:
-		line("operator action", "the side effect may or may not have happened: check with the provider before retrying (set retries > 0 to run the handler again)")
-	case failure.KindPermanent:
-		line("operator action", "fix the cause, then set retries > 0 to run the handler again")
-	case failure.KindRetryable:
-		if left == 0 {
-			line("operator action", "retries exhausted: fix the cause, then set retries > 0")
-		}
-	}
-	b.WriteString("\nerror: ")
-	b.WriteString(errorText(o))
-	b.WriteString("\nerror chain:")
-	for e := o.Err; e != nil; e = errors.Unwrap(e) {
-		fmt.Fprintf(&b, "\n  %s", reflect.TypeOf(e))
-	}
-	if o.Panic != nil {
-		b.WriteString("\n\npanic stack:\n")
-		b.Write(o.Panic.Stack)
-	}
-	return msg, b.String()
-}
-
-// describeDeferral renders a deferred attempt (failure.Deferred: another live attempt
-// owns the work, say): not a failure, so no attempt count and no retry spent; the task
-// comes back after delay with its retries unchanged.
-func describeDeferral(workerID string, task *Task, o failure.Classification, left int, delay time.Duration) (string, string) {
-	msg := truncate(strings.ReplaceAll(fmt.Sprintf("deferred: %s (not a failure: retries unchanged at %d, trying again in %v)",
-		errorText(o), left, delay), "\n", " "), maxErrorMessage)
-	var b strings.Builder
-	line := func(k, v string) { fmt.Fprintf(&b, "%s: %s\n", k, v) }
-	line("extworker", "failure report v1")
-	line("classification", "deferred")
-	line("retries left", fmt.Sprintf("%d (unchanged), next attempt in %v", left, delay))
-	taskLines(line, workerID, task)
-	line("operator action", "none: the task waits for work in progress elsewhere and comes back by itself")
-	b.WriteString("\nreason: ")
-	b.WriteString(errorText(o))
-	return msg, b.String()
-}
-
-// taskLines writes the lines that name the task, shared by every report.
-func taskLines(line func(k, v string), workerID string, task *Task) {
-	line("worker", workerID)
-	line("topic", task.Topic())
-	line("external task", task.ID())
-	line("process instance", task.ProcessInstanceID())
-	line("process definition", task.ProcessDefinitionKey())
-	line("activity", task.ActivityID())
-	if bk := task.BusinessKey(); bk != "" {
-		line("business key", bk)
-	}
-	line("reported at", time.Now().UTC().Format(time.RFC3339Nano))
-}
-
-func errorText(o failure.Classification) string {
-	if o.Err != nil {
-		return o.Err.Error()
-	}
-	return o.Message
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "…"
-}
-
-// toVariables converts BPMN error variables (failure is standard-library only, so it
-// carries plain values) into typed engine variables. A camunda7.Variable passes as is.
-func toVariables(in map[string]any) (camunda7.Variables, error) {
-	if len(in) == 0 {
-		return nil, nil
-	}
-	out := camunda7.Variables{}
-	for k, v := range in {
-		var err error
-		switch x := v.(type) {
-		case camunda7.Variable:
-			out[k] = x
-		case nil:
-			out[k] = camunda7.NullVar()
-		case string:
-			out[k] = camunda7.StringVar(x)
-		case bool:
-			out[k] = camunda7.BoolVar(x)
-		case int:
-			out[k] = camunda7.LongVar(int64(x))
-		case int32:
-			out[k] = camunda7.IntegerVar(x)
-		case int64:
-			out[k] = camunda7.LongVar(x)
-		case float64:
-			out[k] = camunda7.DoubleVar(x)
-		case time.Time:
-			out[k] = camunda7.DateVar(x)
-		case []byte:
-			out[k] = camunda7.BytesVar(x)
-		default:
-			out[k], err = camunda7.JSONVar(x)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("variable %q: %w", k, err)
-		}
-	}
-	return out, nil
 }

@@ -32,33 +32,21 @@ func (w *Worker) startTaskSpan(ctx context.Context, raw *camunda7.LockedExternal
 	return ctx, span
 }
 
-// endOutcomeSpan records an outcome (the worker's word for it: completed, bpmn-error,
-// retryable, incident, deferred, unlocked, lock-lost, report-failed, ...) and, for a
-// failure, the Error status with class (the failure's kind) or else the outcome as its
-// description; then it ends the span.
-func endOutcomeSpan(span trace.Span, outcome, class string) {
+// endOutcomeSpan records the task's outcome and, for a failure (Outcome.Failed), the
+// Error status with class (the failure's kind) or else the outcome as its description;
+// then it ends the span.
+func endOutcomeSpan(span trace.Span, outcome Outcome, class string) {
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("extworker.outcome", outcome))
-		if failed(outcome) {
+		span.SetAttributes(attribute.String("extworker.outcome", outcome.String()))
+		if outcome.Failed() {
 			desc := class
 			if desc == "" {
-				desc = outcome
+				desc = outcome.String()
 			}
 			span.SetStatus(codes.Error, desc)
 		}
 	}
 	span.End()
-}
-
-// failed reports whether an outcome is a failure: the task did not get its result, or
-// got a failure. A BPMN error is a business outcome, a deferral waits for work elsewhere,
-// an unlock hands the task back at shutdown: none is a failure.
-func failed(outcome string) bool {
-	switch outcome {
-	case "completed", "bpmn-error", "deferred", "unlocked", "":
-		return false
-	}
-	return true
 }
 
 // startHandlerSpan starts the span of the handler's call, which its ctx carries.
@@ -90,11 +78,11 @@ func startReportSpan(ctx context.Context) (context.Context, trace.Span) {
 // endReportSpan records the report's outcome and ends its span: an Error only if the
 // report did not get through (report-failed, lock-lost); a failure reported is a
 // report delivered.
-func endReportSpan(span trace.Span, outcome string) {
+func endReportSpan(span trace.Span, outcome Outcome) {
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("extworker.outcome", outcome))
-		if outcome == "report-failed" || outcome == "lock-lost" {
-			span.SetStatus(codes.Error, outcome)
+		span.SetAttributes(attribute.String("extworker.outcome", outcome.String()))
+		if outcome == OutcomeReportFailed || outcome == OutcomeLockLost {
+			span.SetStatus(codes.Error, outcome.String())
 		}
 	}
 	span.End()

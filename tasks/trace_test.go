@@ -51,7 +51,7 @@ func TestTaskTraces(t *testing.T) {
 			}, taskstest.Task{Topic: topic, BusinessKey: businessKey, ProcessDefinitionKey: "invoice", ActivityID: "collectPayment",
 				ProcessInstanceID: "pi-42", ID: "task-42-" + tc.name,
 				Variables: camunda7.Variables{"secret": camunda7.StringVar(secretValue)}})
-			require.Equal(t, tc.outcome, res.Outcome)
+			require.Equal(t, tc.outcome, res.Outcome.String())
 
 			nodes, ok := spans.Trace("task "+topic, nil)
 			require.True(t, ok, "no span named %q", "task "+topic)

@@ -89,10 +89,9 @@ type Task struct {
 
 // Result is what became of a task.
 type Result struct {
-	// Outcome is the worker's word for it, as its "task handled" record and metrics say:
-	// completed, bpmn-error, retryable, incident, deferred, unlocked, lock-lost or
-	// report-failed. Empty from Engine.Result.
-	Outcome string
+	// Outcome is what became of it, as the worker's "task handled" record, its metrics
+	// and its trace say (tasks.OutcomeCompleted, ...). Empty from Engine.Result.
+	Outcome tasks.Outcome
 	// Classification is the failure's classification: retryable, permanent,
 	// unknown-outcome or deferred; "" when the task did not fail. Empty from
 	// Engine.Result.
@@ -293,7 +292,10 @@ func (e *Engine) handle(ctx context.Context, reg *tasks.Registry, task Task, log
 	return res, nil
 }
 
-type handled struct{ outcome, class string }
+type handled struct {
+	outcome tasks.Outcome
+	class   string
+}
 
 // observer tells Handle when the worker has handled the task.
 type observer struct {
@@ -301,7 +303,7 @@ type observer struct {
 	handled chan handled
 }
 
-func (o *observer) Handled(_, outcome, class string, _ time.Duration) {
+func (o *observer) Handled(_ string, outcome tasks.Outcome, class string, _ time.Duration) {
 	select {
 	case o.handled <- handled{outcome, class}:
 	default:

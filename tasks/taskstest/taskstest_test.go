@@ -30,7 +30,7 @@ func TestRunCompleted(t *testing.T) {
 		return camunda7.Variables{"paymentRef": camunda7.StringVar("pay-1"), "amount": camunda7.LongVar(1 << 60)}, nil
 	}, taskstest.Task{Topic: "collect", BusinessKey: "B-1", ProcessInstanceID: "pi-9"})
 
-	assert.Equal(t, "completed", res.Outcome)
+	assert.Equal(t, tasks.OutcomeCompleted, res.Outcome)
 	assert.Empty(t, res.Classification)
 	require.NotNil(t, res.Completed)
 	assert.Nil(t, res.BPMNError)
@@ -54,7 +54,7 @@ func TestRunBPMNError(t *testing.T) {
 		return nil, failure.BPMNError("DECLINED", "card declined", map[string]any{"reason": "insufficient funds", "tries": 2})
 	}, taskstest.Task{Topic: "collect"})
 
-	assert.Equal(t, "bpmn-error", res.Outcome)
+	assert.Equal(t, tasks.OutcomeBPMNError, res.Outcome)
 	require.NotNil(t, res.BPMNError)
 	assert.Nil(t, res.Completed)
 	assert.Equal(t, "DECLINED", res.BPMNError.Code)
@@ -75,7 +75,7 @@ func TestRunRetryableFailure(t *testing.T) {
 		return nil, errors.New("provider unavailable")
 	}
 	res := taskstest.Run(t, h, taskstest.Task{Topic: "collect", BusinessKey: "B-2"}, opts)
-	assert.Equal(t, "retryable", res.Outcome)
+	assert.Equal(t, tasks.OutcomeRetryable, res.Outcome)
 	assert.Equal(t, "retryable", res.Classification)
 	require.NotNil(t, res.Failure)
 	assert.Equal(t, 3, res.Failure.Retries)
@@ -89,7 +89,7 @@ func TestRunRetryableFailure(t *testing.T) {
 
 	// The last attempt (the engine holds 1 retry): retries exhausted, an incident.
 	res = taskstest.Run(t, h, taskstest.Task{Topic: "collect", Retries: ptr(1), ErrorMessage: "retryable: provider unavailable"}, opts)
-	assert.Equal(t, "incident", res.Outcome)
+	assert.Equal(t, tasks.OutcomeIncident, res.Outcome)
 	assert.Equal(t, "retryable", res.Classification)
 	assert.True(t, res.Failure.Incident())
 	assert.Zero(t, res.Failure.RetryTimeout)
@@ -101,11 +101,13 @@ func TestRunRetryableFailure(t *testing.T) {
 // its own retry timeout; Deferred keeps the retries.
 func TestRunClassification(t *testing.T) {
 	cases := []struct {
-		name, outcome, class string
-		err                  error
-		retries              int
-		timeout              time.Duration
-		message              string
+		name    string
+		outcome tasks.Outcome
+		class   string
+		err     error
+		retries int
+		timeout time.Duration
+		message string
 	}{
 		{"permanent", "incident", "permanent", failure.Permanent(errors.New("bad iban")), 0, 0, "permanent: bad iban"},
 		{"unknown outcome", "incident", "unknown-outcome", failure.UnknownOutcome(errors.New("timeout after sending")), 0, 0, "unknown-outcome: timeout after sending"},
@@ -133,7 +135,7 @@ func TestRunPanic(t *testing.T) {
 		m["boom"]++
 		return nil, nil
 	}, taskstest.Task{Topic: "t"})
-	assert.Equal(t, "retryable", res.Outcome)
+	assert.Equal(t, tasks.OutcomeRetryable, res.Outcome)
 	require.NotNil(t, res.Failure)
 	assert.Contains(t, res.Failure.Message, "handler panicked: assignment to entry in nil map")
 	assert.Contains(t, res.Failure.Details, "panic stack:\n")
@@ -166,7 +168,7 @@ func TestRunFetchesWhatTheTopicAsksFor(t *testing.T) {
 
 	res = taskstest.Run(t, h, task, tasks.TopicOptions{})
 	assert.Empty(t, got, "no variables unless asked for")
-	assert.Equal(t, "completed", res.Outcome)
+	assert.Equal(t, tasks.OutcomeCompleted, res.Outcome)
 
 	taskstest.Run(t, h, task, tasks.TopicOptions{AllVariables: true, LocalVariables: true})
 	assert.ElementsMatch(t, []string{"a", "l"}, keys(got))
@@ -210,7 +212,7 @@ func TestHandleTopicFilters(t *testing.T) {
 			res, err := taskstest.Handle(context.Background(), reg, task)
 			if tc.want == "" {
 				require.NoError(t, err)
-				assert.Equal(t, "completed", res.Outcome)
+				assert.Equal(t, tasks.OutcomeCompleted, res.Outcome)
 				return
 			}
 			require.Error(t, err)
@@ -232,7 +234,7 @@ func TestRunMaxRunTime(t *testing.T) {
 		assert.ErrorIs(t, context.Cause(ctx), lockext.ErrMaxRunTime)
 		return nil, ctx.Err()
 	}, taskstest.Task{Topic: "t"}, tasks.TopicOptions{MaxRunTime: 100 * time.Millisecond})
-	assert.Equal(t, "retryable", res.Outcome)
+	assert.Equal(t, tasks.OutcomeRetryable, res.Outcome)
 	require.NotNil(t, res.Failure)
 	assert.Contains(t, res.Failure.Message, "maximum run time exceeded")
 }
@@ -251,7 +253,7 @@ func TestHandleContextEnds(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not handled when the context ended")
 	assert.True(t, res.Unlocked)
-	assert.Equal(t, "unlocked", res.Outcome)
+	assert.Equal(t, tasks.OutcomeUnlocked, res.Outcome)
 }
 
 // A variable the client cannot send (a NaN Double) makes the completion an incident
@@ -262,7 +264,7 @@ func TestRunUnsendableVariableIsAnIncident(t *testing.T) {
 		return camunda7.Variables{"ratio": camunda7.DoubleVar(math.NaN())}, nil
 	}, taskstest.Task{Topic: "t"})
 	assert.Less(t, time.Since(start), 5*time.Second)
-	assert.Equal(t, "incident", res.Outcome)
+	assert.Equal(t, tasks.OutcomeIncident, res.Outcome)
 	assert.Equal(t, "permanent", res.Classification)
 	require.NotNil(t, res.Failure)
 	assert.Contains(t, res.Failure.Message, "complete refused before sending")

@@ -417,8 +417,8 @@ func (s *slots) LockExtended(_ string, err error) {
 // Handled counts the tasks whose lock was lost while their handler ran. The observer's
 // LockLost would also count an extension that, racing the task's own complete, found
 // the task gone: a task this worker completed, its lock never lost.
-func (s *slots) Handled(_, outcome, _ string, _ time.Duration) {
-	if outcome != "lock-lost" {
+func (s *slots) Handled(_ string, outcome tasks.Outcome, _ string, _ time.Duration) {
+	if outcome != tasks.OutcomeLockLost {
 		return
 	}
 	s.mu.Lock()
