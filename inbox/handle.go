@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/extworker/extworker/internal/digest"
 )
 
@@ -99,22 +101,11 @@ func (c *Consumer) count(out Handling) Handling {
 // upserts its row, and acts on it: parked with reason when kind is set (and the message
 // not seen before).
 func (c *Consumer) record(ctx context.Context, m Message, f recorded, kind ParkKind, reason string) (Handling, error) {
-	conn, err := c.pool.Acquire(ctx)
+	conn, release, err := c.lockMessage(ctx, f.id)
 	if err != nil {
-		return Handling{}, fmt.Errorf("inbox: %w", err)
+		return Handling{}, err
 	}
-	key := c.cfg.Source + "\n" + f.id
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, lockMessage, key); err != nil {
-		conn.Release()
-		return Handling{}, fmt.Errorf("inbox: lock %q: %w", f.id, err)
-	}
-	defer func() {
-		// The lock is the session's: a connection that cannot say it let go is closed.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, lockMessage, key); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-		conn.Release()
-	}()
+	defer release()
 	r := &row{conn: conn, source: c.cfg.Source, m: m, id: f.id}
 	stored, err := r.upsert(ctx, f, c.cfg.Queue, suppressSlack(c.cfg))
 	if err != nil {
@@ -136,6 +127,26 @@ func (c *Consumer) record(ctx context.Context, m Message, f recorded, kind ParkK
 		return c.finish(ctx, r, s, reason, "")
 	}
 	return c.act(ctx, r, fa)
+}
+
+// lockMessage takes the advisory lock of the message with the stored id on a connection
+// of the pool; release lets go of the lock and the connection.
+func (c *Consumer) lockMessage(ctx context.Context, id string) (conn *pgxpool.Conn, release func(), err error) {
+	if conn, err = c.pool.Acquire(ctx); err != nil {
+		return nil, nil, fmt.Errorf("inbox: %w", err)
+	}
+	key := c.cfg.Source + "\n" + id
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, lockMessage, key); err != nil {
+		conn.Release()
+		return nil, nil, fmt.Errorf("inbox: lock %q: %w", id, err)
+	}
+	return conn, func() {
+		// The lock is the session's: a connection that cannot say it let go is closed.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, lockMessage, key); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+		conn.Release()
+	}, nil
 }
 
 // factsOf is what the row says of the message, for classify.
