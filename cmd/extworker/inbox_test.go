@@ -238,10 +238,10 @@ func TestInboxList(t *testing.T) {
 		return ""
 	}
 	assert.Regexp(t, `^`+f.source+`\s+ok-1\s+order\.placed\s+processed\s+start `+f.model.Key+`\s+BK-\w+\s+1/0/1\s+0\s+(just now|\d+s ago)\s+-$`, line(okID))
-	assert.Regexp(t, `\sPROCESSED\s.*\s2/0/1\s+1\s`, line(conflictID), "two deliveries, one conflict")
+	assert.Regexp(t, `\sprocessed\s.*\s2/0/1\s+1\s`, line(conflictID), "two deliveries, one conflict")
 	// The reason is cut to fit: the whole of it is in `inbox show`.
 	assert.Regexp(t, `\sorder\.placed\s+failed_final\s+-\s+-\s+1/0/0\s+0\s+(just now|\d+s ago)\s+the consumer could not read the message: body is not JSON:…$`, line(badID))
-	assert.Regexp(t, `\sFAILED_FINAL\s.*the message has no message id: it cannot be deduplicated, \S*…$`, line(noID))
+	assert.Regexp(t, `\sfailed_final\s.*the message has no message id: it cannot be deduplicated, \S*…$`, line(noID))
 	assert.Regexp(t, `\sinvoice\.paid\s+failed_final\s+correlate \S+\s+BK-nobody-\w+\s+\d+/0/\d+\s+0\s.*\searly for \S+, past the window of 300ms`, line(earlyID))
 	assert.Regexp(t, `\sevil\\x1b\]0;pwned\\a\\x1b\[2J\s+failed_final\s`, line(escID), "the type as it is, its escapes shown")
 	assert.Equal(t, strings.Index(line(badID), "failed_final"), strings.Index(line(escID), "failed_final"),
