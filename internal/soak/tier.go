@@ -27,7 +27,9 @@ import (
 //
 // Either way the harness reads what the workers run with from the worker binary itself
 // (`invoice config -json` in the workers' environment) and derives its own timing from
-// it (deriveTiming): nothing in the harness assumes a lock length.
+// it (deriveTiming): nothing in the harness assumes a lock length. The demo's own
+// provider settings, which that command does not print, come from the workers'
+// environment or the demo's defaults (withDemoSettings).
 
 // shortOverrides are the short-timeouts tier's settings, on top of the daemon's defaults.
 var shortOverrides = []string{"EXTWORKER_LOCK_DURATION=3s", "EXTWORKER_LEDGER_LEASE=3s", "EXTWORKER_LONG_POLL=1s",
@@ -121,6 +123,10 @@ func readSettings(ctx context.Context, bin string, env []string, defaults bool) 
 	if runErr != nil {
 		return Settings{}, fmt.Errorf("%s config -json: the workers' configuration is invalid: %v: %s", bin, runErr, stderr.Bytes())
 	}
+	if vars == nil {
+		vars = map[string]string{}
+	}
+	withDemoSettings(vars, env)
 	s := Settings{}
 	if !defaults {
 		s.Overrides = shortOverrides
@@ -152,6 +158,29 @@ func readSettings(ctx context.Context, bin string, env []string, defaults bool) 
 		return s, fmt.Errorf("%s config -json: %s", bin, strings.Join(errs, "; "))
 	}
 	return s, nil
+}
+
+// demoDefaults are the demo's own settings that the harness's timing depends on, at the
+// demo's defaults (providerConfig in examples/invoice/provider.go;
+// TestDemoDefaultsAreTheDemos keeps them equal). The demo's `config -json` prints the
+// framework's configuration only, not these.
+var demoDefaults = map[string]string{"EXTWORKER_PROVIDER_TIMEOUT": "10s", "EXTWORKER_PROVIDER_SEARCH_LAG": "1m"}
+
+// withDemoSettings completes what the worker binary reported (vars) with the demo's own
+// settings it did not report: as set in the workers' environment env (the last setting
+// wins, as for the process), else at the demo's defaults.
+func withDemoSettings(vars map[string]string, env []string) {
+	for name, value := range demoDefaults {
+		if _, ok := vars[name]; ok {
+			continue
+		}
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				value = v
+			}
+		}
+		vars[name] = value
+	}
 }
 
 // String is the settings line of the report.
