@@ -41,6 +41,26 @@ func TestConfigRejectsMalformedValues(t *testing.T) {
 	assert.Contains(t, err.Error(), "MAX_CONCURRENCY")
 }
 
+// The demo's provider settings are the demo's own: their problems are configuration
+// errors (exit 78) of the demo, and the framework's configuration does not check a lease
+// against a provider timeout (the ledger's Do does, against the effect's own).
+func TestDemoProviderSettings(t *testing.T) {
+	t.Setenv("EXTWORKER_PROVIDER_TIMEOUT", "0s")
+	t.Setenv("EXTWORKER_PROVIDER_SEARCH_LAG", "-1s")
+	err := run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.True(t, extworker.IsConfigError(err), "%v", err)
+	assert.Contains(t, err.Error(), "EXTWORKER_PROVIDER_TIMEOUT 0s: must be positive")
+	assert.Contains(t, err.Error(), "EXTWORKER_PROVIDER_SEARCH_LAG -1s: must not be negative")
+
+	t.Setenv("EXTWORKER_PROVIDER_TIMEOUT", "1m")
+	t.Setenv("EXTWORKER_PROVIDER_SEARCH_LAG", "1m")
+	t.Setenv("EXTWORKER_LEDGER_LEASE", "5s")
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"config"}, &out, &bytes.Buffer{}), "a lease shorter than the demo's timeout is no configuration problem of the framework's")
+	assert.NotContains(t, out.String(), "EXTWORKER_PROVIDER_TIMEOUT", "the framework lists no demo setting")
+}
+
 // The demo runs end to end against the real engine and PostgreSQL: invoices paid through
 // the effect ledger (a double submission charged once, lost answers reconciled), declined
 // on the BPMN error path, and incidents for the ones without an amount.
