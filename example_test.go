@@ -2,6 +2,8 @@ package extworker_test
 
 import (
 	"context"
+	"os"
+	"testing/fstest"
 
 	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
@@ -55,5 +57,32 @@ func ExampleApp_Run() {
 	}
 	if err := app.Run(ctx); err != nil {
 		panic(err)
+	}
+}
+
+// A program with commands of its own and tables of its own: `myworker migrate` applies the
+// ledger's migrations and then the program's, `myworker run` serves its topics, and the
+// handlers reach the program's tables through the ledger's pool.
+func ExampleServe() {
+	programSQL := fstest.MapFS{ // in a real program: fs.Sub of an embedded migrations directory
+		"00001_parcels.sql": {Data: []byte("-- +goose Up\nCREATE TABLE parcels (id text PRIMARY KEY);\n")},
+	}
+	opts := extworker.Options{Migrations: programSQL}
+	var err error
+	switch os.Args[1] {
+	case "migrate":
+		err = extworker.Migrate(context.Background(), opts, os.Stdout)
+	case "run":
+		err = extworker.Serve(opts, func(ctx context.Context, app *extworker.App) error {
+			pool := app.Pool() // the program's tables, beside the ledger's
+			_ = pool
+			if err := app.Handle("collect-payment", collect(app.Ledger()), tasks.TopicOptions{Variables: tasks.VariablesOf[invoice]()}); err != nil {
+				return err
+			}
+			return app.Run(ctx)
+		})
+	}
+	if extworker.IsConfigError(err) {
+		os.Exit(extworker.ExitConfig)
 	}
 }

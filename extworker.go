@@ -230,8 +230,10 @@ func (a *App) Logger() *slog.Logger { return a.logger }
 // message, reading another instance's variables).
 func (a *App) Client() *camunda7.Client { return a.client }
 
-// Handle registers h for topic; opts.LockDuration defaults to EXTWORKER_LOCK_DURATION. A
-// registration error (a topic twice, invalid options) is returned here and again by Run.
+// Handle registers h for topic; opts.LockDuration defaults to EXTWORKER_LOCK_DURATION,
+// whose own default is tasks.DefaultLockDuration, what a tasks.Registry uses: one default
+// either way. A registration error (a topic twice, invalid options) is returned here and
+// again by Run.
 func (a *App) Handle(topic string, h tasks.Handler, opts tasks.TopicOptions) error {
 	if opts.LockDuration == 0 {
 		opts.LockDuration = a.cfg.LockDuration
