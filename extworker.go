@@ -183,7 +183,7 @@ func (a *App) open(ctx context.Context) error {
 	// The ledger reports to the metrics, logs through the running task's logger (so its
 	// records carry the task's fields) and names the intent on the task's records.
 	a.ledger = a.ledger.WithHooks(idempotency.Hooks{Observer: a.metrics, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
-	a.promReg.MustRegister(metrics.NewBacklogCollector(a.ledger, a.ops.ReadyTimeout, a.metrics, a.logger))
+	a.promReg.MustRegister(metrics.NewBacklogCollector(a.ledger.Operations(), a.ops.ReadyTimeout, a.metrics, a.logger))
 	if a.cfg.AMQPURL != "" {
 		// The outbox relay publishes what handlers added in their transactions
 		// (outbox.Add), and exposes its backlog and publishes as metrics.
@@ -337,7 +337,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if retention := a.cfg.LedgerRetention; retention > 0 {
 		background.Go(func() {
-			daemon.PrunePeriodically(ctx, "settled intents", func(ctx context.Context) (int64, error) { return a.ledger.Prune(ctx, retention) },
+			daemon.PrunePeriodically(ctx, "settled intents", func(ctx context.Context) (int64, error) { return a.ledger.Operations().Prune(ctx, retention) },
 				time.Hour, a.logger)
 		})
 		if a.relay != nil {
@@ -375,7 +375,7 @@ func (a *App) Run(ctx context.Context) error {
 
 // orphaned flags the intents of a task the engine cancelled (tasks.Config.OnTaskGone).
 func (a *App) orphaned(ctx context.Context, g tasks.Gone) {
-	if _, err := a.ledger.MarkOrphaned(ctx, g.ProcessInstanceID, g.TaskID, g.Reason); err != nil {
+	if _, err := a.ledger.Operations().MarkOrphaned(ctx, g.ProcessInstanceID, g.TaskID, g.Reason); err != nil {
 		a.logger.Error("flagging the intents of a cancelled task failed; find them with `extworker effects list`",
 			slog.String("external_task_id", g.TaskID), slog.String("process_instance_id", g.ProcessInstanceID), slog.Any("error", err))
 	}

@@ -132,7 +132,7 @@ func TestCancelledContextDispatchesNothing(t *testing.T) {
 			assert.Equal(t, before, calls, "no request left after the cancellation")
 			assert.Zero(t, effects, "the customer was not charged")
 
-			row, gerr := l.Get(context.Background(), in.Scope, in.Key)
+			row, gerr := l.Operations().Get(context.Background(), in.Scope, in.Key)
 			if gerr == nil {
 				assert.Contains(t, []idempotency.State{idempotency.StatePrepared, idempotency.StateUnknown}, row.State,
 					"a state the next attempt proceeds from")
@@ -231,7 +231,7 @@ func TestAnswerAfterCancellationIsRecorded(t *testing.T) {
 			require.True(t, sent)
 			require.Error(t, ctx.Err())
 			tc.check(t, out, err)
-			row, gerr := l.Get(context.Background(), in.Scope, in.Key)
+			row, gerr := l.Operations().Get(context.Background(), in.Scope, in.Key)
 			require.NoError(t, gerr)
 			assert.Equal(t, tc.want, row.State, "the answer is recorded, not left dispatched")
 			assert.Nil(t, row.LeaseUntil, "and the lease released")

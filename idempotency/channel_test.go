@@ -106,7 +106,7 @@ func TestN1EmailChannelChoosesAtMostOrAtLeastOnce(t *testing.T) {
 					posts++
 				}
 			}
-			row, err := l.Get(ctx, "receipt.email", "invoice:"+invoiceID+":receipt:v1")
+			row, err := l.Operations().Get(ctx, "receipt.email", "invoice:"+invoiceID+":receipt:v1")
 			require.NoError(t, err)
 			assert.Equal(t, 1, emails, "exactly one email either way")
 			if dedupe {

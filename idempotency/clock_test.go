@@ -82,7 +82,7 @@ func TestWorkerClockSkewDoesNotMoveWindowOrSearchLag(t *testing.T) {
 		assert.Equal(t, failure.KindRetryable, o.Kind)
 		assert.Contains(t, err.Error(), "index lag")
 		assert.Greater(t, o.RetryDelay, lag-10*time.Second, "the retry waits for the lag, as the database counts it")
-		r, err := l.Get(ctx, in.Scope, in.Key)
+		r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateUnknown, r.State)
 	})

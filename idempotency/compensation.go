@@ -82,9 +82,9 @@ func (a *attempt) compensationReason(providerRef string) string {
 
 // Compensation returns the intents linked to r by compensation: the one r compensates
 // (nil if none, or pruned), and those that compensate r.
-func (l *Ledger) Compensation(ctx context.Context, r Row) (compensates *Row, compensatedBy []Row, err error) {
+func (o *Operations) Compensation(ctx context.Context, r Row) (compensates *Row, compensatedBy []Row, err error) {
 	if r.CompensatesID != nil {
-		c, err := scanRow(l.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE id = $1`, *r.CompensatesID))
+		c, err := scanRow(o.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE id = $1`, *r.CompensatesID))
 		switch {
 		case err == nil:
 			compensates = &c
@@ -92,7 +92,7 @@ func (l *Ledger) Compensation(ctx context.Context, r Row) (compensates *Row, com
 			return nil, nil, fmt.Errorf("compensated intent: %w", err)
 		}
 	}
-	rows, err := l.pool.Query(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE compensates_id = $1 ORDER BY id`, r.ID)
+	rows, err := o.pool.Query(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE compensates_id = $1 ORDER BY id`, r.ID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("compensating intents: %w", err)
 	}

@@ -194,7 +194,7 @@ func TestCrashAfterProviderAnswerReconciles(t *testing.T) {
 	ns := l.Namespace()
 	p := newHTTPProvider(t)
 	runCrashHelper(t, "after-answer", ns, p.srv.URL)
-	r, err := l.Get(context.Background(), "payment.collect", "invoice:INV-CRASH:v1")
+	r, err := l.Operations().Get(context.Background(), "payment.collect", "invoice:INV-CRASH:v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateDispatched, r.State, "the dispatched mark was committed before the request left")
 	out := doUntilLeaseEnds(t, l, httpEffect(p.srv.URL, func(string) {}))
@@ -214,7 +214,7 @@ func TestCrashBeforeSendDispatchesAgainWithSameKey(t *testing.T) {
 	posts, effects := p.counts()
 	assert.Equal(t, 1, posts)
 	assert.Equal(t, 1, effects)
-	events, err := l.Events(context.Background(), "payment.collect", "invoice:INV-CRASH:v1")
+	events, err := l.Operations().Events(context.Background(), "payment.collect", "invoice:INV-CRASH:v1")
 	require.NoError(t, err)
 	var reasons []string
 	for _, e := range events {

@@ -23,10 +23,13 @@
 //
 // Do returns errors that are already failure outcomes (package failure): a decline is
 // a BPMN error, an unknown outcome waits for reconciliation, a held intent is an
-// incident. Operators list, inspect and settle intents with List, Get, Events, Resolve,
+// incident.
+//
+// The operator's side is apart, in Operations (Ledger.Operations, or NewOperations on a
+// pool): operators list, inspect and settle intents with List, Get, Events, Resolve,
 // Approve and RejectResolution (the two-person rule), and prune settled ones into
-// tombstones with Prune; the extworker binary's `effects` command wraps them, and
-// docs/operators.md is their runbook.
+// tombstones with Prune; the extworker binary's `effects` command and the console wrap
+// them, and docs/operators.md is their runbook.
 //
 // The database needs the schema of package migrations.
 //
@@ -36,7 +39,7 @@
 // passes it where production passes the ledger of New, and needs no database. Do is
 // written once over both (the same claim decision, leases, fencing, replays and
 // reconciliation), and package ledgertest holds both to one behaviour suite. The
-// in-memory ledger has no operators (their methods need PostgreSQL) and runs Effect.Local with a
+// in-memory ledger has no operators (Operations is nil) and runs Effect.Local with a
 // nil transaction.
 //
 // # Traces

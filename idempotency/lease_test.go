@@ -55,7 +55,7 @@ func TestDoRefusesAnEffectTheLeaseCannotWaitFor(t *testing.T) {
 	require.ErrorIs(t, err, idempotency.ErrLeaseTooShort)
 	assert.Equal(t, failure.KindPermanent, failure.Classify(err).Kind, "a configuration to fix: an incident, not retries")
 	assert.Zero(t, calls, "nothing sent")
-	_, err = l.Get(ctx, in.Scope, in.Key)
+	_, err = l.Operations().Get(ctx, in.Scope, in.Key)
 	assert.ErrorIs(t, err, idempotency.ErrNotFound, "nothing recorded")
 
 	eff.Timeout = 4 * time.Second // 4s + 500ms < 5s

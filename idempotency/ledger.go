@@ -140,6 +140,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Ledger, error) {
 	return &Ledger{store: &pgStore{pool}, pool: pool, cfg: cfg}, nil
 }
 
+// Namespace is the namespace this ledger works in.
+func (l *Ledger) Namespace() string { return l.cfg.Namespace }
+
 // Digest returns the canonical digest of a request: SHA-256 of its JSON with object keys
 // sorted and numbers kept as written, so equal requests have equal digests whatever the
 // field order of the struct or map they came from.

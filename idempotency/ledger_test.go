@@ -118,7 +118,7 @@ func kind(err error) failure.Kind { return failure.Classify(err).Kind }
 
 func state(t *testing.T, pool *pgxpool.Pool, l *idempotency.Ledger, in idempotency.Intent) idempotency.State {
 	t.Helper()
-	r, err := l.Get(context.Background(), in.Scope, in.Key)
+	r, err := l.Operations().Get(context.Background(), in.Scope, in.Key)
 	require.NoError(t, err)
 	return r.State
 }
@@ -201,7 +201,7 @@ func TestDigestMismatchSendsNothing(t *testing.T) {
 	assert.Equal(t, failure.KindPermanent, kind(err), "an incident")
 	calls, _ := p.stats()
 	assert.Equal(t, 1, calls, "zero requests with the new digest")
-	events, err := l.Events(ctx, "payment.collect", "invoice:INV-2:v1")
+	events, err := l.Operations().Events(ctx, "payment.collect", "invoice:INV-2:v1")
 	require.NoError(t, err)
 	assert.Contains(t, events[len(events)-1].Reason, "refused: same key, different request digest")
 }
@@ -333,7 +333,7 @@ func TestAttemptsCountedAcrossFailures(t *testing.T) {
 		go func() { defer close(done); _, _ = l.Do(ctx, in, eff) }()
 		<-done
 		testenv.Eventually(t, 10*time.Second, "the dead attempt's lease runs out", func() (bool, error) {
-			r, err := l.Get(ctx, in.Scope, in.Key)
+			r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 			return err == nil && r.LeaseUntil != nil && time.Until(*r.LeaseUntil) < -100*time.Millisecond, err
 		})
 	}
@@ -415,7 +415,7 @@ func TestCompensatedIntentIsNeverDispatchedAgain(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE extworker_intents SET state = 'compensated' WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
 		l.Namespace(), in.Scope, in.Key)
 	require.NoError(t, err)
-	before, err := l.Get(ctx, in.Scope, in.Key)
+	before, err := l.Operations().Get(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
 		out, err := l.Do(ctx, in, p.effect())
@@ -426,7 +426,7 @@ func TestCompensatedIntentIsNeverDispatchedAgain(t *testing.T) {
 	calls, effects := p.stats()
 	assert.Equal(t, 1, calls, "never dispatched again")
 	assert.Equal(t, 1, effects)
-	after, err := l.Get(ctx, in.Scope, in.Key)
+	after, err := l.Operations().Get(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompensated, after.State)
 	assert.Equal(t, before.Attempt, after.Attempt, "not even claimed")

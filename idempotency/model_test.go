@@ -90,7 +90,7 @@ func TestLedgerStateMachine(t *testing.T) {
 					rt.Fatalf("an error classified as success: %v", err)
 				}
 			case "resolve":
-				r, err := l.Get(ctx, in.Scope, in.Key)
+				r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 				if err != nil || (r.State != idempotency.StateOperatorHold && r.State != idempotency.StateUnknown) {
 					continue
 				}
@@ -102,14 +102,14 @@ func TestLedgerStateMachine(t *testing.T) {
 				if ok {
 					res = idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: ref, Reason: "checked", Operator: "model"}
 				}
-				if _, err := l.Resolve(ctx, in.Scope, in.Key, res); err != nil {
+				if _, err := l.Operations().Resolve(ctx, in.Scope, in.Key, res); err != nil {
 					rt.Fatalf("resolve: %v", err)
 				}
 			}
 			if len(p.effects) > 1 {
 				rt.Fatalf("%d provider effects for one intent", len(p.effects))
 			}
-			r, err := l.Get(ctx, in.Scope, in.Key)
+			r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 			if err != nil {
 				continue // not recorded yet is fine only before the first attempt
 			}
@@ -124,7 +124,7 @@ func TestLedgerStateMachine(t *testing.T) {
 				rt.Fatalf("%s without the provider's charge", r.State)
 			}
 		}
-		events, err := l.Events(ctx, in.Scope, in.Key)
+		events, err := l.Operations().Events(ctx, in.Scope, in.Key)
 		if err != nil {
 			rt.Fatalf("events: %v", err)
 		}

@@ -73,13 +73,16 @@ func (l *Ledger) WithHooks(h Hooks) *Ledger {
 
 // logger returns the logger for records about an effect run with ctx: the task's
 // (ContextLogger) or the ledger's.
-func (l *Ledger) logger(ctx context.Context) *slog.Logger {
-	if f := l.cfg.Hooks.ContextLogger; f != nil {
+func (l *Ledger) logger(ctx context.Context) *slog.Logger { return l.cfg.logger(ctx) }
+
+// logger returns the logger for records about ctx: Hooks.ContextLogger's, or Logger.
+func (c Config) logger(ctx context.Context) *slog.Logger {
+	if f := c.Hooks.ContextLogger; f != nil {
 		if tl := f(ctx); tl != nil {
 			return tl
 		}
 	}
-	return l.cfg.Logger
+	return c.Logger
 }
 
 // logger returns the ledger's logger for this attempt, with idempotency_scope and
@@ -133,12 +136,12 @@ type BacklogRow struct {
 // Backlog counts, per scope, the intents of this namespace that are unknown, held for an
 // operator, or dispatched (in flight, or left behind by a worker that died), with the age
 // of the oldest. One indexed aggregate query; for metrics.
-func (l *Ledger) Backlog(ctx context.Context) ([]BacklogRow, error) {
-	rows, err := l.pool.Query(ctx, `SELECT scope, state, count(*),
+func (o *Operations) Backlog(ctx context.Context) ([]BacklogRow, error) {
+	rows, err := o.pool.Query(ctx, `SELECT scope, state, count(*),
 			extract(epoch FROM now() - min(CASE WHEN state = 'unknown' THEN coalesce(first_dispatched_at, updated_at) ELSE updated_at END))::float8
 		FROM extworker_intents
 		WHERE namespace = $1 AND state IN ('unknown', 'operator_hold', 'dispatched')
-		GROUP BY scope, state ORDER BY scope, state`, l.cfg.Namespace)
+		GROUP BY scope, state ORDER BY scope, state`, o.cfg.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("ledger backlog: %w", err)
 	}

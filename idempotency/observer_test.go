@@ -90,7 +90,7 @@ func TestObserverAndBacklog(t *testing.T) {
 	_, err = l.Do(ctx, intent("OBS-2", 200), p.effect())
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 	assert.Equal(t, "transition payment.collect dispatched>unknown", obs.take()[2:][0])
-	rows, err := l.Backlog(ctx)
+	rows, err := l.Operations().Backlog(ctx)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	assert.Equal(t, idempotency.BacklogRow{Scope: "payment.collect", State: idempotency.StateUnknown, Count: 1, OldestAge: rows[0].OldestAge}, rows[0])
@@ -105,7 +105,7 @@ func TestObserverAndBacklog(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, out.State)
 	assert.Contains(t, obs.take(), "reconciled payment.collect found")
-	rows, err = l.Backlog(ctx)
+	rows, err = l.Operations().Backlog(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, rows)
 }

@@ -8,10 +8,43 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// This file holds what operators use: list, show, resolve and prune intents. Every
-// operator change is a compare-and-set that appends an event naming the operator.
+// Operations is the operator's side of an effect ledger in PostgreSQL, apart from the
+// handler's (Ledger.Do): list and inspect intents (List, Get, Events, Compensation,
+// Tombstone, Backlog), settle them (Resolve, and Approve or RejectResolution under the
+// two-person rule: ApprovalNeeded, Resolution, Resolutions), flag orphans (MarkOrphaned)
+// and prune settled intents into tombstones (Prune). Every operator change is a
+// compare-and-set that appends an event naming the operator. The extworker binary's
+// `effects` command and the console wrap it; docs/operators.md is their runbook.
+type Operations struct {
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+// NewOperations returns the operations of the ledger on pool with cfg (its Namespace,
+// ProviderWindow, ApprovalThreshold, WriteTimeout, Logger and Hooks), whose database
+// must be migrated (package migrations).
+func NewOperations(pool *pgxpool.Pool, cfg Config) (*Operations, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Operations{pool: pool, cfg: cfg}, nil
+}
+
+// Operations returns the operations of l: the same database, namespace and hooks. A
+// ledger from NewInMemory has none: nil.
+func (l *Ledger) Operations() *Operations {
+	if l.pool == nil {
+		return nil
+	}
+	return &Operations{pool: l.pool, cfg: l.cfg}
+}
+
+// Namespace is the namespace these operations work in.
+func (o *Operations) Namespace() string { return o.cfg.Namespace }
 
 // ErrNotFound is an intent that does not exist (in this ledger's namespace).
 var ErrNotFound = errors.New("idempotency: no such intent")
@@ -40,13 +73,10 @@ type Filter struct {
 	Limit     int           // default 100
 }
 
-// Namespace is the namespace this ledger works in.
-func (l *Ledger) Namespace() string { return l.cfg.Namespace }
-
 // Get returns one intent.
-func (l *Ledger) Get(ctx context.Context, scope, key string) (Row, error) {
-	r, err := scanRow(l.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
-		l.cfg.Namespace, scope, key))
+func (o *Operations) Get(ctx context.Context, scope, key string) (Row, error) {
+	r, err := scanRow(o.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
+		o.cfg.Namespace, scope, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%w: %s/%s", ErrNotFound, scope, key)
 	}
@@ -54,7 +84,7 @@ func (l *Ledger) Get(ctx context.Context, scope, key string) (Row, error) {
 }
 
 // List returns intents matching f, most recently changed first.
-func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
+func (o *Operations) List(ctx context.Context, f Filter) ([]Row, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -62,7 +92,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
 	// on a ledger of millions, "state = ANY(...)" or "($n = '' OR ...)" made PostgreSQL
 	// read every unknown intent (or the whole namespace, for a key without a scope)
 	// instead of the first rows of an index (docs/benchmarks.md).
-	where, args := []string{"namespace = $1"}, []any{l.cfg.Namespace}
+	where, args := []string{"namespace = $1"}, []any{o.cfg.Namespace}
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, fmt.Sprintf(cond, len(args)))
@@ -91,7 +121,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
 		where = append(where, "orphaned_at IS NOT NULL AND orphan_closed_at IS NULL")
 	}
 	args = append(args, f.Limit)
-	rows, err := l.pool.Query(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE `+strings.Join(where, " AND ")+
+	rows, err := o.pool.Query(ctx, `SELECT `+rowColumns+` FROM extworker_intents WHERE `+strings.Join(where, " AND ")+
 		fmt.Sprintf(` ORDER BY updated_at DESC LIMIT $%d`, len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list intents: %w", err)
@@ -100,13 +130,13 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Row, error) {
 }
 
 // Events returns an intent's transitions, oldest first.
-func (l *Ledger) Events(ctx context.Context, scope, key string) ([]Event, error) {
+func (o *Operations) Events(ctx context.Context, scope, key string) ([]Event, error) {
 	// A pruned intent's events stay, under its tombstone's id.
-	rows, err := l.pool.Query(ctx, `SELECT e.id, e.at, e.from_state, e.to_state, e.attempt, e.actor, e.task_id, e.reason, e.db_user
+	rows, err := o.pool.Query(ctx, `SELECT e.id, e.at, e.from_state, e.to_state, e.attempt, e.actor, e.task_id, e.reason, e.db_user
 		FROM extworker_intent_events e
 		WHERE e.intent_id = (SELECT id FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3
 			UNION ALL SELECT id FROM extworker_intent_tombstones WHERE namespace = $1 AND scope = $2 AND intent_key = $3 LIMIT 1)
-		ORDER BY e.id`, l.cfg.Namespace, scope, key)
+		ORDER BY e.id`, o.cfg.Namespace, scope, key)
 	if err != nil {
 		return nil, fmt.Errorf("intent events: %w", err)
 	}

@@ -54,7 +54,7 @@ func TestNotSentAttemptsDoNotExhaustMaxAttempts(t *testing.T) {
 			out, err := l.Do(ctx, in, eff)
 			require.NoError(t, err)
 			assert.Equal(t, idempotency.StateConfirmed, out.State)
-			r, err := l.Get(ctx, in.Scope, in.Key)
+			r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 			require.NoError(t, err)
 			assert.Zero(t, r.AbandonedAttempts)
 			assert.Equal(t, tier.refusals+1, r.Attempt)
@@ -91,7 +91,7 @@ func held(t *testing.T, l *idempotency.Ledger, in idempotency.Intent) {
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 	_, err = l.Do(ctx, in, eff)
 	require.Equal(t, failure.KindUnknownOutcome, kind(err))
-	r, err := l.Get(ctx, in.Scope, in.Key)
+	r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateOperatorHold, r.State)
 }
@@ -109,44 +109,44 @@ func TestTwoPersonRule(t *testing.T) {
 	in := intent("TP-1", 25000)
 	in.Amount = 25000 // above the threshold
 	held(t, l, in)
-	before, err := l.Get(ctx, in.Scope, in.Key)
+	before, err := l.Operations().Get(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 
 	confirm := idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_manual", Values: map[string]any{"paymentRef": "ch_manual"},
 		Reason: "dashboard shows ch_manual", Operator: "alice"}
-	res, err := alice.Resolve(ctx, in.Scope, in.Key, confirm)
+	res, err := alice.Operations().Resolve(ctx, in.Scope, in.Key, confirm)
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending, "a confirmation above the threshold waits for a second operator")
 	assert.Equal(t, idempotency.StateOperatorHold, res.Row.State)
 	assert.Equal(t, testenv.AliceLogin, res.Pending.RequestedDBUser)
-	_, err = alice.Resolve(ctx, in.Scope, in.Key, confirm)
+	_, err = alice.Operations().Resolve(ctx, in.Scope, in.Key, confirm)
 	assert.ErrorContains(t, err, "already pending", "one pending resolution per intent")
 
-	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "alice", Reason: "looks right to me"})
+	_, err = alice.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "alice", Reason: "looks right to me"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "nobody approves their own")
-	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "another name, same login"})
+	_, err = alice.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "another name, same login"})
 	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity, "a login acts under its person's name only")
-	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Reason: "no name given: the login's person"})
+	_, err = alice.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Reason: "no name given: the login's person"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval)
-	_, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "Alice", Reason: "another login, the requester's name"})
+	_, err = bob.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "Alice", Reason: "another login, the requester's name"})
 	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity)
 
-	rejected, err := bob.RejectResolution(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "ch_manual belongs to another invoice"})
+	rejected, err := bob.Operations().RejectResolution(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "ch_manual belongs to another invoice"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.ResolutionRejected, rejected.Status)
-	after, err := l.Get(ctx, in.Scope, in.Key)
+	after, err := l.Operations().Get(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 	assert.Equal(t, before.State, after.State, "rejection leaves the intent untouched")
 	assert.Equal(t, before.ProviderRef, after.ProviderRef)
 	assert.Equal(t, before.Attempt, after.Attempt)
-	_, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "changed my mind"})
+	_, err = bob.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "changed my mind"})
 	assert.ErrorIs(t, err, idempotency.ErrNotPending)
 
 	confirm.ProviderRef, confirm.Values = "ch_right", map[string]any{"paymentRef": "ch_right"}
-	res, err = alice.Resolve(ctx, in.Scope, in.Key, confirm)
+	res, err = alice.Operations().Resolve(ctx, in.Scope, in.Key, confirm)
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending)
-	approved, err := bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "checked ch_right in the dashboard"})
+	approved, err := bob.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "checked ch_right in the dashboard"})
 	require.NoError(t, err)
 	assert.Nil(t, approved.Pending)
 	assert.Equal(t, idempotency.StateConfirmed, approved.Row.State, "approval by another operator applies it")
@@ -159,12 +159,12 @@ func TestTwoPersonRule(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ch_right", out.Values["paymentRef"], "the task completes from the ledger")
 
-	req, err := l.Resolution(ctx, res.Pending.ID)
+	req, err := l.Operations().Resolution(ctx, res.Pending.ID)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.ResolutionApproved, req.Status)
 	assert.Equal(t, "bob", *req.DecidedBy)
 	assert.Equal(t, testenv.BobLogin, *req.DecidedDBUser)
-	events, err := l.Events(ctx, in.Scope, in.Key)
+	events, err := l.Operations().Events(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 	var trail []string
 	for _, e := range events {
@@ -196,22 +196,22 @@ func TestTwoPersonRuleConsoleLogin(t *testing.T) {
 	in := intent("CL-1", 25000)
 	held(t, l, in)
 	confirm := idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_console", Reason: "dashboard shows ch_console", Operator: "alice"}
-	res, err := console.Resolve(ctx, in.Scope, in.Key, confirm)
+	res, err := console.Operations().Resolve(ctx, in.Scope, in.Key, confirm)
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending)
 	assert.Equal(t, testenv.ConsoleLogin, res.Pending.RequestedDBUser)
-	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "ALICE", Reason: "mine, but approved anyway"})
+	_, err = console.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "ALICE", Reason: "mine, but approved anyway"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "the console names the person")
-	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "mallory", Reason: "a name nobody registered"})
+	_, err = console.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "mallory", Reason: "a name nobody registered"})
 	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity, "the console names registered operators only")
-	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "console request, CLI approval under another name"})
+	_, err = alice.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "console request, CLI approval under another name"})
 	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity)
-	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Reason: "console request, CLI approval on her own login"})
+	_, err = alice.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Reason: "console request, CLI approval on her own login"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval, "alice in the console is alice on her login")
-	approved, err := console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "checked ch_console"})
+	approved, err := console.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "checked ch_console"})
 	require.NoError(t, err, "another registered person on the console's login is a second person")
 	assert.Equal(t, idempotency.StateConfirmed, approved.Row.State)
-	req, err := l.Resolution(ctx, res.Pending.ID)
+	req, err := l.Operations().Resolution(ctx, res.Pending.ID)
 	require.NoError(t, err)
 	assert.Equal(t, testenv.ConsoleLogin, *req.DecidedDBUser)
 	assert.Equal(t, testenv.Bob, *req.DecidedBy)
@@ -219,15 +219,15 @@ func TestTwoPersonRuleConsoleLogin(t *testing.T) {
 	// The reverse: requested with alice's login, approved in the console.
 	in = intent("CL-2", 25000)
 	held(t, l, in)
-	res, err = alice.Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_cli", Reason: "seen"})
+	res, err = alice.Operations().Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_cli", Reason: "seen"})
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending)
 	assert.Equal(t, testenv.Alice, res.Pending.RequestedBy, "the login's person, not a name typed in")
-	_, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "alice", Reason: "CLI request, console approval"})
+	_, err = console.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "alice", Reason: "CLI request, console approval"})
 	assert.ErrorIs(t, err, idempotency.ErrSelfApproval)
-	_, err = alice.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "another name, alice's login"})
+	_, err = alice.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "another name, alice's login"})
 	assert.ErrorIs(t, err, idempotency.ErrOperatorIdentity, "a login acts as its person only")
-	approved, err = console.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "carol, console only"})
+	approved, err = console.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "carol", Reason: "carol, console only"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, approved.Row.State)
 	_ = bob
@@ -239,14 +239,14 @@ func TestApprovalNeeded(t *testing.T) {
 	t.Parallel()
 	l, pool := newLedger(t, idempotency.Config{ApprovalThreshold: 5000})
 	alice, bob := operators(t, l, idempotency.Config{ApprovalThreshold: 5000})
-	alicePreview, _ := alice.ApprovalNeeded(idempotency.Row{Amount: new(int64(1000))}, idempotency.StateConfirmed)
+	alicePreview, _ := alice.Operations().ApprovalNeeded(idempotency.Row{Amount: new(int64(1000))}, idempotency.StateConfirmed)
 	assert.False(t, alicePreview, "the preview agrees with the database's threshold")
 	ctx := testenv.Context(t, time.Minute)
 
 	small := intent("AN-1", 1000)
 	small.Amount = 1000
 	held(t, l, small)
-	res, err := alice.Resolve(ctx, small.Scope, small.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_1",
+	res, err := alice.Operations().Resolve(ctx, small.Scope, small.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_1",
 		Reason: "found", Operator: "alice"})
 	require.NoError(t, err)
 	assert.Nil(t, res.Pending)
@@ -254,7 +254,7 @@ func TestApprovalNeeded(t *testing.T) {
 
 	unknownAmount := intent("AN-2", 1000)
 	held(t, l, unknownAmount)
-	res, err = alice.Resolve(ctx, unknownAmount.Scope, unknownAmount.Key, idempotency.Resolution{As: idempotency.StateRejected,
+	res, err = alice.Operations().Resolve(ctx, unknownAmount.Scope, unknownAmount.Key, idempotency.Resolution{As: idempotency.StateRejected,
 		Reason: "the provider never got it", Operator: "alice"})
 	require.NoError(t, err)
 	assert.Nil(t, res.Pending, "declaring money not moved is one operator's call")
@@ -266,11 +266,11 @@ func TestApprovalNeeded(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE extworker_intents SET orphaned_at = now(), orphan_reason = 'instance deleted' WHERE namespace = $1 AND intent_key = $2`,
 		l.Namespace(), orphan.Key)
 	require.NoError(t, err)
-	res, err = alice.Resolve(ctx, orphan.Scope, orphan.Key, idempotency.Resolution{As: idempotency.StateRejected,
+	res, err = alice.Operations().Resolve(ctx, orphan.Scope, orphan.Key, idempotency.Resolution{As: idempotency.StateRejected,
 		Reason: "refund issued by hand", Operator: "alice"})
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending, "every verdict on an orphan needs a second operator")
-	_, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "refund seen"})
+	_, err = bob.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "refund seen"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateRejected, state(t, pool, l, orphan))
 }
@@ -285,11 +285,11 @@ func TestRetryVerdictSendsTheIntentAgain(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	in := intent("RV-1", 700)
 	held(t, l, in)
-	res, err := alice.Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StatePrepared,
+	res, err := alice.Operations().Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StatePrepared,
 		Reason: "the provider has no record of the key", Operator: "alice"})
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending, "sending money again needs a second operator")
-	res, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "confirmed no record"})
+	res, err = bob.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "confirmed no record"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StatePrepared, res.Row.State)
 	assert.Zero(t, res.Row.AbandonedAttempts)
@@ -319,7 +319,7 @@ func TestStaleResolutionIsNotApplied(t *testing.T) {
 	}}
 	_, err := l.Do(ctx, in, eff) // unknown: an operator may resolve it, a worker may reconcile it
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
-	res, err := alice.Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_x",
+	res, err := alice.Operations().Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_x",
 		Reason: "probably went through", Operator: "alice"})
 	require.NoError(t, err)
 	require.NotNil(t, res.Pending)
@@ -328,13 +328,13 @@ func TestStaleResolutionIsNotApplied(t *testing.T) {
 	}
 	_, err = l.Do(ctx, in, eff)
 	require.NoError(t, err)
-	_, err = bob.Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "ok"})
+	_, err = bob.Operations().Approve(ctx, res.Pending.ID, idempotency.Decision{Operator: "bob", Reason: "ok"})
 	assert.ErrorIs(t, err, idempotency.ErrStaleResolution)
-	r, err := l.Get(ctx, in.Scope, in.Key)
+	r, err := l.Operations().Get(ctx, in.Scope, in.Key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, r.State)
 	assert.Equal(t, "ch_real", *r.ProviderRef)
-	req, err := l.Resolution(ctx, res.Pending.ID)
+	req, err := l.Operations().Resolution(ctx, res.Pending.ID)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.ResolutionStale, req.Status)
 	_ = pool
@@ -352,7 +352,7 @@ func TestWorkerRoleCannotResolve(t *testing.T) {
 	out, err := worker.Do(ctx, intent("WR-1", 100), p.effect())
 	require.NoError(t, err, "the worker role's grants are enough to run effects")
 	assert.Equal(t, idempotency.StateConfirmed, out.State)
-	_, err = worker.Prune(ctx, idempotency.MinRetention(24*time.Hour))
+	_, err = worker.Operations().Prune(ctx, idempotency.MinRetention(24*time.Hour))
 	require.NoError(t, err, "the worker role prunes through extworker_prune")
 
 	in := intent("WR-2", 100)
@@ -360,13 +360,13 @@ func TestWorkerRoleCannotResolve(t *testing.T) {
 	held(t, worker, in)
 	wl, err := idempotency.New(testenv.DBAs(t, testenv.WorkerLogin), idempotency.Config{Namespace: l.Namespace(), ApprovalThreshold: 100})
 	require.NoError(t, err)
-	_, err = wl.Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_forged",
+	_, err = wl.Operations().Resolve(ctx, in.Scope, in.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_forged",
 		Reason: "trust me", Operator: "mallory"})
 	assert.ErrorContains(t, err, "permission denied for function extworker_resolve")
 	in.Amount = 0
 	in2 := intent("WR-3", 100)
 	held(t, worker, in2)
-	_, err = wl.Resolve(ctx, in2.Scope, in2.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_forged",
+	_, err = wl.Operations().Resolve(ctx, in2.Scope, in2.Key, idempotency.Resolution{As: idempotency.StateConfirmed, ProviderRef: "ch_forged",
 		Reason: "trust me", Operator: "mallory"})
 	assert.ErrorContains(t, err, "permission denied", "nor record a resolution for a second operator")
 }
@@ -393,7 +393,7 @@ func TestPruneKeepsTheEvidence(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Do(ctx, orphan, p.effect())
 	require.NoError(t, err)
-	_, err = l.MarkOrphaned(ctx, "", "task-PR-2", "instance deleted")
+	_, err = l.Operations().MarkOrphaned(ctx, "", "task-PR-2", "instance deleted")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE extworker_intents SET orphaned_at = now(), orphan_reason = 'instance deleted' WHERE namespace = $1 AND intent_key = $2`,
 		l.Namespace(), orphan.Key)
@@ -406,25 +406,25 @@ func TestPruneKeepsTheEvidence(t *testing.T) {
 	}
 
 	for _, retention := range []time.Duration{0, time.Hour, 24 * time.Hour, 47 * time.Hour} {
-		_, err := l.Prune(ctx, retention)
+		_, err := l.Operations().Prune(ctx, retention)
 		assert.ErrorIs(t, err, idempotency.ErrRetentionTooShort, "retention %v", retention)
 	}
 	_, err = pool.Exec(ctx, `SELECT extworker_prune($1, interval '1 hour', 10)`, l.Namespace())
 	assert.ErrorContains(t, err, "under a day", "the database refuses a short retention too")
 
-	n, err := l.Prune(ctx, idempotency.MinRetention(24*time.Hour))
+	n, err := l.Operations().Prune(ctx, idempotency.MinRetention(24*time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n, "only the settled, not orphaned intent")
-	_, err = l.Get(ctx, charged.Scope, charged.Key)
+	_, err = l.Operations().Get(ctx, charged.Scope, charged.Key)
 	require.ErrorIs(t, err, idempotency.ErrNotFound)
 	assert.Equal(t, idempotency.StateConfirmed, state(t, pool, l, orphan))
 	assert.Equal(t, idempotency.StateUnknown, state(t, pool, l, doubt))
 
-	tomb, err := l.Tombstone(ctx, charged.Scope, charged.Key)
+	tomb, err := l.Operations().Tombstone(ctx, charged.Scope, charged.Key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, tomb.State)
 	require.NotNil(t, tomb.ProviderRef)
-	events, err := l.Events(ctx, charged.Scope, charged.Key)
+	events, err := l.Operations().Events(ctx, charged.Scope, charged.Key)
 	require.NoError(t, err)
 	assert.NotEmpty(t, events, "the events of a pruned intent stay")
 
@@ -448,7 +448,7 @@ func TestPruneInBatches(t *testing.T) {
 		SELECT $1, 'payment.collect', 'bulk:' || i, 'd', 'ew_' || i, 'confirmed', now() - interval '30 days' FROM generate_series(1, $2) i`,
 		l.Namespace(), n)
 	require.NoError(t, err)
-	pruned, err := l.Prune(ctx, idempotency.MinRetention(24*time.Hour))
+	pruned, err := l.Operations().Prune(ctx, idempotency.MinRetention(24*time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, int64(n), pruned)
 	var tombs int
@@ -486,22 +486,22 @@ func TestCompensatingIntentMarksTheOriginalCompensated(t *testing.T) {
 	require.NoError(t, err, "the refund replays")
 	assert.Equal(t, 1, refunds)
 
-	cr, err := l.Get(ctx, charge.Scope, charge.Key)
+	cr, err := l.Operations().Get(ctx, charge.Scope, charge.Key)
 	require.NoError(t, err)
-	rr, err := l.Get(ctx, refund.Scope, refund.Key)
+	rr, err := l.Operations().Get(ctx, refund.Scope, refund.Key)
 	require.NoError(t, err)
 	assert.NotEqual(t, cr.ProviderKey, rr.ProviderKey, "the refund has its own key")
 	assert.NotEqual(t, cr.Digest, rr.Digest)
-	compensates, by, err := l.Compensation(ctx, rr)
+	compensates, by, err := l.Operations().Compensation(ctx, rr)
 	require.NoError(t, err)
 	require.NotNil(t, compensates)
 	assert.Equal(t, charge.Key, compensates.Key)
 	assert.Empty(t, by)
-	_, by, err = l.Compensation(ctx, cr)
+	_, by, err = l.Operations().Compensation(ctx, cr)
 	require.NoError(t, err)
 	require.Len(t, by, 1)
 	assert.Equal(t, refund.Key, by[0].Key)
-	events, err := l.Events(ctx, charge.Scope, charge.Key)
+	events, err := l.Operations().Events(ctx, charge.Scope, charge.Key)
 	require.NoError(t, err)
 	assert.Contains(t, events[len(events)-1].Reason, "compensated by payment.refund/invoice:CP-1:refund:v1 (provider ref re_1)")
 

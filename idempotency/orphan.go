@@ -15,10 +15,10 @@ import (
 // Filter{Orphaned: true} (extworker effects list --orphaned) to compensate or close it.
 // Intents never dispatched (prepared) and already flagged ones are left alone. It
 // returns how many intents it flagged.
-func (l *Ledger) MarkOrphaned(ctx context.Context, processInstanceID, taskID, reason string) (int, error) {
-	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
+func (o *Operations) MarkOrphaned(ctx context.Context, processInstanceID, taskID, reason string) (int, error) {
+	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
 	defer cancel()
-	rows, err := l.pool.Query(wctx, `WITH o AS (
+	rows, err := o.pool.Query(wctx, `WITH o AS (
 			UPDATE extworker_intents SET orphaned_at = now(), orphan_reason = $4, updated_at = now()
 			WHERE namespace = $1 AND process_instance_id = $2 AND task_id = $3 AND orphaned_at IS NULL
 				AND state IN ('dispatched', 'unknown', 'confirmed', 'reconciled', 'operator_hold')
@@ -26,13 +26,13 @@ func (l *Ledger) MarkOrphaned(ctx context.Context, processInstanceID, taskID, re
 		ev AS (
 			INSERT INTO extworker_intent_events (intent_id, from_state, to_state, attempt, actor, task_id, reason)
 			SELECT id, state, state, attempt, 'worker', $3, 'orphaned: ' || $4 FROM o)
-		SELECT scope, intent_key, state FROM o`, l.cfg.Namespace, processInstanceID, taskID, reason)
+		SELECT scope, intent_key, state FROM o`, o.cfg.Namespace, processInstanceID, taskID, reason)
 	if err != nil {
-		l.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
+		o.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
 		return 0, fmt.Errorf("idempotency: mark orphaned intents of task %s: %w", taskID, err)
 	}
 	defer rows.Close()
-	log := l.logger(ctx)
+	log := o.cfg.logger(ctx)
 	n := 0
 	for rows.Next() {
 		var scope, key, state string

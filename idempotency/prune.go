@@ -35,16 +35,16 @@ var ErrRetentionTooShort = errors.New("idempotency: retention too short")
 // batches, and returns how many it pruned. Orphaned intents and intents not settled are
 // kept; events are kept. A retention under MinRetention(Config.ProviderWindow) is
 // refused with ErrRetentionTooShort.
-func (l *Ledger) Prune(ctx context.Context, retention time.Duration) (int64, error) {
-	if min := MinRetention(l.cfg.ProviderWindow); retention < min {
+func (o *Operations) Prune(ctx context.Context, retention time.Duration) (int64, error) {
+	if min := MinRetention(o.cfg.ProviderWindow); retention < min {
 		return 0, fmt.Errorf("%w: %v is under the provider's key window (%v) plus %v; settled intents younger than %v are kept",
-			ErrRetentionTooShort, retention, l.cfg.ProviderWindow, PruneMargin, min)
+			ErrRetentionTooShort, retention, o.cfg.ProviderWindow, PruneMargin, min)
 	}
 	var total int64
 	for {
 		var n int64
-		err := l.pool.QueryRow(ctx, `SELECT extworker_prune($1, $2::bigint * interval '1 microsecond', $3)`,
-			l.cfg.Namespace, retention.Microseconds(), pruneBatch).Scan(&n)
+		err := o.pool.QueryRow(ctx, `SELECT extworker_prune($1, $2::bigint * interval '1 microsecond', $3)`,
+			o.cfg.Namespace, retention.Microseconds(), pruneBatch).Scan(&n)
 		if err != nil {
 			return total, fmt.Errorf("prune intents: %w", err)
 		}
@@ -68,8 +68,8 @@ type Tombstone struct {
 }
 
 // Tombstone returns the tombstone of a pruned intent, or ErrNotFound.
-func (l *Ledger) Tombstone(ctx context.Context, scope, key string) (Tombstone, error) {
-	return readTombstone(ctx, l.pool, l.cfg.Namespace, scope, key)
+func (o *Operations) Tombstone(ctx context.Context, scope, key string) (Tombstone, error) {
+	return readTombstone(ctx, o.pool, o.cfg.Namespace, scope, key)
 }
 
 // readTombstone reads a tombstone with q (the pool, or the claim's transaction).

@@ -104,7 +104,7 @@ var (
 // ledger's Config.ApprovalThreshold, and why: a preview for listings. The database
 // decides (extworker_resolve, with the threshold `extworker migrate` recorded for the
 // namespace; SetApprovalThreshold).
-func (l *Ledger) ApprovalNeeded(r Row, as State) (bool, string) {
+func (o *Operations) ApprovalNeeded(r Row, as State) (bool, string) {
 	switch {
 	case r.OrphanedAt != nil:
 		return true, "the intent is orphaned (its task was cancelled after the effect was dispatched)"
@@ -112,8 +112,8 @@ func (l *Ledger) ApprovalNeeded(r Row, as State) (bool, string) {
 		return false, ""
 	case r.Amount == nil:
 		return true, "the intent records no amount"
-	case *r.Amount > l.cfg.ApprovalThreshold:
-		return true, fmt.Sprintf("its amount %d is above the approval threshold %d", *r.Amount, l.cfg.ApprovalThreshold)
+	case *r.Amount > o.cfg.ApprovalThreshold:
+		return true, fmt.Sprintf("its amount %d is above the approval threshold %d", *r.Amount, o.cfg.ApprovalThreshold)
 	}
 	return false, ""
 }
@@ -129,7 +129,7 @@ func (l *Ledger) ApprovalNeeded(r Row, as State) (bool, string) {
 // The person is the database's to say: the operator registered for the session's login
 // (res.Operator, when given, must be their name), or, on the console's login only, the
 // registered operator res.Operator names.
-func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution) (Resolved, error) {
+func (o *Operations) Resolve(ctx context.Context, scope, key string, res Resolution) (Resolved, error) {
 	if !validText(res.Values) {
 		// json.Marshal would write U+FFFD in their place: not what the operator gave.
 		return Resolved{}, fmt.Errorf("resolve %s/%s: %w: a value is not valid UTF-8 text", scope, key, ErrInvalidVerdict)
@@ -141,23 +141,23 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution)
 	if res.Values == nil {
 		values = nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
+	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
 	defer cancel()
 	var id int64
 	var status, why string
-	err = l.pool.QueryRow(wctx, `SELECT resolution_id, status, why FROM extworker_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		l.cfg.Namespace, scope, key, string(res.As), res.ProviderRef, values, res.ErrorCode, res.Reason, res.Operator).Scan(&id, &status, &why)
+	err = o.pool.QueryRow(wctx, `SELECT resolution_id, status, why FROM extworker_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		o.cfg.Namespace, scope, key, string(res.As), res.ProviderRef, values, res.ErrorCode, res.Reason, res.Operator).Scan(&id, &status, &why)
 	if err != nil {
 		if isUniqueViolation(err) || sqlState(err) == "EXW03" {
 			err = fmt.Errorf("a resolution is already pending for this intent; approve or reject it first (extworker effects resolutions)")
 		}
 		return Resolved{}, fmt.Errorf("resolve %s/%s: %w", scope, key, operatorError(err))
 	}
-	r, err := l.Get(ctx, scope, key)
+	r, err := o.Get(ctx, scope, key)
 	if err != nil || status != string(ResolutionPending) {
 		return Resolved{Row: r}, err
 	}
-	req, err := l.Resolution(ctx, id)
+	req, err := o.Resolution(ctx, id)
 	return Resolved{Row: r, Pending: &req}, err
 }
 
@@ -166,12 +166,12 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, res Resolution)
 // (extworker_decide), and the database users too outside the console's login. If the
 // intent has moved since the request, the resolution goes stale and is not applied
 // (ErrStaleResolution). d.Operator names the person as in Resolve.
-func (l *Ledger) Approve(ctx context.Context, id int64, d Decision) (Resolved, error) {
-	req, err := l.decide(ctx, id, d, true)
+func (o *Operations) Approve(ctx context.Context, id int64, d Decision) (Resolved, error) {
+	req, err := o.decide(ctx, id, d, true)
 	if err != nil {
 		return Resolved{}, err
 	}
-	r, err := l.Get(ctx, req.Scope, req.Key)
+	r, err := o.Get(ctx, req.Scope, req.Key)
 	if err == nil && req.Status == ResolutionStale {
 		err = fmt.Errorf("%w: resolution #%d was asked of %s/%s when it was %s at attempt %d; it is %s at attempt %d now, so it was not applied; look again and resolve anew",
 			ErrStaleResolution, id, req.Scope, req.Key, req.FromState, req.Attempt, r.State, r.Attempt)
@@ -181,16 +181,16 @@ func (l *Ledger) Approve(ctx context.Context, id int64, d Decision) (Resolved, e
 
 // RejectResolution turns a pending resolution down; the intent is left as it is. A
 // different person rejects it, or its requester withdraws it.
-func (l *Ledger) RejectResolution(ctx context.Context, id int64, d Decision) (ResolutionRequest, error) {
-	return l.decide(ctx, id, d, false)
+func (o *Operations) RejectResolution(ctx context.Context, id int64, d Decision) (ResolutionRequest, error) {
+	return o.decide(ctx, id, d, false)
 }
 
 // decide runs extworker_decide and returns the resolution as it was left.
-func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approve bool) (ResolutionRequest, error) {
-	wctx, cancel := context.WithTimeout(ctx, l.cfg.WriteTimeout)
+func (o *Operations) decide(ctx context.Context, id int64, d Decision, approve bool) (ResolutionRequest, error) {
+	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
 	defer cancel()
 	var status string
-	if err := l.pool.QueryRow(wctx, `SELECT extworker_decide($1, $2, $3, $4, $5)`, l.cfg.Namespace, id, approve, d.Reason, d.Operator).
+	if err := o.pool.QueryRow(wctx, `SELECT extworker_decide($1, $2, $3, $4, $5)`, o.cfg.Namespace, id, approve, d.Reason, d.Operator).
 		Scan(&status); err != nil {
 		verb := "reject"
 		if approve {
@@ -198,7 +198,7 @@ func (l *Ledger) decide(ctx context.Context, id int64, d Decision, approve bool)
 		}
 		return ResolutionRequest{}, fmt.Errorf("%s resolution #%d: %w", verb, id, operatorError(err))
 	}
-	return l.Resolution(ctx, id)
+	return o.Resolution(ctx, id)
 }
 
 // validText reports whether every string in v (and its map keys) is valid UTF-8.
@@ -305,11 +305,11 @@ func scanResolution(r pgx.Row, extra ...any) (ResolutionRequest, error) {
 }
 
 // Resolution returns one resolution request.
-func (l *Ledger) Resolution(ctx context.Context, id int64) (ResolutionRequest, error) {
-	req, err := scanResolution(l.pool.QueryRow(ctx, `SELECT `+resolutionColumns+` FROM extworker_resolutions WHERE id = $1 AND namespace = $2`,
-		id, l.cfg.Namespace))
+func (o *Operations) Resolution(ctx context.Context, id int64) (ResolutionRequest, error) {
+	req, err := scanResolution(o.pool.QueryRow(ctx, `SELECT `+resolutionColumns+` FROM extworker_resolutions WHERE id = $1 AND namespace = $2`,
+		id, o.cfg.Namespace))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return req, fmt.Errorf("%w: no resolution #%d in namespace %s", ErrNotFound, id, l.cfg.Namespace)
+		return req, fmt.Errorf("%w: no resolution #%d in namespace %s", ErrNotFound, id, o.cfg.Namespace)
 	}
 	return req, err
 }
@@ -322,14 +322,14 @@ type ResolutionFilter struct {
 }
 
 // Resolutions returns resolution requests, newest first.
-func (l *Ledger) Resolutions(ctx context.Context, f ResolutionFilter) ([]ResolutionRequest, error) {
+func (o *Operations) Resolutions(ctx context.Context, f ResolutionFilter) ([]ResolutionRequest, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
 	// Only the filters that are set become conditions, as in List: an intent's requests
 	// are then an index scan on extworker_resolutions_key, not a read of every request of
 	// the namespace.
-	where, args := []string{"namespace = $1"}, []any{l.cfg.Namespace}
+	where, args := []string{"namespace = $1"}, []any{o.cfg.Namespace}
 	add := func(column, v string) {
 		if v != "" {
 			args = append(args, v)
@@ -340,7 +340,7 @@ func (l *Ledger) Resolutions(ctx context.Context, f ResolutionFilter) ([]Resolut
 	add("scope", f.Scope)
 	add("intent_key", f.Key)
 	args = append(args, f.Limit)
-	rows, err := l.pool.Query(ctx, `SELECT `+resolutionColumns+` FROM extworker_resolutions WHERE `+strings.Join(where, " AND ")+
+	rows, err := o.pool.Query(ctx, `SELECT `+resolutionColumns+` FROM extworker_resolutions WHERE `+strings.Join(where, " AND ")+
 		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("resolutions: %w", err)

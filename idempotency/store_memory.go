@@ -12,7 +12,7 @@ import (
 // fencing, replays, digest mismatches, declines, unknown outcomes and their
 // reconciliation, operator holds and compensation (package ledgertest runs one suite
 // against both). Its clock is the local one, its intents live as long as the ledger,
-// and there are no operators (their methods need PostgreSQL): what only an operator settles
+// and there are no operators (Operations returns nil): what only an operator settles
 // (an operator hold) stays held. Effect.Local runs after the compare-and-set that
 // confirms the intent is checked, with a nil pgx.Tx, and nothing undoes what it did if
 // the confirmation is then fenced off.

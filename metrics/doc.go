@@ -3,7 +3,7 @@
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(reg, metrics.Options{MaxConcurrency: 16})
-//	reg.MustRegister(metrics.NewBacklogCollector(ledger, 2*time.Second, m, logger))
+//	reg.MustRegister(metrics.NewBacklogCollector(ledger.Operations(), 2*time.Second, m, logger))
 //	ledger = ledger.WithHooks(idempotency.Hooks{Observer: m, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
 //	w, err := tasks.New(client, reg, tasks.Config{MaxConcurrency: 16, Observer: m, Logger: logger})
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

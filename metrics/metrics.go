@@ -235,12 +235,12 @@ func (m *Metrics) DatabaseError(operation string, _ error) {
 	m.dbErrors.WithLabelValues(operation).Inc()
 }
 
-// Backlogger is the part of *idempotency.Ledger the backlog collector needs.
+// Backlogger is the part of *idempotency.Operations the backlog collector needs.
 type Backlogger interface {
 	Backlog(ctx context.Context) ([]idempotency.BacklogRow, error)
 }
 
-var _ Backlogger = (*idempotency.Ledger)(nil)
+var _ Backlogger = (*idempotency.Operations)(nil)
 
 // BacklogCollector reports the ledger's backlog (unknown, held and dispatched intents,
 // and the age of the oldest, per scope), queried from the database at each scrape with a

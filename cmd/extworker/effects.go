@@ -174,13 +174,13 @@ func parseState(name string) (idempotency.State, error) {
 	return "", fmt.Errorf("unknown state %q: valid states are %s", name, validStatesText)
 }
 
-// open opens the ledger, which must be migrated; close releases its pool.
-func (e *effectsCmd) open(ctx context.Context) (*idempotency.Ledger, func(), error) {
+// open opens the ledger's operations, which must be migrated; close releases its pool.
+func (e *effectsCmd) open(ctx context.Context) (*idempotency.Operations, func(), error) {
 	l, pool, err := daemon.OpenLedger(ctx, e.cfg, e.logger, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	return l, pool.Close, nil
+	return l.Operations(), pool.Close, nil
 }
 
 // ---- list
@@ -339,7 +339,7 @@ func (e *effectsCmd) show(ctx context.Context, args []string) error {
 }
 
 // showTombstone shows what prune left of an intent, and its events.
-func (e *effectsCmd) showTombstone(ctx context.Context, l *idempotency.Ledger, t idempotency.Tombstone, asJSON bool) error {
+func (e *effectsCmd) showTombstone(ctx context.Context, l *idempotency.Operations, t idempotency.Tombstone, asJSON bool) error {
 	events, err := l.Events(ctx, t.Scope, t.Key)
 	if err != nil {
 		return err
@@ -382,7 +382,7 @@ type tombstoneJSON struct {
 
 // findIntent returns the intent KEY in scope, or, with no scope, in the only scope that
 // has it.
-func findIntent(ctx context.Context, l *idempotency.Ledger, cmd, scope, key string) (idempotency.Row, error) {
+func findIntent(ctx context.Context, l *idempotency.Operations, cmd, scope, key string) (idempotency.Row, error) {
 	if scope != "" {
 		return l.Get(ctx, scope, key)
 	}
@@ -624,7 +624,7 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 }
 
 // applied reports a verdict applied to row, and gives its task a retry when it needs one.
-func (e *effectsCmd) applied(ctx context.Context, cmd string, l *idempotency.Ledger, row idempotency.Row, asJSON bool) error {
+func (e *effectsCmd) applied(ctx context.Context, cmd string, l *idempotency.Operations, row idempotency.Row, asJSON bool) error {
 	namespace := l.Namespace()
 	act := e.resumeTask(ctx, row)
 	if asJSON {
@@ -655,7 +655,7 @@ func (e *effectsCmd) applied(ctx context.Context, cmd string, l *idempotency.Led
 
 // decidedBy is who the database recorded as deciding row's last change (the actor of its
 // last event): the person registered for the login, never a name typed in.
-func decidedBy(ctx context.Context, l *idempotency.Ledger, row idempotency.Row) string {
+func decidedBy(ctx context.Context, l *idempotency.Operations, row idempotency.Row) string {
 	events, err := l.Events(ctx, row.Scope, row.Key)
 	if err != nil || len(events) == 0 {
 		return "an operator (extworker effects show names who)"

@@ -122,7 +122,7 @@ func holdIntent(t *testing.T, l *idempotency.Ledger, scope, key string, task ide
 	_, err = l.Do(ctx, in, eff)
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 	require.Equal(t, failure.KindUnknownOutcome, failure.Classify(err).Kind)
-	r, err := l.Get(ctx, scope, key)
+	r, err := l.Operations().Get(ctx, scope, key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateOperatorHold, r.State)
 }
@@ -346,12 +346,12 @@ func TestEffectsResolveConfirmedReplays(t *testing.T) {
 	assert.Contains(t, out, "ledger: payment.collect/invoice:R is now confirmed (provider ref ch_manual), by operator:bob")
 	assert.Contains(t, out, "engine: no task recorded for this intent; nothing to do in the engine")
 
-	r, err := l.Get(ctx, "payment.collect", "invoice:R")
+	r, err := l.Operations().Get(ctx, "payment.collect", "invoice:R")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, r.State)
 	require.NotNil(t, r.ProviderRef)
 	assert.Equal(t, "ch_manual", *r.ProviderRef)
-	events, err := l.Events(ctx, "payment.collect", "invoice:R")
+	events, err := l.Operations().Events(ctx, "payment.collect", "invoice:R")
 	require.NoError(t, err)
 	last := events[len(events)-1]
 	assert.Equal(t, "operator:bob", last.Actor)
@@ -479,13 +479,13 @@ func TestEffectsPrune(t *testing.T) {
 	out = mustEffects(t, "prune", "--older-than", "30d")
 	assert.Contains(t, out, "pruned 2 settled intents")
 	for _, k := range [][2]string{{"payment.collect", "invoice:P1"}, {"mail.send", "welcome:P2"}} {
-		_, err := l.Get(ctx, k[0], k[1])
+		_, err := l.Operations().Get(ctx, k[0], k[1])
 		assert.ErrorIs(t, err, idempotency.ErrNotFound, k)
 	}
-	r, err := l.Get(ctx, "payment.collect", "invoice:P3")
+	r, err := l.Operations().Get(ctx, "payment.collect", "invoice:P3")
 	require.NoError(t, err, "a held intent is never pruned")
 	assert.Equal(t, idempotency.StateOperatorHold, r.State)
-	events, err := l.Events(ctx, "payment.collect", "invoice:P3")
+	events, err := l.Operations().Events(ctx, "payment.collect", "invoice:P3")
 	require.NoError(t, err)
 	assert.Len(t, events, 4)
 
@@ -503,7 +503,7 @@ func TestEffectsPrune(t *testing.T) {
 // mustState returns an intent's state.
 func mustState(t *testing.T, l *idempotency.Ledger, scope, key string) idempotency.State {
 	t.Helper()
-	r, err := l.Get(context.Background(), scope, key)
+	r, err := l.Operations().Get(context.Background(), scope, key)
 	require.NoError(t, err)
 	return r.State
 }

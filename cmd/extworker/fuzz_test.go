@@ -76,7 +76,7 @@ func FuzzEffectsResolve(f *testing.F) {
 		if !utf8.ValidString(out) || (err != nil && !utf8.ValidString(err.Error())) {
 			t.Fatalf("printed bytes that are not UTF-8: %q %v", out, err)
 		}
-		r, gerr := l.Get(context.Background(), "payment.collect", key)
+		r, gerr := l.Operations().Get(context.Background(), "payment.collect", key)
 		if gerr != nil {
 			t.Fatal(gerr)
 		}

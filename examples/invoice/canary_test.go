@@ -59,7 +59,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	ledger, err := idempotency.New(pool, idempotency.Config{Namespace: testenv.Unique("canary"), MaxReconciliations: 1, Logger: logger,
 		Hooks: idempotency.Hooks{Observer: mx, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs}})
 	require.NoError(t, err)
-	promReg.MustRegister(metrics.NewBacklogCollector(ledger, 2*time.Second, mx, logger))
+	promReg.MustRegister(metrics.NewBacklogCollector(ledger.Operations(), 2*time.Second, mx, logger))
 
 	pay, err := fakeprovider.Start(demoDeclineLimit)
 	require.NoError(t, err)

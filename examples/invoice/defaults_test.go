@@ -814,7 +814,7 @@ func TestQuietWorkerOneFailingTaskAtDefaults(t *testing.T) {
 	if !secondStart.IsZero() {
 		handedOver = secondStart.Sub(firstReport)
 	}
-	row, err := f.ledger.Get(ctx, collectScope, "invoice:"+invoice+":v1")
+	row, err := f.ledger.Operations().Get(ctx, collectScope, "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	t.Logf("figures: ended %v (completed %d), incidents %d, collect-payment runs %d (attempts %v), outcomes %v, failures reported %d, "+
 		"attempt 2 handed over %v after attempt 1's failure was reported, lock losses %d; ledger %s, attempt %d, %d dispatch(es); provider: %d charge(s), %d request(s)",

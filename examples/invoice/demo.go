@@ -356,7 +356,7 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 	}
 	// The ledger is the truth about effects, whichever worker performed them (another
 	// worker on the same topics may have served some of this run's invoices).
-	rows, err := env.ledger.List(ctx, idempotency.Filter{Scope: demoScope, States: []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, Limit: 100_000})
+	rows, err := env.ledger.Operations().List(ctx, idempotency.Filter{Scope: demoScope, States: []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, Limit: 100_000})
 	if err != nil {
 		return err
 	}

@@ -235,7 +235,7 @@ func crashPointsTogether(t *testing.T, ft faultTier) {
 	}
 	// C6 died while the provider was charging: the charge was made, and the next attempt
 	// (once the lease had run out) found it by key.
-	row, err := ledger.Get(ctx, "payment.collect", "invoice:"+invoices[0]+":v1")
+	row, err := ledger.Operations().Get(ctx, "payment.collect", "invoice:"+invoices[0]+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, row.State, "C6: dispatched when the worker died, then reconciled (found)")
 	t.Logf("six crash points at the shipped defaults in %.1fs", took.Seconds())
@@ -399,10 +399,10 @@ func oracle(t *testing.T, ctx context.Context, c *admin.Client, l *idempotency.L
 	ref, err := camunda7.Variables{"v": hv[0].Variable()}.String("v")
 	require.NoError(t, err)
 	key := "invoice:" + invoice + ":v1"
-	for _, v := range invariants.Check(ctx, l, pay.Charges(), invariants.Expect{Scope: "payment.collect", Key: key, Invoice: invoice, EngineRef: ref}) {
+	for _, v := range invariants.Check(ctx, l.Operations(), pay.Charges(), invariants.Expect{Scope: "payment.collect", Key: key, Invoice: invoice, EngineRef: ref}) {
 		t.Error(v)
 	}
-	events, err := l.Events(ctx, "payment.collect", key)
+	events, err := l.Operations().Events(ctx, "payment.collect", key)
 	require.NoError(t, err)
 	var trail []string
 	for _, e := range events {
@@ -454,7 +454,7 @@ func declineAndDigestMismatch(t *testing.T, ft faultTier) {
 	acts, err := c.HistoricActivityInstances(ctx, url.Values{"processInstanceId": {bID}, "activityId": {"invoiceDeclined"}})
 	require.NoError(t, err)
 	assert.Len(t, acts, 1, "B1: the declined path")
-	row, err := ledger.Get(ctx, "payment.collect", "invoice:"+declined+":v1")
+	row, err := ledger.Operations().Get(ctx, "payment.collect", "invoice:"+declined+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateRejected, row.State)
 	log, err := c.ExternalTaskLog(ctx, url.Values{"processInstanceId": {bID}, "failureLog": {"true"}})
@@ -521,7 +521,7 @@ func providerRateLimitedAndUnavailable(t *testing.T, ft faultTier) {
 		assert.Empty(t, inc, "%s: no incident", invoice)
 		if strings.HasPrefix(invoice, "INV-T1") {
 			// Each retry after a 429 waited out the provider's Retry-After (1s).
-			events, err := ledger.Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
+			events, err := ledger.Operations().Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
 			require.NoError(t, err)
 			var last time.Time
 			for _, e := range events {

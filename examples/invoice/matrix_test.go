@@ -111,7 +111,7 @@ func TestW2CompetingWorkers(t *testing.T) {
 	// Both sides: one charge, the ledger settled by B's attempt, the engine completed once
 	// by B, and nothing A did reached the engine.
 	oracle(t, ctx, c, ledger, pay, invoice, id)
-	row, err := ledger.Get(ctx, collectScope, key)
+	row, err := ledger.Operations().Get(ctx, collectScope, key)
 	require.NoError(t, err)
 	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State)
 	assert.GreaterOrEqual(t, row.Attempt, 2, "B took the intent over with a new attempt (the fencing token)")
@@ -268,7 +268,7 @@ func TestL1LockExpiresUnderHandler(t *testing.T) {
 	requireOwnWorkers(t, c, []string{id}, w.Load())
 
 	oracle(t, ctx, c, ledger, pay, invoice, id)
-	row, err := ledger.Get(ctx, collectScope, key)
+	row, err := ledger.Operations().Get(ctx, collectScope, key)
 	require.NoError(t, err)
 	assert.Contains(t, []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, row.State)
 	assertNoIncidents(t, c, id)
@@ -397,7 +397,7 @@ func TestD1DuplicateFetchAfterLockExpiry(t *testing.T) {
 	busy := func() []int {
 		var out []int
 		for _, inv := range invoices {
-			row, err := ledger.Get(ctx, collectScope, "invoice:"+inv+":v1")
+			row, err := ledger.Operations().Get(ctx, collectScope, "invoice:"+inv+":v1")
 			if err != nil || row.State != idempotency.StateDispatched || row.LeaseOwner == nil {
 				continue
 			}
@@ -583,7 +583,7 @@ func TestO1OptimisticLockOnComplete(t *testing.T) {
 			binv := inv + "-" + branch
 			ref := refs["paymentRef"+strings.ToUpper(branch)]
 			assert.NotEmpty(t, ref, "%s: branch %s completed with its payment reference", inv, branch)
-			for _, v := range invariants.Check(ctx, ledger, charges, invariants.Expect{Scope: collectScope, Key: "invoice:" + binv + ":v1", Invoice: binv, EngineRef: ref}) {
+			for _, v := range invariants.Check(ctx, ledger.Operations(), charges, invariants.Expect{Scope: collectScope, Key: "invoice:" + binv + ":v1", Invoice: binv, EngineRef: ref}) {
 				t.Error(v)
 			}
 		}
@@ -769,7 +769,7 @@ func handlerEnded(r logRecord) bool {
 // eventActors lists the workers that took part in the intent, from its ledger events.
 func eventActors(t *testing.T, l *idempotency.Ledger, key string) []string {
 	t.Helper()
-	events, err := l.Events(testenv.Context(t, 10*time.Second), collectScope, key)
+	events, err := l.Operations().Events(testenv.Context(t, 10*time.Second), collectScope, key)
 	require.NoError(t, err)
 	var actors []string
 	for _, e := range events {

@@ -105,7 +105,7 @@ func TestNetworkE1EngineUnreachable(t *testing.T) {
 	down := time.Now()
 	w.note(t, "engine link disabled for %v (3 x lockDuration), the handler inside the provider call", 3*lock)
 	w.eventually(t, 20*time.Second, "the handler to settle the intent in the ledger during the outage", func() bool {
-		row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
+		row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 		return err == nil && row.State.Terminal()
 	})
 	w.note(t, "the ledger settled the intent while the engine is away")
@@ -448,7 +448,7 @@ func netNoIncident(t *testing.T, f faultEnv, id string) {
 
 func netLedgerRow(t *testing.T, f faultEnv, invoice string) idempotency.Row {
 	t.Helper()
-	row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
+	row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	return row
 }

@@ -71,7 +71,7 @@ func requestsFor(pay *fakeprovider.Server, invoice string) []fakeprovider.Reques
 
 func trail(t *testing.T, ctx context.Context, l *idempotency.Ledger, invoice string) []idempotency.Event {
 	t.Helper()
-	events, err := l.Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
+	events, err := l.Operations().Events(ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	return events
 }
@@ -96,7 +96,7 @@ func TestS1AnswerSlowerThanTheClient(t *testing.T) {
 	id := f.start(t, invoice, 4100)
 	assert.Zero(t, supervise(t, f.bin, f.ns, pay.URL(), "", func() bool { return completed(f.ctx, f, id) }))
 	oracle(t, f.ctx, f.c, f.ledger, pay, invoice, id)
-	row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
+	row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, row.State, "unknown, then reconciled (found)")
 	assert.Len(t, requestsFor(pay, invoice), 1, "never sent again")
@@ -122,7 +122,7 @@ func TestT2Stored500(t *testing.T) {
 				inc, err := f.c.Incidents(f.ctx, url.Values{"processInstanceId": {id}})
 				return err == nil && len(inc) == 1
 			}))
-			row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
+			row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 			require.NoError(t, err)
 			if stored {
 				assert.Equal(t, idempotency.StateOperatorHold, row.State)
@@ -167,7 +167,7 @@ func TestT4KeyInUse(t *testing.T) {
 	}
 	t.Logf("provider record for %s: %v", invoice, all)
 	assert.Len(t, requestsFor(pay, invoice), 1, "never resent while the first was in flight")
-	row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
+	row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateReconciled, row.State)
 }
@@ -252,7 +252,7 @@ func TestRetentionWindow(t *testing.T) {
 			}))
 			took := time.Since(start)
 			events := trail(t, f.ctx, f.ledger, invoice)
-			row, err := f.ledger.Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
+			row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 			require.NoError(t, err)
 			switch r.name {
 			case "R1":
@@ -305,7 +305,7 @@ func TestX1InstanceCancelledMidDispatch(t *testing.T) {
 			require.NoError(t, f.c.DeleteProcessInstance(f.ctx, id))
 			deleted = true
 		}
-		row, err := f.ledger.Get(f.ctx, "payment.collect", key)
+		row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", key)
 		return deleted && err == nil && row.OrphanedAt != nil
 	}))
 	for _, e := range trail(t, f.ctx, f.ledger, invoice) {
@@ -316,7 +316,7 @@ func TestX1InstanceCancelledMidDispatch(t *testing.T) {
 			t.Logf("provider: %s %s %s %s", r.Method, r.Outcome, r.Fault, r.Fate)
 		}
 	}
-	row, err := f.ledger.Get(f.ctx, "payment.collect", key)
+	row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, row.State, "the in-flight charge's answer was recorded")
 	assert.Contains(t, *row.OrphanReason, "cancelled")
@@ -324,7 +324,7 @@ func TestX1InstanceCancelledMidDispatch(t *testing.T) {
 	h, err := f.c.HistoricProcessInstance(f.ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, "EXTERNALLY_TERMINATED", h.State)
-	rows, err := f.ledger.List(f.ctx, idempotency.Filter{Orphaned: true})
+	rows, err := f.ledger.Operations().List(f.ctx, idempotency.Filter{Orphaned: true})
 	require.NoError(t, err)
 	require.Len(t, rows, 1, "the operator's list")
 	assert.Equal(t, key, rows[0].Key)

@@ -74,7 +74,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	var taskID string
 	testenv.Eventually(t, time.Minute, "the intent held and its task failed with an incident", func() (bool, error) {
-		r, err := e.worker.Get(ctx, "payment.collect", key)
+		r, err := e.worker.Operations().Get(ctx, "payment.collect", key)
 		if err != nil || r.State != idempotency.StateOperatorHold || r.TaskID == nil {
 			return false, err
 		}
@@ -158,7 +158,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, n, "no approve button for the requester")
 	screenshot("intent-pending")
-	pending, err := e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: key, Status: idempotency.ResolutionPending})
+	pending, err := e.worker.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Key: key, Status: idempotency.ResolutionPending})
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	assert.Equal(t, "alice", pending[0].RequestedBy)
@@ -211,7 +211,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	status, body = postAsAlice(url.Values{"csrf": {form["value"]}, "reason": {"my own"}})
 	assert.Equal(t, http.StatusSeeOther, status, "refused, and said so on the page it leads to")
 	assert.Contains(t, body, "a resolution is approved by a different operator")
-	still, err := e.worker.Resolution(ctx, pending[0].ID)
+	still, err := e.worker.Operations().Resolution(ctx, pending[0].ID)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.ResolutionPending, still.Status)
 
@@ -246,10 +246,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		return err == nil && hpi.State == "COMPLETED", err
 	})
 	assert.Equal(t, int32(1), dispatches.Load(), "sent once; the rest came from the ledger")
-	r, err := e.worker.Get(ctx, "payment.collect", key)
+	r, err := e.worker.Operations().Get(ctx, "payment.collect", key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, r.State)
-	events, err := e.worker.Events(ctx, "payment.collect", key)
+	events, err := e.worker.Operations().Events(ctx, "payment.collect", key)
 	require.NoError(t, err)
 	var trail []string
 	for _, ev := range events {

@@ -72,7 +72,7 @@ var staticFS embed.FS
 type Options struct {
 	// Ledger is the effect ledger on the console's database login (a member of
 	// extworker_console; see the package documentation).
-	Ledger *idempotency.Ledger
+	Ledger *idempotency.Operations
 	// DB reads the inbox and the outbox; the console's login suffices.
 	DB *pgxpool.Pool
 	// Engine is where the console reads tasks and gives them their retry back.

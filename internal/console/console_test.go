@@ -38,7 +38,8 @@ var migrateOnce sync.Once
 // env is a ledger namespace of the test's own: the worker's ledger (the database owner)
 // to create intents with, and the console's (its login, a member of extworker_console).
 type env struct {
-	worker, console   *idempotency.Ledger
+	worker            *idempotency.Ledger
+	console           *idempotency.Operations
 	pool, consolePool *pgxpool.Pool // the owner's, the console's
 }
 
@@ -64,7 +65,7 @@ func newEnv(t testing.TB) env {
 	w, err := idempotency.New(pool, idempotency.Config{Namespace: ns})
 	require.NoError(t, err)
 	cp := testenv.DBAs(t, testenv.ConsoleLogin)
-	c, err := idempotency.New(cp, idempotency.Config{Namespace: ns})
+	c, err := idempotency.NewOperations(cp, idempotency.Config{Namespace: ns})
 	require.NoError(t, err)
 	return env{worker: w, console: c, pool: pool, consolePool: cp}
 }
@@ -82,7 +83,7 @@ func hold(t testing.TB, l *idempotency.Ledger, scope, key, taskID string) {
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 	_, err = l.Do(ctx, in, eff)
 	require.Equal(t, failure.KindUnknownOutcome, failure.Classify(err).Kind)
-	r, err := l.Get(ctx, scope, key)
+	r, err := l.Operations().Get(ctx, scope, key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateOperatorHold, r.State)
 }
@@ -311,10 +312,10 @@ func TestCSRF(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "another origin")
 
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:C1"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:C1"})
 	require.NoError(t, err)
 	assert.Empty(t, reqs, "nothing was recorded")
-	r, err := e.worker.Get(testenv.Context(t, time.Minute), "payment.collect", "invoice:C1")
+	r, err := e.worker.Operations().Get(testenv.Context(t, time.Minute), "payment.collect", "invoice:C1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateOperatorHold, r.State)
 }
@@ -337,7 +338,7 @@ func TestTwoPersonRule(t *testing.T) {
 	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, body, "until a second operator approves it")
 	ctx := testenv.Context(t, time.Minute)
-	reqs, err := e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:T1", Status: idempotency.ResolutionPending})
+	reqs, err := e.worker.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:T1", Status: idempotency.ResolutionPending})
 	require.NoError(t, err)
 	require.Len(t, reqs, 1)
 	assert.Equal(t, "alice", reqs[0].RequestedBy, "the operator is the login, not a form field")
@@ -352,7 +353,7 @@ func TestTwoPersonRule(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, html.UnescapeString(body), "a resolution is approved by a different operator")
-	r, err := e.worker.Get(ctx, "payment.collect", "invoice:T1")
+	r, err := e.worker.Operations().Get(ctx, "payment.collect", "invoice:T1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateOperatorHold, r.State, "a refused approval changes nothing")
 
@@ -364,10 +365,10 @@ func TestTwoPersonRule(t *testing.T) {
 	assert.Contains(t, body, "approved: the intent is now confirmed")
 	assert.Contains(t, body, `id="engine-action"`, "what was done in the engine is shown")
 	assert.Contains(t, body, "no engine in this test")
-	r, err = e.worker.Get(ctx, "payment.collect", "invoice:T1")
+	r, err = e.worker.Operations().Get(ctx, "payment.collect", "invoice:T1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, r.State)
-	req, err := e.worker.Resolution(ctx, id)
+	req, err := e.worker.Operations().Resolution(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, "bob", *req.DecidedBy)
 
@@ -380,7 +381,7 @@ func TestTwoPersonRule(t *testing.T) {
 	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, html.UnescapeString(body), "a reason is required")
 	assert.Contains(t, html.UnescapeString(body), "confirming needs the provider's reference")
-	reqs, err = e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:T2"})
+	reqs, err = e.worker.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:T2"})
 	require.NoError(t, err)
 	assert.Empty(t, reqs)
 }

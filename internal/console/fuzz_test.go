@@ -84,7 +84,7 @@ func newFuzzConsole(f testing.TB) *fuzzConsole {
 	fc.key = testenv.Unique("invoice:F")
 	task := idempotency.TaskRef{Actor: "w", TaskID: testenv.Unique("task"), ProcessInstanceID: pi}
 	heldWith(f, e.worker, "payment.collect", fc.key, task, "read timeout")
-	_, err := e.worker.MarkOrphaned(ctx, pi, task.TaskID, "instance cancelled")
+	_, err := e.worker.Operations().MarkOrphaned(ctx, pi, task.TaskID, "instance cancelled")
 	require.NoError(f, err)
 	return fc
 }
@@ -170,7 +170,7 @@ func (fc *fuzzConsole) resolve(t *testing.T, in fuzzInput) {
 	form.Set("key", fc.key)
 	_, page := fc.postForm(t, fc.alice, "/intent/resolve", form)
 	ctx := testenv.Context(t, time.Minute)
-	pending, err := fc.e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Scope: "payment.collect", Key: fc.key, Status: idempotency.ResolutionPending})
+	pending, err := fc.e.worker.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Scope: "payment.collect", Key: fc.key, Status: idempotency.ResolutionPending})
 	require.NoError(t, err)
 	if len(pending) == 0 {
 		require.Contains(t, page, `id="error"`, "nothing stored, and the page says why")
@@ -230,7 +230,7 @@ func (fc *fuzzConsole) reject(t *testing.T, in fuzzInput, id int64) {
 	path := "/resolutions/" + itoa(id) + "/reject"
 	_, page := fc.postForm(t, fc.bob, path, url.Values{"csrf": {fc.bobCSRF}, "reason": {in.decision}})
 	ctx := testenv.Context(t, time.Minute)
-	req, err := fc.e.worker.Resolution(ctx, id)
+	req, err := fc.e.worker.Operations().Resolution(ctx, id)
 	require.NoError(t, err)
 	if req.Status == idempotency.ResolutionRejected {
 		require.Equal(t, trimmed(in.decision), deref(req.DecisionReason))
@@ -238,7 +238,7 @@ func (fc *fuzzConsole) reject(t *testing.T, in fuzzInput, id int64) {
 		return
 	}
 	fc.postForm(t, fc.bob, path, url.Values{"csrf": {fc.bobCSRF}, "reason": {"not this one"}})
-	req, err = fc.e.worker.Resolution(ctx, id)
+	req, err = fc.e.worker.Operations().Resolution(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.ResolutionRejected, req.Status)
 }

@@ -135,7 +135,7 @@ func heldWith(t testing.TB, l *idempotency.Ledger, scope, key string, task idemp
 	_, err := l.Do(ctx, in, eff)
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 	_, _ = l.Do(ctx, in, eff)
-	r, err := l.Get(ctx, scope, key)
+	r, err := l.Operations().Get(ctx, scope, key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateOperatorHold, r.State)
 }
@@ -150,9 +150,9 @@ func TestExternalTextShownEscaped(t *testing.T) {
 	scope, key, pi := "payment.collect", "S-\u202E2001", testenv.Unique("pi")
 	task := idempotency.TaskRef{Actor: "w", TaskID: "task-\u2066x\u2069", ProcessInstanceID: pi, BusinessKey: "BK-\u200F1"}
 	heldWith(t, e.worker, scope, key, task, "timeout \u202Eafter\x1b[2J the send\u2028")
-	_, err := e.worker.MarkOrphaned(ctx, pi, task.TaskID, "cancelled \u061C by a \u200Bboundary event")
+	_, err := e.worker.Operations().MarkOrphaned(ctx, pi, task.TaskID, "cancelled \u061C by a \u200Bboundary event")
 	require.NoError(t, err)
-	r, err := e.worker.Get(ctx, scope, key)
+	r, err := e.worker.Operations().Get(ctx, scope, key)
 	require.NoError(t, err)
 	_, err = e.pool.Exec(ctx, `INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict,
 		provider_ref, result, reason, requested_by) VALUES ($1, $2, $3, $4, $5, $6, 'confirmed', $7, $8, $9, 'carol')`,
@@ -490,7 +490,7 @@ func TestPostRedirectGet(t *testing.T) {
 	_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 	assert.Contains(t, body, "already pending")
 
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:P1"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:P1"})
 	require.NoError(t, err)
 	require.Len(t, reqs, 1)
 	_, body = get(t, bob, page)
@@ -557,7 +557,7 @@ func TestExpiredSessionKeepsTypedForm(t *testing.T) {
 	assert.Equal(t, "ch_J1", formField(t, body, "provider_ref"))
 	assert.Contains(t, body, ">bookingId=B-9</textarea>")
 	assert.Regexp(t, `id="as-confirmed"[^>]* checked`, body)
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:J1"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:J1"})
 	require.NoError(t, err)
 	assert.Empty(t, reqs, "nothing recorded: the operator submits it again")
 }
@@ -575,7 +575,7 @@ func TestApproverSeesValues(t *testing.T) {
 	resp, _ := post(t, alice, srv.URL+"/intent/resolve", url.Values{"csrf": {csrfOf(t, body)}, "scope": {"payment.collect"},
 		"key": {"invoice:K1"}, "as": {"confirmed"}, "provider_ref": {"ch_K1"}, "values": {"bookingId=B-77\nseat=12A"}, "reason": {"seen"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:K1"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:K1"})
 	require.NoError(t, err)
 	require.Len(t, reqs, 1)
 
@@ -606,7 +606,7 @@ func TestCloseOrphan(t *testing.T) {
 		return idempotency.Result{ProviderRef: "ch_L1"}, nil
 	}})
 	require.NoError(t, err)
-	_, err = e.worker.MarkOrphaned(ctx, pi, task.TaskID, "instance cancelled")
+	_, err = e.worker.Operations().MarkOrphaned(ctx, pi, task.TaskID, "instance cancelled")
 	require.NoError(t, err)
 
 	srv, _, _ := serve(t, e, console.Options{})
@@ -622,7 +622,7 @@ func TestCloseOrphan(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	_, body = get(t, alice, page)
 	assert.Contains(t, body, "until a second operator approves it")
-	reqs, err := e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:L1", Status: idempotency.ResolutionPending})
+	reqs, err := e.worker.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Key: "invoice:L1", Status: idempotency.ResolutionPending})
 	require.NoError(t, err)
 	require.Len(t, reqs, 1, "pending on the ledger: %s", htmlUnescape(body))
 	assert.Equal(t, idempotency.VerdictClose, reqs[0].As)

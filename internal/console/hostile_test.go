@@ -30,17 +30,17 @@ func TestHostileOperator(t *testing.T) {
 	srv := newConsole(t, e, noEngine)
 	aliceWeb := loggedIn(t, srv.URL, "alice")
 	aliceDB := testenv.DBAs(t, testenv.AliceLogin)
-	aliceCLI, err := idempotency.New(aliceDB, idempotency.Config{Namespace: e.worker.Namespace()})
+	aliceCLI, err := idempotency.NewOperations(aliceDB, idempotency.Config{Namespace: e.worker.Namespace()})
 	require.NoError(t, err)
 	stillHeld := func(key, how string) {
 		t.Helper()
-		r, err := e.worker.Get(ctx, scope, key)
+		r, err := e.worker.Operations().Get(ctx, scope, key)
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateOperatorHold, r.State, "after %s", how)
 	}
 	pending := func(key string) int64 {
 		t.Helper()
-		reqs, err := e.worker.Resolutions(ctx, idempotency.ResolutionFilter{Key: key, Status: idempotency.ResolutionPending})
+		reqs, err := e.worker.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Key: key, Status: idempotency.ResolutionPending})
 		require.NoError(t, err)
 		require.Len(t, reqs, 1)
 		return reqs[0].ID
@@ -99,10 +99,10 @@ func TestHostileOperator(t *testing.T) {
 	bob := loggedIn(t, srv.URL, "bob")
 	_, body = get(t, bob, intentURL(srv.URL, scope, "invoice:H1"))
 	post(t, bob, approve, url.Values{"csrf": {csrfOf(t, body)}, "reason": {"ch_H1 checked"}})
-	r, err := e.worker.Get(ctx, scope, "invoice:H1")
+	r, err := e.worker.Operations().Get(ctx, scope, "invoice:H1")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateConfirmed, r.State, "bob's approval applies alice's request")
-	req, err := e.worker.Resolution(ctx, id)
+	req, err := e.worker.Operations().Resolution(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, "alice", req.RequestedBy)
 	assert.Equal(t, "bob", *req.DecidedBy)

@@ -76,7 +76,7 @@ func TestKeptFormNeedsTheEndedSessionAndItsToken(t *testing.T) {
 	require.True(t, ok)
 	_, page := get(t, c, intentURL(srv.URL, "payment.collect", "invoice:R1"))
 	assertNotPrefilled(t, page, "bob")
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:R1"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:R1"})
 	require.NoError(t, err)
 	assert.Empty(t, reqs)
 }
@@ -161,7 +161,7 @@ func TestUnseenCharactersShownEscaped(t *testing.T) {
 	odd := b.String()
 	scope, key := "payment.collect", "invoice:  U"+odd
 	heldWith(t, e.worker, scope, key, idempotency.TaskRef{Actor: "w", TaskID: "task-U"}, "timeout"+odd)
-	r, err := e.worker.Get(ctx, scope, key)
+	r, err := e.worker.Operations().Get(ctx, scope, key)
 	require.NoError(t, err)
 	_, err = e.pool.Exec(ctx, `INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict,
 		provider_ref, result, reason, requested_by) VALUES ($1, $2, $3, $4, $5, $6, 'confirmed', $7, $8, $9, 'carol')`,
@@ -216,7 +216,7 @@ func TestUnseenCharactersRefusedInForms(t *testing.T) {
 		_, body = get(t, alice, srv.URL+resp.Header.Get("Location"))
 		assert.Contains(t, htmlUnescape(body), tc.want, "%s %q", tc.field, tc.value)
 	}
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:U2"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:U2"})
 	require.NoError(t, err)
 	assert.Empty(t, reqs, "nothing recorded")
 }
@@ -340,7 +340,7 @@ func TestResultShownOnItsPageOnce(t *testing.T) {
 		"key": {"invoice:F4"}, "as": {"confirmed"}, "provider_ref": {"ch_F4"}, "reason": {"seen"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	_, _ = get(t, alice, srv.URL+resp.Header.Get("Location"))
-	reqs, err := e.worker.Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:F4"})
+	reqs, err := e.worker.Operations().Resolutions(testenv.Context(t, time.Minute), idempotency.ResolutionFilter{Key: "invoice:F4"})
 	require.NoError(t, err)
 	require.Len(t, reqs, 1)
 
@@ -388,7 +388,7 @@ func TestSpacesKeptInBrowser(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	scope, key := "payment.collect", "invoice:  S1"
 	hold(t, e.worker, scope, key, "task-S1")
-	r, err := e.worker.Get(ctx, scope, key)
+	r, err := e.worker.Operations().Get(ctx, scope, key)
 	require.NoError(t, err)
 	_, err = e.pool.Exec(ctx, `INSERT INTO extworker_resolutions (intent_id, namespace, scope, intent_key, from_state, attempt, verdict,
 		provider_ref, result, reason, requested_by) VALUES ($1, $2, $3, $4, $5, $6, 'confirmed', 'ch  S1', '{"bookingId": "B   1"}', 'seen', 'carol')`,

@@ -71,7 +71,7 @@ func Open(ctx context.Context, cfg daemon.Config, client *camunda7.Client, logge
 	if err != nil {
 		return nil, fmt.Errorf("console database (EXTWORKER_CONSOLE_DATABASE_URL, or the worker's): %w", err)
 	}
-	o.Ledger, o.DB = ledger, pool
+	o.Ledger, o.DB = ledger.Operations(), pool
 	o.Notice = loginNotice(ctx, pool, logger)
 	h, err := New(o)
 	if err != nil {

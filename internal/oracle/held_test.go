@@ -45,9 +45,9 @@ func TestHeldDeclinedInvoice(t *testing.T) {
 	require.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 
 	e := oracle.Expect{Scope: in.Scope, Key: in.Key, Invoice: "D", Declined: true, MayHold: true, Incident: true}
-	assert.Empty(t, oracle.Check(ctx, l, nil, e), "held, declined, no charge, with an incident")
+	assert.Empty(t, oracle.Check(ctx, l.Operations(), nil, e), "held, declined, no charge, with an incident")
 	charged := []fakeprovider.Charge{{ID: "ch_1", Invoice: "D"}}
-	assert.NotEmpty(t, oracle.Check(ctx, l, charged, e), "held and declined, yet charged")
+	assert.NotEmpty(t, oracle.Check(ctx, l.Operations(), charged, e), "held and declined, yet charged")
 	e.Incident = false
-	assert.NotEmpty(t, oracle.Check(ctx, l, nil, e), "held without an incident")
+	assert.NotEmpty(t, oracle.Check(ctx, l.Operations(), nil, e), "held without an incident")
 }

@@ -69,7 +69,7 @@ type Expect struct {
 // unknown without an authoritative not-found), I7 (legal transitions, fencing tokens that
 // never go back) and I8 (nothing left in flight, except for an operator). I2, I3 and I9
 // look at a whole run at once: CheckDigests, CheckInstances and ScanCanaries.
-func Check(ctx context.Context, l *idempotency.Ledger, charges []fakeprovider.Charge, e Expect) []string {
+func Check(ctx context.Context, l *idempotency.Operations, charges []fakeprovider.Charge, e Expect) []string {
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
 	var mine []fakeprovider.Charge

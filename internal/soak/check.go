@@ -303,10 +303,10 @@ func checkInvoices(ctx context.Context, res *Result, in checkInput, log []fakepr
 	mayHold := map[string]bool{}
 	for _, e := range exps {
 		mayHold[e.Invoice] = e.MayHold
-		res.Violations = append(res.Violations, oracle.Check(ctx, in.ledger, charges, e)...)
+		res.Violations = append(res.Violations, oracle.Check(ctx, in.ledger.Operations(), charges, e)...)
 	}
 	res.HeldDeclined = heldDeclined(exps)
-	rows, err := in.ledger.List(ctx, idempotency.Filter{Limit: 2*len(in.invoices) + 100})
+	rows, err := in.ledger.Operations().List(ctx, idempotency.Filter{Limit: 2*len(in.invoices) + 100})
 	if err != nil {
 		violate("run: list the ledger: %v", err)
 	}

@@ -150,7 +150,7 @@ func (s *side) replay(ctx context.Context, recent bool) (time.Duration, error) {
 
 func (s *side) listUnknown(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
-	rows, err := s.d.l.List(ctx, idempotency.Filter{States: []idempotency.State{idempotency.StateUnknown}, Limit: 100})
+	rows, err := s.d.l.Operations().List(ctx, idempotency.Filter{States: []idempotency.State{idempotency.StateUnknown}, Limit: 100})
 	d := time.Since(t0)
 	if err != nil {
 		return 0, err
@@ -172,10 +172,10 @@ func (s *side) show(ctx context.Context, withScope bool) (time.Duration, error) 
 	var row idempotency.Row
 	var err error
 	if withScope {
-		row, err = l.Get(ctx, scope, key)
+		row, err = l.Operations().Get(ctx, scope, key)
 	} else {
 		var rows []idempotency.Row
-		rows, err = l.List(ctx, idempotency.Filter{Key: key, Limit: 1000})
+		rows, err = l.Operations().List(ctx, idempotency.Filter{Key: key, Limit: 1000})
 		if err == nil && len(rows) != 1 {
 			err = fmt.Errorf("key %s is in %d scopes, want 1", key, len(rows))
 		}
@@ -186,15 +186,15 @@ func (s *side) show(ctx context.Context, withScope bool) (time.Duration, error) 
 	if err != nil {
 		return 0, fmt.Errorf("%s: show %s/%s: %w", s.label, scope, key, err)
 	}
-	events, err := l.Events(ctx, row.Scope, row.Key)
+	events, err := l.Operations().Events(ctx, row.Scope, row.Key)
 	if err == nil && len(events) < 3 {
 		err = fmt.Errorf("%d events, want at least 3", len(events))
 	}
 	if err == nil {
-		_, _, err = l.Compensation(ctx, row)
+		_, _, err = l.Operations().Compensation(ctx, row)
 	}
 	if err == nil {
-		_, err = l.Resolutions(ctx, idempotency.ResolutionFilter{Scope: row.Scope, Key: row.Key})
+		_, err = l.Operations().Resolutions(ctx, idempotency.ResolutionFilter{Scope: row.Scope, Key: row.Key})
 	}
 	d := time.Since(t0)
 	if err != nil {

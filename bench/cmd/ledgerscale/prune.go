@@ -143,7 +143,7 @@ func prune(ctx context.Context, o options, seeded *ledgerDB, info *pruneInfo, pr
 	var perr error
 	for {
 		var m int64
-		m, perr = pruneLedger.Prune(pctx, o.retention)
+		m, perr = pruneLedger.Operations().Prune(pctx, o.retention)
 		n += m
 		if !interruption(perr) {
 			break
