@@ -195,7 +195,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Receipt, err
 		return false, out, err
 	case d.rec.kind == reconRejected:
 		return false, Receipt{}, a.reject(ctx, StateUnknown, d.rec.rejection, how+": the provider declined the request")
-	case d.rec.kind == reconNotFound:
+	case d.rec.kind == reconAbsent:
 		if err := a.move(ctx, StateUnknown, StatePrepared, how+": the provider has no record; dispatch again with the same key", change{}); err != nil {
 			return false, Receipt{}, failure.Retryable(err)
 		}

@@ -191,7 +191,7 @@ func judgeReconciliation(ans reconAnswer, maxRecon int, backoff time.Duration) r
 		d.rec = StillUnknown(ans.err.Error())
 	}
 	var lagLeft time.Duration
-	if ans.bySearch && d.rec.kind == reconNotFound && ans.sinceDispatch < ans.searchLag {
+	if ans.bySearch && d.rec.kind == reconAbsent && ans.sinceDispatch < ans.searchLag {
 		lagLeft = ans.searchLag - ans.sinceDispatch
 		d.rec = StillUnknown(fmt.Sprintf("search found nothing, but the last dispatch was %v ago, within the search index lag of %v",
 			ans.sinceDispatch.Round(time.Millisecond), ans.searchLag))

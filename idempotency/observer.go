@@ -24,7 +24,7 @@ type Observer interface {
 	// called) or "in_progress" (another live attempt owns the intent).
 	DuplicateSuppressed(scope, reason string)
 	// Reconciled is called for every reconciliation with the provider: result found,
-	// not_found, still_unknown or rejected.
+	// absent, still-unknown or rejected.
 	Reconciled(scope, result string)
 	// DigestMismatch is called when an intent key came with a different request: an
 	// idempotency conflict, nothing sent.

@@ -116,7 +116,7 @@ func TestLedgerTraces(t *testing.T) {
 	assert.Equal(t, []string{"ledger claim", "ledger reconcile", "ledger mark dispatched", "provider call", "ledger confirm"}, testenv.Names(steps))
 	assert.Equal(t, "2", byName(steps, "ledger claim").Attrs["idempotency.attempt"])
 	reconcile := byName(steps, "ledger reconcile")
-	assert.Equal(t, "not_found", reconcile.Attrs["idempotency.reconciliation"])
+	assert.Equal(t, "absent", reconcile.Attrs["idempotency.reconciliation"])
 	assert.Equal(t, "prepared", reconcile.Attrs["idempotency.state"])
 	lookups := testenv.Children(nodes, reconcile.ID)
 	require.Equal(t, []string{"provider lookup"}, testenv.Names(lookups))

@@ -150,13 +150,13 @@ type reconKind int
 const (
 	reconStillUnknown reconKind = iota
 	reconFound
-	reconNotFound
+	reconAbsent
 	reconRejected
 	reconHold
 )
 
 // reconResults name the kinds as Observer.Reconciled reports them.
-var reconResults = [...]string{reconStillUnknown: "still_unknown", reconFound: "found", reconNotFound: "not_found",
+var reconResults = [...]string{reconStillUnknown: "still-unknown", reconFound: "found", reconAbsent: "absent",
 	reconRejected: "rejected", reconHold: "hold"}
 
 // Found: the provider has the effect; the intent becomes reconciled with this result.
@@ -164,7 +164,7 @@ func Found(r Result) Reconciliation { return Reconciliation{kind: reconFound, re
 
 // Absent: the provider authoritatively has no such effect (within its idempotency
 // window and past its index lag); dispatching again with the same key is allowed.
-func Absent() Reconciliation { return Reconciliation{kind: reconNotFound} }
+func Absent() Reconciliation { return Reconciliation{kind: reconAbsent} }
 
 // StillUnknown: the provider cannot tell yet; reconciliation is retried with backoff and
 // ends in operator hold past the limit.

@@ -32,7 +32,7 @@ const (
 	ClassEarly Class = "early"
 	// ClassUnknownOutcome: an attempt's outcome at the engine is unknown (its answer lost,
 	// or its request maybe still in flight); retried, and the engine is asked first.
-	ClassUnknownOutcome Class = "unknown_outcome"
+	ClassUnknownOutcome Class = "unknown-outcome"
 	// ClassRetry: not acted on for now (the engine unreachable, throttling, failing; or
 	// another message's start of the same key maybe in flight); retried.
 	ClassRetry Class = "retry"

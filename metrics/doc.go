@@ -46,7 +46,7 @@
 //	extworker_ledger_transitions_total{scope,state}         counter   committed state changes, by the state entered
 //	extworker_ledger_duplicates_suppressed_total{scope,reason} counter a repeated dispatch prevented: replayed, in_progress
 //	extworker_ledger_idempotency_conflicts_total{scope}     counter   same key, different request: refused
-//	extworker_ledger_reconciliations_total{scope,result}    counter   found, not_found, still_unknown, rejected
+//	extworker_ledger_reconciliations_total{scope,result}    counter   found, absent, still-unknown, rejected
 //	extworker_ledger_intents{scope,state}                   gauge     unknown, operator_hold and dispatched intents (queried at scrape)
 //	extworker_ledger_oldest_intent_age_seconds{scope,state} gauge     age of the oldest of them (unknown: since first dispatch)
 //	extworker_ledger_backlog_up                             gauge     1 if the scrape's backlog query worked

@@ -25,7 +25,7 @@ import (
 // retries included), the classes started, correlated, reconciled, duplicate, ignored
 // (late, or the start's key has its instance: recorded ignored_duplicate), the
 // dispositions retried and parked (every parked delivery), conflict (a subset of
-// parked), and duplicate_start. received is not the sum of the others. The class labels
+// parked), and duplicate-start. received is not the sum of the others. The class labels
 // are inbox.Class constants, the words of the inbox's logs and traces.
 // The gauges come from one query per scrape (inbox.ReadParked), bounded by a timeout;
 // while it fails extworker_inbox_parked_up is 0 and the gauges are absent.
@@ -57,7 +57,7 @@ func NewInboxCollector(read func(context.Context) (inbox.Parked, error), timeout
 	}
 	return &InboxCollector{read: read, timeout: timeout, log: logger, stats: map[string][]*inbox.Stats{},
 		messages: prometheus.NewDesc(Namespace+"_inbox_messages_total",
-			"Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id), duplicate_start (a start that found more than one instance of its business key).",
+			"Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id), duplicate-start (a start that found more than one instance of its business key).",
 			[]string{"queue", "outcome"}, nil),
 		parked: prometheus.NewDesc(Namespace+"_inbox_parked",
 			"Inbox messages parked in a dead-letter queue (failed_final), waiting for an operator.", nil, nil),
@@ -109,7 +109,7 @@ var inboxOutcomes = []struct {
 	{"retried", func(s *inbox.Stats) int64 { return s.Retried.Load() }},
 	{"parked", func(s *inbox.Stats) int64 { return s.Parked.Load() }},
 	{string(inbox.ClassConflict), func(s *inbox.Stats) int64 { return s.Conflicts.Load() }},
-	{"duplicate_start", func(s *inbox.Stats) int64 { return s.DuplicateStarts.Load() }},
+	{"duplicate-start", func(s *inbox.Stats) int64 { return s.DuplicateStarts.Load() }},
 }
 
 // Collect implements prometheus.Collector.

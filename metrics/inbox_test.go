@@ -53,12 +53,12 @@ func TestInboxCollector(t *testing.T) {
 	payments.Retried.Add(1)
 
 	const counters = `
-# HELP extworker_inbox_messages_total Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id), duplicate_start (a start that found more than one instance of its business key).
+# HELP extworker_inbox_messages_total Inbox deliveries by queue and outcome: received (every delivery), started, correlated, reconciled, duplicate, ignored, retried, parked, conflict (parked with another body under a known id), duplicate-start (a start that found more than one instance of its business key).
 # TYPE extworker_inbox_messages_total counter
 extworker_inbox_messages_total{outcome="conflict",queue="orders"} 1
 extworker_inbox_messages_total{outcome="correlated",queue="orders"} 0
 extworker_inbox_messages_total{outcome="duplicate",queue="orders"} 1
-extworker_inbox_messages_total{outcome="duplicate_start",queue="orders"} 1
+extworker_inbox_messages_total{outcome="duplicate-start",queue="orders"} 1
 extworker_inbox_messages_total{outcome="ignored",queue="orders"} 0
 extworker_inbox_messages_total{outcome="parked",queue="orders"} 2
 extworker_inbox_messages_total{outcome="received",queue="orders"} 8
@@ -68,7 +68,7 @@ extworker_inbox_messages_total{outcome="started",queue="orders"} 3
 extworker_inbox_messages_total{outcome="conflict",queue="payments"} 0
 extworker_inbox_messages_total{outcome="correlated",queue="payments"} 1
 extworker_inbox_messages_total{outcome="duplicate",queue="payments"} 0
-extworker_inbox_messages_total{outcome="duplicate_start",queue="payments"} 0
+extworker_inbox_messages_total{outcome="duplicate-start",queue="payments"} 0
 extworker_inbox_messages_total{outcome="ignored",queue="payments"} 1
 extworker_inbox_messages_total{outcome="parked",queue="payments"} 0
 extworker_inbox_messages_total{outcome="received",queue="payments"} 4

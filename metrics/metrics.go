@@ -154,7 +154,7 @@ func (m *Metrics) addLedgerMetrics() {
 	m.duplicates = counterVec("ledger_duplicates_suppressed_total",
 		"Attempts kept from dispatching an effect again: reason replayed (answered from the ledger) or in_progress (another attempt owns it).", "scope", "reason")
 	m.reconciliation = counterVec("ledger_reconciliations_total",
-		"Reconciliations of unknown outcomes with the provider: result found, not_found, still_unknown, rejected.", "scope", "result")
+		"Reconciliations of unknown outcomes with the provider: result found, absent, still-unknown, rejected.", "scope", "result")
 	m.conflicts = counterVec("ledger_idempotency_conflicts_total",
 		"Intent keys that came with a different request digest; refused, nothing sent.", "scope")
 }

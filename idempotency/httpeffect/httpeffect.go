@@ -113,12 +113,12 @@ type Spec struct {
 	// Header, without a body or the key header): 200 is Found, decoded by Decode; 404 is
 	// NotFound, which lets the ledger send the intent again under the same key, so the
 	// URL must answer 404 only for a key the provider does not know (a wrong path answers
-	// 404 too: see LookupNotFound); anything else is StillUnknown.
+	// 404 too: see LookupAbsent); anything else is StillUnknown.
 	LookupURL func(q idempotency.Query) string
-	// LookupNotFound, if set, must confirm a lookup's 404 from its body (the provider's
+	// LookupAbsent, if set, must confirm a lookup's 404 from its body (the provider's
 	// own "no such key" answer) before it counts as NotFound; a 404 it does not confirm
 	// is StillUnknown.
-	LookupNotFound func(body []byte) bool
+	LookupAbsent func(body []byte) bool
 }
 
 // New returns the Effect for s, or what is wrong with s.
@@ -305,7 +305,7 @@ func (e *effect) reconcile(ctx context.Context, q idempotency.Query) (idempotenc
 }
 
 // lookupOutcome is what a lookup's answer says of the effect: 200 Found (decoded by
-// Decode, or a decline), 404 Absent (confirmed by LookupNotFound when set), anything
+// Decode, or a decline), 404 Absent (confirmed by LookupAbsent when set), anything
 // else, or an answer that cannot be read, StillUnknown.
 func lookupOutcome(s Spec, a answer) idempotency.Reconciliation {
 	switch {
@@ -325,8 +325,8 @@ func lookupOutcome(s Spec, a answer) idempotency.Reconciliation {
 		}
 		return idempotency.StillUnknown(fmt.Sprintf("lookup answered 200, and Decode failed (%T)", err))
 	case a.status == http.StatusNotFound:
-		if s.LookupNotFound != nil && !s.LookupNotFound(a.body) {
-			return idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)")
+		if s.LookupAbsent != nil && !s.LookupAbsent(a.body) {
+			return idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupAbsent)")
 		}
 		return idempotency.Absent()
 	}

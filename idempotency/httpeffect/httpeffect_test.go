@@ -418,18 +418,18 @@ func TestReconcile(t *testing.T) {
 		assert.Empty(t, r.body)
 	}
 
-	// LookupNotFound confirms a 404 from its body: a 404 from a wrong path is not "not found".
+	// LookupAbsent confirms a 404 from its body: a 404 from a wrong path is not "not found".
 	s := spec(p.srv.URL)
-	s.LookupNotFound = func(body []byte) bool { return strings.Contains(string(body), `"resource_missing"`) }
+	s.LookupAbsent = func(body []byte) bool { return strings.Contains(string(body), `"resource_missing"`) }
 	rec, err := newEffect(t, s).Reconcile(ctx, idempotency.Query{ProviderKey: "pk-unknown"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Absent(), rec)
 	wrong := newProvider(t, reply(http.StatusNotFound, map[string]string{"Content-Type": "text/html"}, "<h1>Not Found</h1>"))
 	s = spec(wrong.srv.URL)
-	s.LookupNotFound = func(body []byte) bool { return strings.Contains(string(body), `"resource_missing"`) }
+	s.LookupAbsent = func(body []byte) bool { return strings.Contains(string(body), `"resource_missing"`) }
 	rec, err = newEffect(t, s).Reconcile(ctx, idempotency.Query{ProviderKey: "pk-unknown"})
 	require.NoError(t, err)
-	assert.Equal(t, idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)"), rec)
+	assert.Equal(t, idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupAbsent)"), rec)
 
 	// No answer: an error (the ledger counts it as still unknown unless the attempt ended).
 	_, err = newEffect(t, spec(closedURL(t))).Reconcile(ctx, idempotency.Query{ProviderKey: "pk-known"})

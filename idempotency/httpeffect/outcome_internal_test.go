@@ -117,12 +117,12 @@ func TestNoAnswerDecision(t *testing.T) {
 	assert.EqualError(t, written, "httpeffect: pay charge: sent, no answer: connection reset by peer")
 }
 
-// lookupOutcome: 200 Found (decoded, or a decline), 404 Absent unless LookupNotFound
+// lookupOutcome: 200 Found (decoded, or a decline), 404 Absent unless LookupAbsent
 // disagrees, anything else or an unreadable answer StillUnknown.
 func TestLookupOutcomeDecision(t *testing.T) {
 	s := Spec{Name: "pay charge", Decode: decodeID}
 	strict := s
-	strict.LookupNotFound = func(body []byte) bool { return string(body) == `{"error":"no_such_key"}` }
+	strict.LookupAbsent = func(body []byte) bool { return string(body) == `{"error":"no_such_key"}` }
 	unreadable := ans(200, `{"id"`)
 	unreadable.readErr = io.ErrUnexpectedEOF
 	for name, tc := range map[string]struct {
@@ -137,7 +137,7 @@ func TestLookupOutcomeDecision(t *testing.T) {
 		"200 unreadable":              {s, unreadable, idempotency.StillUnknown("lookup answered 200, and its answer could not be read")},
 		"404":                         {s, ans(404, ``), idempotency.Absent()},
 		"404 confirmed":               {strict, ans(404, `{"error":"no_such_key"}`), idempotency.Absent()},
-		"404 not the provider's":      {strict, ans(404, `<html>`), idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupNotFound)")},
+		"404 not the provider's":      {strict, ans(404, `<html>`), idempotency.StillUnknown("lookup answered 404 without the provider's not-found answer (Spec.LookupAbsent)")},
 		"500":                         {s, ans(500, ``), idempotency.StillUnknown("lookup answered 500")},
 		"202 is not a found":          {s, ans(202, `{"id":"ch_1"}`), idempotency.StillUnknown("lookup answered 202")},
 		"429 is not an absent either": {s, ans(429, ``), idempotency.StillUnknown("lookup answered 429")},
