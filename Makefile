@@ -4,7 +4,8 @@
 #   make test   make up, then the whole Go suite with the race detector
 #   make demo   make up, then the demo (examples/invoice): invoices paid, declined (BPMN error) and one incident
 #   make down   stop the engines and PostgreSQL
-#   make engines-check  the conformance suite and the defaults-tier soak on each older Camunda 7 release CI checks
+#   make engines-check  the conformance suite and the defaults-tier soak on each older Camunda 7 release CI checks,
+#               each in a lane of its own (services/lane.sh), side by side; the main engines are left alone
 # ENGINE=camunda7 (default, 7.24.0) | camunda7-7.22 | camunda7-7.20 | operaton | cibseven
 # picks the engine; see docs/development.md.
 
@@ -18,12 +19,17 @@ EXTWORKER_TEST_ENGINE_DB_URL ?= postgres://camunda:camunda@127.0.0.1:5432/camund
 export EXTWORKER_TEST_ENGINE_DB_URL
 endif
 # The Camunda 7 releases besides the default that CI runs the conformance suite and a
-# defaults-tier soak against (make engines-check), one at a time to spare the cores.
+# defaults-tier soak against (make engines-check), each in a lane of its own.
 OLDER_ENGINES ?= camunda7-7.20 camunda7-7.22
 GO ?= go
 GOTESTFLAGS ?=
+# What a target that needs the services makes first: make up. Inside a lane
+# (services/lane.sh: an engine and a PostgreSQL cluster of the lane's own, brought up by
+# the lane) they are empty, and bin/invoice is built once before the lanes start.
+NEEDS ?= up
+SOAK_NEEDS ?= up bin/invoice
 
-.PHONY: up down pg-up rabbit-up engine-up tools-up check test demo vet fmt soak soak-short conformance engines-check
+.PHONY: up down pg-up rabbit-up engine-up tools-up check test demo vet fmt soak soak-short conformance engines-check lane-soaks
 
 up: pg-up rabbit-up engine-up tools-up
 
@@ -59,7 +65,7 @@ down:
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
 # -tags failpoints: the crash tests' worker binaries and the failpoint package's own tests
 # (the production build has no failpoints, see failpoint's package comment).
-test: up
+test: $(NEEDS)
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./...
 	$(GO) test -race -count=1 -timeout 45m -tags failpoints $(GOTESTFLAGS) ./...
@@ -103,30 +109,51 @@ endif
 # shipping process in through the inbox) go through a RabbitMQ node of the soak's own,
 # which it SIGKILLs and restarts (-broker-restarts), and the oracle checks I10 and I11.
 SOAK_SEED ?= $(shell date +%s)
+# The engine and the ledger database a soak runs against: make up's, or a lane's
+# (services/lane.sh run sets SOAK_ENGINE and SOAK_DB).
+SOAK_ENGINE ?= http://127.0.0.1:8080/engine-rest
+SOAK_DB ?= postgres://extworker:extworker@127.0.0.1:5432/extworker
+SOAK_RUN = $(GO) run ./cmd/extworker-soak -bin bin/invoice -engine $(SOAK_ENGINE) -db $(SOAK_DB) -seed $(SOAK_SEED) -logs $$(mktemp -d)
 # The soak's workers: the demo's worker (examples/invoice) in a test build, with the
 # failpoints its killer fires.
 bin/invoice: FORCE
 	$(GO) build -tags failpoints -o bin/invoice ./examples/invoice
 FORCE:
-soak-short: up bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -broker-restarts 2 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+soak-short: $(SOAK_NEEDS)
+	$(SOAK_RUN) -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -broker-restarts 2 -timeout 8m
 .PHONY: soak-defaults
-soak-defaults: up bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -broker -broker-restarts 1 -timeout 8m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+soak-defaults: $(SOAK_NEEDS)
+	$(SOAK_RUN) -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -broker -broker-restarts 1 -timeout 8m
 # The engine contract against the engine ENGINE names: camunda7's tests (the conformance
 # suite: every engine fact extworker relies on, docs/engine-facts.md). engines-check runs
 # it and soak-defaults (the workers at the shipped settings: 300 invoices, at least 10
-# SIGKILLs, a PostgreSQL and a broker restart, the oracle) for each of OLDER_ENGINES;
-# make test and the soaks cover the default engine.
-conformance: up
+# SIGKILLs, a PostgreSQL and a broker restart, the oracle) for each of OLDER_ENGINES, in
+# a lane of its own (services/lane.sh: the release on ports of its own, 8090 and up, its
+# databases on a PostgreSQL cluster of its own, which its soak restarts), the lanes side
+# by side, each one's output printed whole when it ends; the main engines (8080-8083) are
+# left alone. make test and the soaks cover the default engine.
+conformance: $(NEEDS)
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./camunda7/...
-engines-check:
-	@for e in $(OLDER_ENGINES); do \
-	  echo "== engines-check: $$e"; \
-	  $(MAKE) --no-print-directory conformance soak-defaults ENGINE=$$e || exit 1; \
-	done
-soak: up bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -broker -broker-restarts 3 -engine-latency-window 15s -timeout 15m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+engines-check: $(NEEDS) bin/invoice
+	@$(MAKE) --no-print-directory -j$(words $(OLDER_ENGINES)) --output-sync=recurse $(addprefix lane-,$(OLDER_ENGINES))
+# One older release's lane (make lane-camunda7-7.20): conformance, then soak-defaults (the
+# soak's PostgreSQL restart must not hit the conformance suite), then the lane goes down,
+# failed or not. After make up (the RabbitMQ package the soak's own node needs) and
+# make bin/invoice, which .ci/run and engines-check run first.
+lane-camunda7-%:
+	@bash services/lane.sh up camunda7-$* && \
+	bash services/lane.sh run camunda7-$* $(MAKE) --no-print-directory -j1 conformance soak-defaults NEEDS= SOAK_NEEDS=; \
+	rc=$$?; bash services/lane.sh down camunda7-$*; exit $$rc
+# soak-short, then soak-defaults, against the default engine (7.24) in a lane of its own
+# (services/lane.sh soak: port 8084, PostgreSQL on 5433), so that they share no engine and
+# no database with make test: CI runs it beside make test. After make up and
+# make bin/invoice, as the lanes above.
+lane-soaks:
+	@bash services/lane.sh up soak && \
+	bash services/lane.sh run soak $(MAKE) --no-print-directory -j1 soak-short soak-defaults NEEDS= SOAK_NEEDS=; \
+	rc=$$?; bash services/lane.sh down soak; exit $$rc
+soak: $(SOAK_NEEDS)
+	$(SOAK_RUN) -instances 10000 -workers 4 -min-kills 118 -kill-every 3s -pg-restarts 2 -engine-restarts 1 -broker -broker-restarts 3 -engine-latency-window 15s -timeout 15m
 
 # Every Go fuzz target (func FuzzXxx in a _test.go file), each for FUZZTIME against the
 # real PostgreSQL, RabbitMQ and engine where it reaches them, starting from its checked-in
@@ -134,7 +161,7 @@ soak: up bin/invoice
 # CI runs it (.ci/run). A failing input is written to testdata/fuzz: commit it with the fix.
 FUZZTIME ?= 10s
 .PHONY: fuzz
-fuzz: up
+fuzz: $(NEEDS)
 	@set -e; for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | sort); do \
 	  pkg=./$$(dirname $$f); \
 	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \

@@ -15,6 +15,9 @@
 #                                        engine does not run on a newer release's schema)
 #   ENGINE_PORT                          HTTP port (default 8080)
 #   ENGINE_DB                            its PostgreSQL database (default camunda)
+#   PG_PORT, PG_CLUSTER                  the PostgreSQL cluster that database is on (default
+#                                        5432, main: pg-up.sh); a lane of make engines-check
+#                                        runs its engines on a cluster of its own (lane.sh)
 #   ENGINE_REST_AUTH=true                HTTP basic authentication on /engine-rest, with the user
 #   ENGINE_ADMIN_USER, ENGINE_ADMIN_PASSWORD   (default admin / extworker-admin)
 #   ENGINE_START_TIMEOUT                 seconds to wait for readiness (default 300)
@@ -114,7 +117,7 @@ cp "$jar" "$run/$name.jar.tmp" && mv -f "$run/$name.jar.tmp" "$run/$name.jar"
 echo "engine-up: starting $ENGINE on port $ENGINE_PORT, database $ENGINE_DB, REST authentication $ENGINE_REST_AUTH (log: $log)"
 t0=$(date +%s)
 ENGINE_PORT="$ENGINE_PORT" ENGINE_REST_AUTH="$ENGINE_REST_AUTH" \
-ENGINE_DB_URL="${ENGINE_DB_URL:-jdbc:postgresql://127.0.0.1:5432/$ENGINE_DB}" \
+ENGINE_DB_URL="${ENGINE_DB_URL:-jdbc:postgresql://127.0.0.1:${PG_PORT:-5432}/$ENGINE_DB}" \
   setsid nohup java -Xms256m -Xmx768m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
   -jar "$run/$name.jar" >"$log" 2>&1 < /dev/null &
 echo $! > "$pidfile"

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # pg-up.sh: install (if needed) and start the local PostgreSQL cluster, then create the
 # roles and databases the engine and the tests use. Idempotent; safe to run again.
+#   PG_CLUSTER   the cluster (default main, the one make up starts); another name creates
+#                a cluster of its own, as a lane of make engines-check does (lane.sh)
+#   PG_PORT      its port (default 5432)
+# Arguments name more engine databases (engine-up.sh's for the older Camunda releases).
 set -euo pipefail
 
+PG_CLUSTER="${PG_CLUSTER:-main}"
 PG_PORT="${PG_PORT:-5432}"
 as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
 
@@ -14,15 +19,19 @@ if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/
 fi
 
 ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
-if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$ver main$"; then
-  pg_createcluster "$ver" main --port "$PG_PORT" >/dev/null
+if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -qx "$ver $PG_CLUSTER"; then
+  pg_createcluster "$ver" "$PG_CLUSTER" --port "$PG_PORT" >/dev/null
 fi
-if ! pg_lsclusters -h | awk -v v="$ver" '$1==v && $2=="main" {print $4}' | grep -q online; then
+have_port=$(pg_lsclusters -h | awk -v v="$ver" -v c="$PG_CLUSTER" '$1==v && $2==c {print $3}')
+if [ "$have_port" != "$PG_PORT" ]; then
+  echo "pg-up: cluster $ver/$PG_CLUSTER listens on port $have_port, not PG_PORT=$PG_PORT" >&2; exit 1
+fi
+if ! pg_lsclusters -h | awk -v v="$ver" -v c="$PG_CLUSTER" '$1==v && $2==c {print $4}' | grep -q online; then
   # Four engines hold up to ten connections each, and the suite's packages run side by
   # side with pools of their own (the console and inbox consumers too): the default 100
   # runs out. Set before the start, so a running cluster is never restarted for it.
-  pg_conftool "$ver" main set max_connections 250
-  pg_ctlcluster "$ver" main start
+  pg_conftool "$ver" "$PG_CLUSTER" set max_connections 250
+  pg_ctlcluster "$ver" "$PG_CLUSTER" start
 fi
 
 for _ in $(seq 1 60); do
@@ -35,7 +44,6 @@ pg_isready -h 127.0.0.1 -p "$PG_PORT" >/dev/null || { echo "pg-up: PostgreSQL di
 # REST authentication on, in "camunda_auth"; the third one's, which fault tests kill and
 # restart, in "camunda_faults"; the fourth one's, which only the long-poll timing pins use,
 # in "camunda_quiet"); the worker's ledger in "extworker".
-# Arguments name more engine databases (engine-up.sh's for the older Camunda releases).
 specs=(camunda:camunda:camunda camunda:camunda:camunda_auth camunda:camunda:camunda_faults camunda:camunda:camunda_quiet extworker:extworker:extworker)
 for db in "$@"; do specs+=("camunda:camunda:$db"); done
 for spec in "${specs[@]}"; do
@@ -91,4 +99,4 @@ DO $$ BEGIN
   END IF;
 END $$;
 SQL
-echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (databases camunda, camunda_auth, camunda_faults, camunda_quiet, extworker)"
+echo "pg-up: PostgreSQL $ver ready on 127.0.0.1:$PG_PORT (cluster $PG_CLUSTER; databases camunda, camunda_auth, camunda_faults, camunda_quiet, extworker${*:+, $*})"
