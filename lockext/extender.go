@@ -41,6 +41,7 @@ type Extender struct {
 	ended      bool               // lost, or MaxRunTime passed
 	callCancel context.CancelFunc // the call in flight, if any
 	callDone   chan struct{}      // closed when the call in flight has been dealt with
+	anyAnswer  bool               // an extension's answer has been dealt with (s.mu)
 
 	// Only the call in flight touches these, and calls of one extender never overlap.
 	backoff  time.Duration // 0: the last attempt succeeded (or none was made)

@@ -288,6 +288,7 @@ func (s *Scheduler) call(e *Extender, ctx context.Context, sentAt time.Time) {
 	s.mu.Lock()
 	done := e.callDone
 	e.callDone = nil
+	e.anyAnswer = true
 	switch {
 	case e.stopped:
 		cause = nil // Stop came while the answer was being read: it is ignored
@@ -363,7 +364,9 @@ func (s *Scheduler) awaitFirst(e *Extender) (*Extender, error) {
 	case <-s.stop:
 	}
 	s.mu.Lock()
-	pending := e.callDone != nil || e.ended
+	// e.anyAnswer: the answer came in since stop woke us (select picks either when both
+	// are ready), so e is out of the queue and ready comes at once: not to be closed.
+	pending := e.callDone != nil || e.ended || e.anyAnswer
 	if !pending {
 		e.stopped = true
 		s.forget(e)
