@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/extworker/extworker/failure"
 )
@@ -17,13 +18,20 @@ import (
 // again.
 
 // compensated returns the id of the intent in.Compensates names, which must be confirmed,
-// reconciled, or already compensated (by this intent, on a replay).
+// reconciled, or already compensated (by this intent, on a replay), and compensated by
+// no other intent that was not declined (ErrCompensationExists). The unique index
+// extworker_intents_one_compensation (migration 00012) closes the race of two
+// compensating intents recorded at once: the second insert is refused (compensationRace).
 func (s *pgStore) compensated(ctx context.Context, l *Ledger, in Intent) (*int64, error) {
 	ref := in.Compensates
 	var id int64
 	var state State
-	err := s.pool.QueryRow(ctx, `SELECT id, state FROM extworker_intents WHERE namespace = $1 AND scope = $2 AND intent_key = $3`,
-		l.cfg.Namespace, ref.Scope, ref.Key).Scan(&id, &state)
+	var other *string
+	err := s.pool.QueryRow(ctx, `SELECT o.id, o.state, (SELECT c.scope || '/' || c.intent_key FROM extworker_intents c
+			WHERE c.compensates_id = o.id AND c.state <> 'rejected' AND NOT (c.namespace = $1 AND c.scope = $4 AND c.intent_key = $5)
+			ORDER BY c.id LIMIT 1)
+		FROM extworker_intents o WHERE o.namespace = $1 AND o.scope = $2 AND o.intent_key = $3`,
+		l.cfg.Namespace, ref.Scope, ref.Key, in.Scope, in.Key).Scan(&id, &state, &other)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, notRecordedToCompensate(in, l.cfg.Namespace)
@@ -31,12 +39,16 @@ func (s *pgStore) compensated(ctx context.Context, l *Ledger, in Intent) (*int64
 		l.cfg.Hooks.Observer.DatabaseError("ledger_read", err)
 		return nil, failure.Retryable(fmt.Errorf("idempotency: read the intent %s/%s compensates: %w", in.Scope, in.Key, err))
 	}
-	return compensable(id, state, in)
+	return compensable(id, state, deref(other), in)
 }
 
 // compensable returns id if an intent in state may be compensated by in: confirmed,
-// reconciled, or already compensated (by in, on a replay).
-func compensable(id int64, state State, in Intent) (*int64, error) {
+// reconciled, or already compensated (by in, on a replay), and other (the scope/key of
+// another compensating intent of it that was not declined, "" if none) is empty.
+func compensable(id int64, state State, other string, in Intent) (*int64, error) {
+	if other != "" {
+		return nil, compensationExists(in, other)
+	}
 	switch state {
 	case StateConfirmed, StateReconciled, StateCompensated:
 		return &id, nil
@@ -44,6 +56,33 @@ func compensable(id int64, state State, in Intent) (*int64, error) {
 	ref := in.Compensates
 	return nil, failure.Permanent(fmt.Errorf("%w: %s/%s compensates %s/%s, which is %s (only a confirmed or reconciled effect is compensated); nothing was sent",
 		ErrNothingToCompensate, in.Scope, in.Key, ref.Scope, ref.Key, state))
+}
+
+// compensationExists is the refusal of a second compensating intent (other: the first's
+// scope/key, or "" when a concurrent one was recorded first).
+func compensationExists(in Intent, other string) error {
+	ref := in.Compensates
+	if other == "" {
+		other = "another intent recorded concurrently"
+	}
+	return failure.Permanent(fmt.Errorf("%w: %s/%s compensates %s/%s, which %s already compensates (each effect is undone once; only a declined compensation lets another try); nothing was sent",
+		ErrCompensationExists, in.Scope, in.Key, ref.Scope, ref.Key, other))
+}
+
+// oneCompensationIndex is the unique index that lets one compensating intent, not
+// declined, name an original.
+const oneCompensationIndex = "extworker_intents_one_compensation"
+
+// compensationRace is the refusal of a claim whose insert the unique index
+// oneCompensationIndex refused (another compensating intent of the same original was
+// recorded after this attempt's check), or nil for any other error.
+func (a *attempt) compensationRace(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == oneCompensationIndex {
+		a.pending = nil
+		return compensationExists(a.in, "")
+	}
+	return nil
 }
 
 // notRecordedToCompensate is the refusal of an intent that compensates one not recorded.

@@ -49,6 +49,9 @@ func (m *memStore) claim(ctx context.Context, a *attempt) error {
 	a.dbNow, a.readAt, a.leaseEnd = now, now, now.Add(a.l.cfg.Lease)
 	it := m.intents[memKey{a.in.Scope, a.in.Key}]
 	if it == nil {
+		if err := m.oneCompensation(a); err != nil {
+			return err
+		}
 		m.record(ctx, a, decideClaim(nil, a.claimRequest(), now).to, now)
 		return nil
 	}
@@ -238,5 +241,31 @@ func (m *memStore) compensated(_ context.Context, l *Ledger, in Intent) (*int64,
 	if it == nil {
 		return nil, notRecordedToCompensate(in, l.cfg.Namespace)
 	}
-	return compensable(it.row.ID, it.row.State, in)
+	return compensable(it.row.ID, it.row.State, m.compensator(it.row.ID, in), in)
+}
+
+// compensator is the scope/key of an intent other than in that compensates the intent
+// id and was not declined ("" if none): the in-memory unique index of migration 00012.
+func (m *memStore) compensator(id int64, in Intent) string {
+	var first *memIntent
+	for _, c := range m.byID {
+		r := c.row
+		if r.CompensatesID != nil && *r.CompensatesID == id && r.State != StateRejected && (r.Scope != in.Scope || r.Key != in.Key) &&
+			(first == nil || r.ID < first.row.ID) {
+			first = c
+		}
+	}
+	if first == nil {
+		return ""
+	}
+	return first.row.Scope + "/" + first.row.Key
+}
+
+// oneCompensation refuses to record a compensating intent of an original another one
+// compensates (recorded since Do's check, under the same mutex as the record).
+func (m *memStore) oneCompensation(a *attempt) error {
+	if a.compensates == nil || m.compensator(*a.compensates, a.in) == "" {
+		return nil
+	}
+	return compensationExists(a.in, "")
 }

@@ -46,6 +46,9 @@ func (s *pgStore) claim(ctx context.Context, a *attempt) error {
 			return a.claimRefusal(ctx, d)
 		}
 	case !errors.Is(ferr, pgx.ErrNoRows):
+		if err := a.compensationRace(ferr); err != nil {
+			return err
+		}
 		a.pending = nil
 		a.committed(ferr)
 		return failure.Retryable(fmt.Errorf("idempotency: claim intent %s/%s: %w", a.in.Scope, a.in.Key, ferr))
@@ -137,6 +140,9 @@ func (s *pgStore) claimLocked(ctx context.Context, a *attempt, exists bool) erro
 		return nil
 	})
 	if err != nil {
+		if cerr := a.compensationRace(err); cerr != nil {
+			return cerr
+		}
 		return failure.Retryable(fmt.Errorf("idempotency: claim intent %s/%s: %w", a.in.Scope, a.in.Key, err))
 	}
 	return result

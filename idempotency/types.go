@@ -234,6 +234,13 @@ var (
 	// ErrNothingToCompensate: Intent.Compensates names an intent that does not exist or
 	// whose effect is not confirmed; nothing was sent.
 	ErrNothingToCompensate = errors.New("idempotency: no confirmed intent to compensate")
+	// ErrCompensationExists: Intent.Compensates names an intent that another compensating
+	// intent already compensates, or is compensating (recorded, in flight, unknown or
+	// held: from the moment it is recorded), so this one is refused before anything is
+	// sent: one original is undone once (no double refund). Only a compensating intent
+	// that was declined (rejected) lets another one try. The same compensating intent
+	// replaying is not refused.
+	ErrCompensationExists = errors.New("idempotency: the intent is already compensated by another intent")
 	// ErrPruned: the intent settled long ago and was pruned; its tombstone refuses to
 	// dispatch it again. Nothing was sent.
 	ErrPruned = errors.New("idempotency: intent settled and pruned")

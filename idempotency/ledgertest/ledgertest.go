@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +61,10 @@ var cases = []struct {
 	{"ExpiredLeaseIsTakenOverAndTheOldAttemptFenced", leaseTakeover},
 	{"TooManyTriesIsHeld", tooManyTries},
 	{"CompensationSettlesTheOriginal", compensation},
+	{"SecondCompensationIsRefused", secondCompensation},
+	{"RecordedCompensationRefusesAnother", recordedCompensation},
+	{"DeclinedCompensationLetsAnotherTry", declinedCompensation},
+	{"ConcurrentCompensationsDispatchOnce", concurrentCompensations},
 	{"LocalEffectConfirmedOnce", localEffect},
 	{"CancelledBeforeDispatchSendsNothing", cancelled},
 }
@@ -434,6 +439,92 @@ func compensation(t *testing.T, newLedger NewLedger) {
 	nothing.Key, nothing.Compensates.Key = "invoice:C2:refund", "invoice:C2:v1"
 	_, err = do(t, l, nothing, p.effect())
 	wantErr(t, err, idempotency.ErrNothingToCompensate, failure.KindPermanent)
+	wantCounts(t, p, 2, 0, 2)
+}
+
+// refund is a compensating intent of orig, under key.
+func refund(orig idempotency.Intent, key string) idempotency.Intent {
+	return idempotency.Intent{Scope: "payment.refund", Key: key, Request: orig.Request, Task: orig.Task,
+		Compensates: idempotency.IntentRef{Scope: orig.Scope, Key: orig.Key}}
+}
+
+// A charge already compensated is not compensated again by another intent (a double
+// refund), and the first refund still replays.
+func secondCompensation(t *testing.T, newLedger NewLedger) {
+	l, p := newLedger(t, idempotency.Config{}), newProvider()
+	orig := charge("S1", 4200)
+	mustDo(t, l, orig, p.effect())
+	first := refund(orig, "invoice:S1:refund:v1")
+	mustDo(t, l, first, p.effect())
+	_, err := do(t, l, refund(orig, "invoice:S1:refund:v2"), p.effect())
+	wantErr(t, err, idempotency.ErrCompensationExists, failure.KindPermanent)
+	check(t, strings.Contains(err.Error(), first.Key), "the refusal names the first refund: %v", err)
+	again := mustDo(t, l, first, p.effect())
+	check(t, again.Replayed, "the first refund replays: %+v", again)
+	wantCounts(t, p, 2, 0, 2)
+}
+
+// A compensating intent blocks another from the moment it is recorded, not only once
+// confirmed: here the first refund was not sent, and is still prepared.
+func recordedCompensation(t *testing.T, newLedger NewLedger) {
+	l, p := newLedger(t, idempotency.Config{}), newProvider()
+	orig := charge("S2", 4200)
+	mustDo(t, l, orig, p.effect())
+	p.next = []error{idempotency.NotSent(errors.New("connection refused"))}
+	first := refund(orig, "invoice:S2:refund:v1")
+	_, err := do(t, l, first, p.effect())
+	check(t, idempotency.IsNotSent(err), "first refund not sent: %v", err)
+	_, err = do(t, l, refund(orig, "invoice:S2:refund:v2"), p.effect())
+	wantErr(t, err, idempotency.ErrCompensationExists, failure.KindPermanent)
+	r := mustDo(t, l, first, p.effect())
+	check(t, r.State == idempotency.StateConfirmed && !r.Replayed, "the first refund goes on: %+v", r)
+	wantCounts(t, p, 3, 0, 2)
+}
+
+// A declined compensation undid nothing: another compensating intent may try.
+func declinedCompensation(t *testing.T, newLedger NewLedger) {
+	l, p := newLedger(t, idempotency.Config{}), newProvider()
+	orig := charge("S3", 4200)
+	mustDo(t, l, orig, p.effect())
+	p.next = []error{idempotency.Rejected("refund_declined", "try later")}
+	_, err := do(t, l, refund(orig, "invoice:S3:refund:v1"), p.effect())
+	check(t, kind(err) == failure.KindBPMNError, "first refund declined: %v", err)
+	r := mustDo(t, l, refund(orig, "invoice:S3:refund:v2"), p.effect())
+	check(t, r.State == idempotency.StateConfirmed, "second refund: %+v", r)
+	_, err = do(t, l, orig, p.effect())
+	wantErr(t, err, idempotency.ErrCompensated, failure.KindPermanent)
+	wantCounts(t, p, 3, 0, 2)
+}
+
+// Refunds of one charge started at once: exactly one reaches the provider, the others
+// are refused before anything is sent.
+func concurrentCompensations(t *testing.T, newLedger NewLedger) {
+	l, p := newLedger(t, idempotency.Config{}), newProvider()
+	orig := charge("S4", 4200)
+	mustDo(t, l, orig, p.effect())
+	const n = 4
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := range n {
+		go func() {
+			<-start
+			_, err := l.Do(ctxFor(t), refund(orig, fmt.Sprintf("invoice:S4:refund:v%d", i+1)), p.effect())
+			errs <- err
+		}()
+	}
+	close(start)
+	var ok, refused int
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, idempotency.ErrCompensationExists) && kind(err) == failure.KindPermanent:
+			refused++
+		default:
+			t.Errorf("refund: %v", err)
+		}
+	}
+	check(t, ok == 1 && refused == n-1, "%d refunds confirmed, %d refused; want 1 and %d", ok, refused, n-1)
 	wantCounts(t, p, 2, 0, 2)
 }
 
