@@ -265,57 +265,124 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 		env.eventsNS = ledger.Namespace()
 	}
 
-	run := fmt.Sprintf("demo-%d", time.Now().Unix())
-	amounts := map[string]int64{}
-	var ids []string
-	expect := map[string]int{}
-	paidInvoices := 0
-	startInvoice := func(invoice string, vars camunda7.Variables) error {
-		pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: invoice, Variables: vars})
-		if err == nil {
-			ids = append(ids, pi.ID)
-		}
+	plan := planDemo(fmt.Sprintf("demo-%d", time.Now().Unix()), n)
+	ids, err := startDemo(ctx, c, plan, pay)
+	if err != nil {
 		return err
 	}
-	duplicates := 0
-	for i := 0; i < n; i++ {
-		invoice := fmt.Sprintf("INV-%s-%03d", run, i)
-		vars := camunda7.Variables{"invoiceId": camunda7.StringVar(invoice)}
-		switch {
-		case i%10 == 9:
-			expect["incident"]++ // no amount: permanent failure
-		case i%10 == 4:
-			vars["amountCents"] = camunda7.LongVar(25_000_00) // declined by the provider
-			expect["declined"]++
-		default:
-			vars["amountCents"] = camunda7.LongVar(int64(1000 + 137*i))
-			amounts[invoice] = int64(1000 + 137*i)
-			expect["paid"]++
-			paidInvoices++
-			if pay != nil && i%10 == 7 {
-				pay.Script(invoice, fakeprovider.LoseAnswer) // charged, answer lost: reconciled
-			}
-			if pay != nil && i%10 == 3 {
-				pay.Script(invoice, fakeprovider.DropBeforeAccept) // dropped unseen: sent again, same key
-			}
-		}
-		if err := startInvoice(invoice, vars); err != nil {
+	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
+		v, engine, len(ids), n, plan.duplicates, plan.run)
+	if err := runDemoWorker(ctx, app, env, c, ids, plan, out); err != nil {
+		return err
+	}
+	rows, err := checkDemoLedger(ctx, env, plan, out)
+	if err != nil {
+		return err
+	}
+	if events != nil {
+		if err := checkDemoEvents(ctx, events, c, rows, plan, out); err != nil {
 			return err
 		}
-		if i%25 == 0 && vars.Has("amountCents") {
-			// The same invoice submitted twice: one business intent, one charge.
-			if err := startInvoice(invoice, vars); err != nil {
-				return err
-			}
-			expect["paid"]++
-			duplicates++
+	} else {
+		fmt.Fprintln(out, "events: none (EXTWORKER_AMQP_URL is not set: no broker for invoice.paid and the shipping process)")
+	}
+	if pay != nil {
+		if err := checkDemoProvider(pay, plan, out); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
-		v, engine, len(ids), n, duplicates, run)
+	fmt.Fprintf(out, "demo OK: incidents are visible in Cockpit%s or with GET /engine-rest/incident?processDefinitionKeyIn=%s\n",
+		cockpitHint(app.Client().BaseURL()), demoProcessKey)
+	return nil
+}
 
-	// A worker of the demo's own, for its counts: a short long poll, since a task whose
-	// retry is due waits out the poll in progress (README).
+// demoInvoice is one invoice the demo starts: its variables, whether it is submitted
+// twice, and the fault the fake provider is scripted with for it (none when 0).
+type demoInvoice struct {
+	id     string
+	vars   camunda7.Variables
+	twice  bool
+	script fakeprovider.Fault
+}
+
+// demoPlan is a demo run decided before anything is sent: which invoices, what each
+// should end as, and the counts the checks compare against.
+type demoPlan struct {
+	run        string
+	invoices   []demoInvoice
+	amounts    map[string]int64 // the paid invoices' amounts
+	expect     map[string]int   // paid, declined, incident: instances expected to end so
+	paid       int              // invoices expected to be charged once each
+	duplicates int              // invoices submitted twice
+}
+
+// planDemo decides a run of n invoices: every tenth (9, 19, ...) has no amount (a
+// permanent failure: an incident), every tenth from 4 is declined by the provider, the
+// rest are paid; of those, the provider loses the answer of every tenth from 7
+// (reconciled) and drops every tenth from 3 unseen (sent again, same key); every 25th
+// with an amount is submitted twice (one intent, one charge).
+func planDemo(run string, n int) demoPlan {
+	p := demoPlan{run: run, amounts: map[string]int64{}, expect: map[string]int{}}
+	for i := 0; i < n; i++ {
+		inv := demoInvoice{id: fmt.Sprintf("INV-%s-%03d", run, i)}
+		inv.vars = camunda7.Variables{"invoiceId": camunda7.StringVar(inv.id)}
+		switch {
+		case i%10 == 9:
+			p.expect["incident"]++
+		case i%10 == 4:
+			inv.vars["amountCents"] = camunda7.LongVar(25_000_00)
+			p.expect["declined"]++
+		default:
+			amount := int64(1000 + 137*i)
+			inv.vars["amountCents"] = camunda7.LongVar(amount)
+			p.amounts[inv.id] = amount
+			p.expect["paid"]++
+			p.paid++
+			switch i % 10 {
+			case 7:
+				inv.script = fakeprovider.LoseAnswer
+			case 3:
+				inv.script = fakeprovider.DropBeforeAccept
+			}
+		}
+		if i%25 == 0 && inv.vars.Has("amountCents") {
+			inv.twice = true
+			p.expect["paid"]++
+			p.duplicates++
+		}
+		p.invoices = append(p.invoices, inv)
+	}
+	return p
+}
+
+// startDemo scripts the fake provider (when the demo runs its own) and starts the
+// plan's instances, returning their ids.
+func startDemo(ctx context.Context, c *admin.Client, plan demoPlan, pay *fakeprovider.Server) ([]string, error) {
+	var ids []string
+	for _, inv := range plan.invoices {
+		if pay != nil && inv.script != 0 {
+			pay.Script(inv.id, inv.script)
+		}
+		times := 1
+		if inv.twice {
+			times = 2
+		}
+		for range times {
+			pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv.id, Variables: inv.vars})
+			if err != nil {
+				return ids, err
+			}
+			ids = append(ids, pi.ID)
+		}
+	}
+	return ids, nil
+}
+
+// runDemoWorker serves the demo's topics with a worker of the demo's own, for its
+// counts (a short long poll, since a task whose retry is due waits out the poll in
+// progress: README), until every instance in ids has ended, and compares the ends with
+// the plan's.
+func runDemoWorker(ctx context.Context, app *extworker.App, env *demoEnv, c *admin.Client, ids []string, plan demoPlan, out io.Writer) error {
 	reg := tasks.NewRegistry()
 	if err := demoHandlers(env, reg.Register); err != nil {
 		return err
@@ -328,7 +395,6 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- w.Run(wctx) }()
-
 	got, err := waitDemo(ctx, c, ids, 3*time.Minute)
 	took := time.Since(start)
 	stop()
@@ -342,7 +408,7 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 	tw := newTabWriter(out)
 	fmt.Fprintf(tw, "outcome\texpected\tgot\n")
 	for _, k := range []string{"paid", "declined", "incident"} {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", k, expect[k], got[k])
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", k, plan.expect[k], got[k])
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "worker %s: %d tasks fetched, %d completed, %d BPMN errors, %d retried failures, %d incidents, max %d in flight, %.1fs\n",
@@ -350,64 +416,70 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 	fmt.Fprintf(out, "ledger: %d duplicate deliveries completed from the ledger without a provider call, %d unknown outcomes reconciled with the provider\n",
 		env.replayed.Load(), env.reconciled.Load())
 	for _, k := range []string{"paid", "declined", "incident"} {
-		if got[k] != expect[k] {
-			return fmt.Errorf("demo: %d %s, expected %d", got[k], k, expect[k])
+		if got[k] != plan.expect[k] {
+			return fmt.Errorf("demo: %d %s, expected %d", got[k], k, plan.expect[k])
 		}
 	}
-	// The ledger is the truth about effects, whichever worker performed them (another
-	// worker on the same topics may have served some of this run's invoices).
+	return nil
+}
+
+// checkDemoLedger counts the run's settled payments in the ledger, the truth about
+// effects whichever worker performed them (another worker on the same topics may have
+// served some of this run's invoices): one intent per paid invoice. It returns the
+// settled rows.
+func checkDemoLedger(ctx context.Context, env *demoEnv, plan demoPlan, out io.Writer) ([]idempotency.Row, error) {
 	rows, err := env.ledger.Operations().List(ctx, idempotency.Filter{Scope: demoScope, States: []idempotency.State{idempotency.StateConfirmed, idempotency.StateReconciled}, Limit: 100_000})
 	if err != nil {
+		return nil, err
+	}
+	var mine []idempotency.Row
+	for _, r := range rows {
+		if strings.Contains(r.Key, plan.run) {
+			mine = append(mine, r)
+		}
+	}
+	fmt.Fprintf(out, "ledger: %d paid invoices settled, one intent each\n", len(mine))
+	if len(mine) != plan.paid {
+		return nil, fmt.Errorf("demo: %d invoices settled in the ledger, expected %d", len(mine), plan.paid)
+	}
+	return mine, nil
+}
+
+// checkDemoEvents sends every tenth paid invoice's event a second time, as a producer's
+// retry or a broker's redelivery would, and reports what the inbox made of them: each
+// taken once.
+func checkDemoEvents(ctx context.Context, events *demoEvents, c *admin.Client, rows []idempotency.Row, plan demoPlan, out io.Writer) error {
+	paid := map[string]paidEvent{}
+	var again []string
+	for _, r := range rows {
+		invoice := strings.TrimSuffix(strings.TrimPrefix(r.Key, "invoice:"), ":v1")
+		if amount, ok := plan.amounts[invoice]; ok && r.ProviderRef != nil {
+			paid[invoice] = paidEvent{Invoice: invoice, AmountCents: amount, PaymentRef: *r.ProviderRef}
+			if len(paid)%10 == 0 {
+				again = append(again, invoice)
+			}
+		}
+	}
+	if err := events.redeliver(ctx, again, paid); err != nil {
 		return err
 	}
-	settled := 0
-	for _, r := range rows {
-		if strings.Contains(r.Key, run) {
-			settled++
+	return events.report(ctx, out, c, plan.run, plan.paid, len(again))
+}
+
+// checkDemoProvider compares the fake provider's charges for the run with the plan:
+// one charge per paid invoice, none twice.
+func checkDemoProvider(pay *fakeprovider.Server, plan demoPlan, out io.Writer) error {
+	charges := 0
+	for _, ch := range pay.Charges() {
+		if strings.Contains(ch.Invoice, plan.run) {
+			charges++
 		}
 	}
-	fmt.Fprintf(out, "ledger: %d paid invoices settled, one intent each\n", settled)
-	if settled != paidInvoices {
-		return fmt.Errorf("demo: %d invoices settled in the ledger, expected %d", settled, paidInvoices)
+	double := pay.DoubleCharges()
+	fmt.Fprintf(out, "provider: %d charge requests, %d charges for %d paid invoices, %d double charges\n", pay.Requests(), charges, plan.paid, double)
+	if double != 0 || charges > plan.paid {
+		return fmt.Errorf("demo: %d charges for %d paid invoices, %d double charges", charges, plan.paid, double)
 	}
-	if events != nil {
-		// Every tenth paid invoice's event is sent a second time, as a producer's retry
-		// or a broker's redelivery would: the inbox takes each once.
-		paid := map[string]paidEvent{}
-		var again []string
-		for _, r := range rows {
-			invoice := strings.TrimSuffix(strings.TrimPrefix(r.Key, "invoice:"), ":v1")
-			if amount, ok := amounts[invoice]; ok && r.ProviderRef != nil {
-				paid[invoice] = paidEvent{Invoice: invoice, AmountCents: amount, PaymentRef: *r.ProviderRef}
-				if len(paid)%10 == 0 {
-					again = append(again, invoice)
-				}
-			}
-		}
-		if err := events.redeliver(ctx, again, paid); err != nil {
-			return err
-		}
-		if err := events.report(ctx, out, c, run, paidInvoices, len(again)); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintln(out, "events: none (EXTWORKER_AMQP_URL is not set: no broker for invoice.paid and the shipping process)")
-	}
-	if pay != nil {
-		charges := 0
-		for _, ch := range pay.Charges() {
-			if strings.Contains(ch.Invoice, run) {
-				charges++
-			}
-		}
-		double := pay.DoubleCharges()
-		fmt.Fprintf(out, "provider: %d charge requests, %d charges for %d paid invoices, %d double charges\n", pay.Requests(), charges, paidInvoices, double)
-		if double != 0 || charges > paidInvoices {
-			return fmt.Errorf("demo: %d charges for %d paid invoices, %d double charges", charges, paidInvoices, double)
-		}
-	}
-	fmt.Fprintf(out, "demo OK: incidents are visible in Cockpit%s or with GET /engine-rest/incident?processDefinitionKey=%s\n",
-		cockpitHint(app.Client().BaseURL()), demoProcessKey)
 	return nil
 }
 
