@@ -2,6 +2,7 @@ package camunda7_test
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +154,53 @@ func TestConformanceDateOffsets(t *testing.T) {
 		d, err := got.Date(name)
 		require.NoError(t, err)
 		assert.True(t, instant.Equal(d), "%s: %v", name, d)
+	}
+}
+
+// A String variable is stored in a varchar(4000) column of the engine's database
+// (PostgreSQL here): complete with a 4000-character String is accepted, with 4000
+// two-byte or 4000 four-byte characters too (the limit counts characters, not bytes nor
+// UTF-16 units); 4001 characters, or a NUL character anywhere, are refused with 500
+// ProcessEnginePersistenceException, and the task stays locked for the worker, its lock
+// untouched. A Json variable of 4001 characters is accepted (stored as a byte array).
+// tasks/taskstest answers the same, and tasks.VariablesFrom refuses such a String.
+func TestConformanceCompleteWithStringTheDatabaseRefuses(t *testing.T) {
+	e := newEnv(t, testenv.ModelOptions{})
+	const persistence = "An exception occurred in the persistence layer. Please check the server logs for a detailed message and the entire exception stack trace."
+	long, err := camunda7.JSONVar(strings.Repeat("x", 4001))
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name    string
+		v       camunda7.Variable
+		refused bool
+	}{
+		{"4000 ascii", camunda7.StringVar(strings.Repeat("x", 4000)), false},
+		{"4000 two-byte", camunda7.StringVar(strings.Repeat("ü", 4000)), false},
+		{"4000 four-byte", camunda7.StringVar(strings.Repeat("🚀", 4000)), false},
+		{"4001 ascii", camunda7.StringVar(strings.Repeat("x", 4001)), true},
+		{"4001 two-byte", camunda7.StringVar(strings.Repeat("ü", 4001)), true},
+		{"nul", camunda7.StringVar("a\x00b"), true},
+		{"json 4001", long, false},
+	} {
+		pi, task := e.startAndLock(time.Minute)
+		err := e.c.Complete(e.ctx, task.ID, camunda7.CompleteRequest{WorkerID: e.worker, Variables: camunda7.Variables{"s": c.v}})
+		if !c.refused {
+			require.NoError(t, err, c.name)
+			vs, err := e.c.ProcessInstanceVariables(e.ctx, pi.ID)
+			require.NoError(t, err, c.name)
+			want, err := camunda7.Variables{"s": c.v}.Value("s")
+			require.NoError(t, err, c.name)
+			got, err := vs.Value("s")
+			require.NoError(t, err, c.name)
+			assert.Equal(t, want, got, c.name)
+			continue
+		}
+		engineError(t, err, 500, "ProcessEnginePersistenceException", q(persistence))
+		assert.NotErrorIs(t, err, camunda7.ErrLockLost, c.name)
+		got, err := e.c.ExternalTask(e.ctx, task.ID)
+		require.NoError(t, err, c.name)
+		assert.Equal(t, e.worker, got.WorkerID, "%s: still locked for the worker", c.name)
+		assert.True(t, got.LockExpirationTime.Equal(task.LockExpirationTime.Time), "%s: lock untouched", c.name)
+		assert.Nil(t, got.Retries, c.name)
 	}
 }
