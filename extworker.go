@@ -103,11 +103,18 @@ type Options struct {
 	// the ledger's (Pool): goose SQL files (00001_bookings.sql, with -- +goose Up) at the
 	// root of the file system; fs.Sub(embedded, "migrations") for a directory. New
 	// applies the pending ones at start, once across replicas starting together (an
-	// advisory lock), and Migrate applies them after the ledger's.
+	// advisory lock), and Migrate applies them after the ledger's. A migration that
+	// goose cannot parse or PostgreSQL refuses (a syntax error, say) is a configuration
+	// error naming it, so that Main exits with ExitConfig and a supervisor does not
+	// restart the worker in a loop.
 	Migrations fs.FS
-	// MigrationsTable records which of Migrations are applied. Default
-	// DefaultMigrationsTable. It is never the ledger's (migrations.VersionTable); two
-	// programs with migrations of their own on one database take a table each.
+	// MigrationsTable records which of Migrations are applied; required with Migrations,
+	// and there is no default. Each program on a database names its own table
+	// (bookings_schema_migrations, say): goose records version numbers only, so a
+	// second program recording in the first one's table would skip, silently, each of
+	// its migrations whose version the first has applied. A name of the ledger's (its
+	// version table migrations.VersionTable, or any table beginning with extworker_,
+	// schema-qualified or not) is refused as a configuration error.
 	MigrationsTable string
 }
 
