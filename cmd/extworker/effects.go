@@ -299,43 +299,61 @@ func (e *effectsCmd) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	view := e.engineView(ctx, row)
+	d := intentDetail{namespace: l.Namespace(), row: row, events: events, compensates: compensates,
+		compensatedBy: compensatedBy, resolutions: reqs, engine: e.engineView(ctx, row)}
 	if *asJSON {
-		out := showJSON{Namespace: l.Namespace(), Intent: toIntentJSON(row), Events: make([]eventJSON, 0, len(events)), Engine: &view,
-			Resolutions: make([]resolutionJSON, 0, len(reqs))}
-		for _, ev := range events {
-			out.Events = append(out.Events, toEventJSON(ev))
-		}
-		if compensates != nil {
-			c := toIntentJSON(*compensates)
-			out.Compensates = &c
-		}
-		for _, r := range compensatedBy {
-			out.CompensatedBy = append(out.CompensatedBy, toIntentJSON(r))
-		}
-		for _, r := range reqs {
-			out.Resolutions = append(out.Resolutions, toResolutionJSON(r))
-		}
-		return printJSON(e.stdout, out)
+		return printJSON(e.stdout, d.json())
 	}
-	w := e.stdout
-	now := time.Now()
-	printIntent(w, l.Namespace(), row, now)
-	if compensates != nil {
-		fmt.Fprintf(w, "compensates: %s / %s (%s)\n", tableCell(compensates.Scope), tableCell(compensates.Key), compensates.State)
+	d.print(e.stdout, time.Now())
+	return nil
+}
+
+// intentDetail is everything show says of one intent.
+type intentDetail struct {
+	namespace     string
+	row           idempotency.Row
+	events        []idempotency.Event
+	compensates   *idempotency.Row
+	compensatedBy []idempotency.Row
+	resolutions   []idempotency.ResolutionRequest
+	engine        engineView
+}
+
+func (d intentDetail) json() showJSON {
+	out := showJSON{Namespace: d.namespace, Intent: toIntentJSON(d.row), Events: make([]eventJSON, 0, len(d.events)), Engine: &d.engine,
+		Resolutions: make([]resolutionJSON, 0, len(d.resolutions))}
+	for _, ev := range d.events {
+		out.Events = append(out.Events, toEventJSON(ev))
 	}
-	for _, c := range compensatedBy {
+	if d.compensates != nil {
+		c := toIntentJSON(*d.compensates)
+		out.Compensates = &c
+	}
+	for _, r := range d.compensatedBy {
+		out.CompensatedBy = append(out.CompensatedBy, toIntentJSON(r))
+	}
+	for _, r := range d.resolutions {
+		out.Resolutions = append(out.Resolutions, toResolutionJSON(r))
+	}
+	return out
+}
+
+func (d intentDetail) print(w io.Writer, now time.Time) {
+	printIntent(w, d.namespace, d.row, now)
+	if c := d.compensates; c != nil {
+		fmt.Fprintf(w, "compensates: %s / %s (%s)\n", tableCell(c.Scope), tableCell(c.Key), c.State)
+	}
+	for _, c := range d.compensatedBy {
 		fmt.Fprintf(w, "compensated by: %s / %s (%s, provider ref %s)\n", tableCell(c.Scope), tableCell(c.Key), c.State, tableCell(strOf(c.ProviderRef)))
 	}
 	fmt.Fprintln(w)
-	printEvents(w, events)
-	if len(reqs) > 0 {
-		fmt.Fprintf(w, "\nresolutions (%d):\n", len(reqs))
-		printResolutions(w, reqs)
+	printEvents(w, d.events)
+	if len(d.resolutions) > 0 {
+		fmt.Fprintf(w, "\nresolutions (%d):\n", len(d.resolutions))
+		printResolutions(w, d.resolutions)
 	}
 	fmt.Fprintln(w)
-	printEngineView(w, row, view, now)
-	return nil
+	printEngineView(w, d.row, d.engine, now)
 }
 
 // showTombstone shows what prune left of an intent, and its events.
@@ -565,34 +583,9 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 		return err
 	}
 	// Everything the ledger would refuse is refused here, before anything is opened.
-	var problems []string
-	var state idempotency.State
-	switch *as {
-	case "":
-		problems = append(problems, "--as confirmed|rejected|retry|close is required")
-	case string(idempotency.StateConfirmed), string(idempotency.StateRejected):
-		state = idempotency.State(*as)
-	case "retry":
-		state = idempotency.StatePrepared
-	case "close":
-		state = idempotency.VerdictClose
-	default:
-		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed, rejected, retry or close", *as))
-	}
-	if strings.TrimSpace(*reason) == "" {
-		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
-	}
-	if state == idempotency.StateConfirmed && strings.TrimSpace(*ref) == "" {
-		problems = append(problems, "--provider-ref is required with --as confirmed (the provider's reference of the effect)")
-	}
-	if state != idempotency.StateRejected && state != "" && *code != "" {
-		problems = append(problems, "--error-code only goes with --as rejected")
-	}
-	if (state == idempotency.StatePrepared || state == idempotency.VerdictClose) && (*ref != "" || len(values) > 0) {
-		problems = append(problems, "--provider-ref and --value go with --as confirmed, not "+*as)
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("effects resolve: %s", strings.Join(problems, "; "))
+	state, err := resolveVerdict(*as, *reason, *ref, *code, len(values) > 0)
+	if err != nil {
+		return err
 	}
 
 	l, closeLedger, err := e.open(ctx)
@@ -610,17 +603,57 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 		return err
 	}
 	if res.Pending != nil {
-		p := toResolutionJSON(*res.Pending)
-		if *asJSON {
-			return printJSON(e.stdout, resolveJSON{Namespace: l.Namespace(), Intent: toIntentJSON(res.Row), Pending: &p})
-		}
-		fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s recorded by %s: %s; the intent stays %s until a second operator decides:\n",
-			p.ID, res.Row.Scope, res.Row.Key, p.RequestedBy, p.Verdict, res.Row.State)
-		fmt.Fprintf(e.stdout, "  extworker effects approve %d --reason TEXT   (another person, on their own login or in the console)\n", p.ID)
-		fmt.Fprintf(e.stdout, "  extworker effects reject %d --reason TEXT\n", p.ID)
-		return nil
+		return e.pending(l.Namespace(), res.Row, *res.Pending, *asJSON)
 	}
 	return e.applied(ctx, "resolve", l, res.Row, *asJSON)
+}
+
+// resolveVerdict reads resolve's flags into the verdict's state, refusing in one error
+// every combination the ledger would refuse.
+func resolveVerdict(as, reason, ref, code string, withValues bool) (idempotency.State, error) {
+	var problems []string
+	var state idempotency.State
+	switch as {
+	case "":
+		problems = append(problems, "--as confirmed|rejected|retry|close is required")
+	case string(idempotency.StateConfirmed), string(idempotency.StateRejected):
+		state = idempotency.State(as)
+	case "retry":
+		state = idempotency.StatePrepared
+	case "close":
+		state = idempotency.VerdictClose
+	default:
+		problems = append(problems, fmt.Sprintf("--as %q: must be confirmed, rejected, retry or close", as))
+	}
+	if strings.TrimSpace(reason) == "" {
+		problems = append(problems, "--reason is required (what you checked, for the audit trail)")
+	}
+	if state == idempotency.StateConfirmed && strings.TrimSpace(ref) == "" {
+		problems = append(problems, "--provider-ref is required with --as confirmed (the provider's reference of the effect)")
+	}
+	if state != idempotency.StateRejected && state != "" && code != "" {
+		problems = append(problems, "--error-code only goes with --as rejected")
+	}
+	if (state == idempotency.StatePrepared || state == idempotency.VerdictClose) && (ref != "" || withValues) {
+		problems = append(problems, "--provider-ref and --value go with --as confirmed, not "+as)
+	}
+	if len(problems) > 0 {
+		return "", fmt.Errorf("effects resolve: %s", strings.Join(problems, "; "))
+	}
+	return state, nil
+}
+
+// pending reports a verdict recorded and waiting for a second operator.
+func (e *effectsCmd) pending(namespace string, row idempotency.Row, r idempotency.ResolutionRequest, asJSON bool) error {
+	p := toResolutionJSON(r)
+	if asJSON {
+		return printJSON(e.stdout, resolveJSON{Namespace: namespace, Intent: toIntentJSON(row), Pending: &p})
+	}
+	fmt.Fprintf(e.stdout, "ledger: resolution #%d of %s/%s recorded by %s: %s; the intent stays %s until a second operator decides:\n",
+		p.ID, row.Scope, row.Key, p.RequestedBy, p.Verdict, row.State)
+	fmt.Fprintf(e.stdout, "  extworker effects approve %d --reason TEXT   (another person, on their own login or in the console)\n", p.ID)
+	fmt.Fprintf(e.stdout, "  extworker effects reject %d --reason TEXT\n", p.ID)
+	return nil
 }
 
 // applied reports a verdict applied to row, and gives its task a retry when it needs one.

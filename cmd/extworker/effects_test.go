@@ -552,3 +552,36 @@ func TestEffectsShowCompensation(t *testing.T) {
 	out = mustEffects(t, "show", "invoice:C1:refund")
 	assert.Contains(t, out, "compensates: payment.collect / invoice:C1 (compensated)")
 }
+
+// resolveVerdict refuses, in one error naming every problem, what the ledger would
+// refuse, before anything is opened.
+func TestResolveVerdict(t *testing.T) {
+	for _, c := range []struct {
+		as, reason, ref, code string
+		values                bool
+		want                  idempotency.State
+		problems              []string
+	}{
+		{as: "confirmed", reason: "seen", ref: "ch_1", want: idempotency.StateConfirmed},
+		{as: "rejected", reason: "seen", code: "DECLINED", want: idempotency.StateRejected},
+		{as: "retry", reason: "never got it", want: idempotency.StatePrepared},
+		{as: "close", reason: "refunded by hand", want: idempotency.VerdictClose},
+		{problems: []string{"--as confirmed|rejected|retry|close is required", "--reason is required"}},
+		{as: "maybe", reason: "x", problems: []string{`--as "maybe": must be`}},
+		{as: "confirmed", reason: " ", problems: []string{"--reason is required", "--provider-ref is required with --as confirmed"}},
+		{as: "confirmed", reason: "x", ref: "r", code: "C", problems: []string{"--error-code only goes with --as rejected"}},
+		{as: "retry", reason: "x", values: true, problems: []string{"--provider-ref and --value go with --as confirmed, not retry"}},
+		{as: "close", reason: "x", ref: "r", problems: []string{"--provider-ref and --value go with --as confirmed, not close"}},
+	} {
+		got, err := resolveVerdict(c.as, c.reason, c.ref, c.code, c.values)
+		if len(c.problems) == 0 {
+			require.NoError(t, err, "%+v", c)
+			assert.Equal(t, c.want, got)
+			continue
+		}
+		require.Error(t, err, "%+v", c)
+		for _, p := range c.problems {
+			assert.Contains(t, err.Error(), p)
+		}
+	}
+}
