@@ -68,7 +68,7 @@ var (
 	// ErrUnknownOutcome matches a request that was sent but whose answer was lost or
 	// unreadable (timeout, reset, a proxy's error page, a truncated body). The engine may
 	// or may not have acted on it.
-	ErrUnknownOutcome = errors.New("camunda7: request sent, outcome unknown")
+	ErrUnknownOutcome = errors.New("camunda7: request sent, unknown outcome")
 	// ErrMalformedResponse matches an answer that could not be read: not JSON where JSON
 	// was due, truncated, or larger than Config.MaxResponseBytes.
 	ErrMalformedResponse = errors.New("camunda7: malformed response")

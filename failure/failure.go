@@ -220,7 +220,7 @@ type Classification struct {
 	Panic *PanicError
 }
 
-// Classify turns a handler's error into exactly one Outcome:
+// Classify turns a handler's error into exactly one Classification:
 //
 //   - nil: KindNone.
 //   - an error that is or wraps an *Error: the outermost *Error in the chain (the

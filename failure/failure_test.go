@@ -49,8 +49,8 @@ func TestClassify(t *testing.T) {
 		message   string
 		variables map[string]any
 		delay     time.Duration
-		panic     error // the *PanicError expected in Outcome.Panic
-		is        error // a sentinel errors.Is must find through Outcome.Err
+		panic     error // the *PanicError expected in Classification.Panic
+		is        error // a sentinel errors.Is must find through Classification.Err
 	}{
 		{name: "nil", err: nil, kind: KindNone},
 
@@ -264,7 +264,7 @@ func TestBPMNErrorVariablesAreCopied(t *testing.T) {
 	o := Classify(err)
 	assert.Equal(t, map[string]any{"a": 1}, o.Variables, "the constructor copies")
 	o.Variables["a"] = 99
-	assert.Equal(t, map[string]any{"a": 1}, Classify(err).Variables, "each Outcome gets its own copy")
+	assert.Equal(t, map[string]any{"a": 1}, Classify(err).Variables, "each Classification gets its own copy")
 }
 
 func TestFromPanic(t *testing.T) {

@@ -96,10 +96,10 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("Classify(%q).Kind = %s, want %s", err, o.Kind, kind)
 		}
 		if o.Err != err {
-			t.Fatalf("Outcome.Err = %v, want the error as given %v", o.Err, err)
+			t.Fatalf("Classification.Err = %v, want the error as given %v", o.Err, err)
 		}
 		if (o.Panic != nil) != panicked {
-			t.Fatalf("Outcome.Panic = %v, want a panic: %v", o.Panic, panicked)
+			t.Fatalf("Classification.Panic = %v, want a panic: %v", o.Panic, panicked)
 		}
 		if o.Kind != KindBPMNError && (o.Code != "" || o.Variables != nil) {
 			t.Fatalf("non-BPMN outcome with BPMN fields: %+v", o)

@@ -119,7 +119,7 @@ func (p RetryPolicy) Attempt(engineRetries *int) int {
 // attempt that failed (see Attempt), capped at MaxDelay. When left is 0 the retries
 // are exhausted: the failure raises an incident, and the delay is 0.
 //
-// A delay set with RetryableAfter (Outcome.RetryDelay) replaces the returned delay
+// A delay set with RetryableAfter (Classification.RetryDelay) replaces the returned delay
 // when left is above 0; the count-down is the same.
 func (p RetryPolicy) Next(engineRetries *int) (left int, delay time.Duration) {
 	p = p.sane()

@@ -304,7 +304,9 @@ func (a *attempt) recordAnswer(ctx context.Context, res Result, derr error) (Rec
 func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reason string) (_ Receipt, err error) {
 	ctx, span := a.startStep(ctx, spanConfirm)
 	defer func() { a.endStep(span, err) }()
-	values, err := json.Marshal(res.Values)
+	res.ProviderRef, reason = storable(res.ProviderRef), storable(reason)
+	var values []byte
+	res.Values, values, err = storableValues(res.Values)
 	if err != nil {
 		return Receipt{}, failure.Permanent(fmt.Errorf("idempotency: result values: %w", err))
 	}
@@ -327,6 +329,11 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 func (a *attempt) reject(ctx context.Context, from State, rej *Rejection, reason string) (err error) {
 	ctx, span := a.startStep(ctx, spanReject)
 	defer func() { a.endStep(span, err) }()
+	if rej.Code != storable(rej.Code) || rej.Message != storable(rej.Message) {
+		r := *rej // the provider's own error is left as it is
+		r.Code, r.Message = storable(r.Code), storable(r.Message)
+		rej = &r
+	}
 	if err := a.move(ctx, from, StateRejected, reason+": "+rej.Code, change{errorCode: &rej.Code, errorMessage: &rej.Message}); err != nil {
 		return failure.Retryable(err)
 	}
@@ -343,6 +350,7 @@ func (a *attempt) rejected(rej *Rejection) error {
 // hold parks the intent for an operator and returns the incident for the handler.
 func (a *attempt) hold(ctx context.Context, why string, cause error) error {
 	ctx, span := a.startStep(ctx, spanHold)
+	why = storable(why)
 	err := a.move(ctx, a.row.State, StateOperatorHold, "operator hold: "+why, change{errorMessage: &why})
 	if err != nil {
 		err = failure.Retryable(err)
@@ -378,8 +386,10 @@ func (a *attempt) moveNotSent(ctx context.Context, reason string, ch change) err
 }
 
 // move is the store's compare-and-set of a transition (see change), noted in the row.
+// Text is made storable here (storable), the same for every store.
 func (a *attempt) move(ctx context.Context, from, to State, reason string, ch change) error {
-	err := a.l.store.move(ctx, a, from, to, reason, ch)
+	ch.errorCode, ch.errorMessage = storablePtr(ch.errorCode), storablePtr(ch.errorMessage)
+	err := a.l.store.move(ctx, a, from, to, storable(reason), ch)
 	if err == nil {
 		a.row.State = to
 	}

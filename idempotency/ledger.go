@@ -21,7 +21,9 @@ import (
 
 // Config configures a Ledger. Zero values take the documented defaults.
 type Config struct {
-	// Namespace separates tenants or applications sharing one database. Default "default".
+	// Namespace separates tenants or applications sharing one database: valid UTF-8,
+	// without NUL bytes, at most 200 bytes (it is stored and indexed with every intent).
+	// Default "default".
 	Namespace string
 	// Lease is how long one attempt owns an intent; another attempt backs off meanwhile,
 	// and takes over once it has run out. A dispatch is cut off before its lease ends.
@@ -102,9 +104,17 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate names every bad field.
+// Validate names every bad field, of c with its defaults filled in (WithDefaults): a zero
+// field is valid, and means its default.
 func (c Config) Validate() error {
+	c = c.WithDefaults()
 	var errs []error
+	switch ns := c.Namespace; {
+	case len(ns) > maxScopeBytes:
+		errs = append(errs, fmt.Errorf("Namespace is %d bytes: at most %d", len(ns), maxScopeBytes))
+	case !utf8.ValidString(ns) || strings.IndexByte(ns, 0) >= 0:
+		errs = append(errs, fmt.Errorf("Namespace %+q: must be valid UTF-8 without NUL bytes", truncateBytes(ns, 64)))
+	}
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("Lease %v: must be at least 1s", c.Lease))
 	}

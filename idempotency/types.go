@@ -84,6 +84,13 @@ type TaskRef struct {
 
 // Result is what a confirmed effect leaves in the ledger: the provider's reference and
 // the values the task completes with. No request or response bodies, no secrets.
+//
+// Values are stored as JSON: a Receipt returns them decoded from JSON (an object as
+// map[string]any, an array as []any, a number as float64, so an integer beyond 2^53
+// such as 9007199254740993 comes back rounded: pass it as a string). Text PostgreSQL
+// cannot store (a NUL byte, invalid UTF-8), in ProviderRef, in Values' strings and keys,
+// and in a Rejection's code and message, is recorded with each such byte or sequence
+// replaced by U+FFFD, and returned so by Do.
 type Result struct {
 	ProviderRef string
 	Values      map[string]any

@@ -17,7 +17,8 @@
 //     dead-letter queue with the reason, its row says why, and an operator replays it
 //     (Replay, `extworker inbox replay`).
 //
-// How a message is classified (seed §21):
+// How a message is classified (each delivery gets one Class, which the inbox's log
+// records and metrics name):
 //
 //   - already consumed (processed, ignored_duplicate, or parked), or waiting in the retry
 //     queue already: acknowledged, counted as a duplicate, nothing sent to the engine;
@@ -82,8 +83,9 @@ import (
 // State is an inbox row's state.
 type State string
 
-// The states of an inbox row (seed §14): lower-case snake_case, as stored, like the
-// ledger's (idempotency.State).
+// The states of an inbox row, what `extworker inbox list --state` takes and the
+// extworker_inbox table stores: lower-case snake_case, like the ledger's
+// (idempotency.State).
 const (
 	// StateReceived: recorded, not yet acted on.
 	StateReceived State = "received"
@@ -112,8 +114,8 @@ func States() []State {
 }
 
 // ParseState reads a state as `extworker inbox` takes it: in any case, and in the
-// upper-case spelling the inbox stored before migration 00011 (unknown for
-// unknown) as well.
+// spellings the inbox stored before migration 00011 as well (upper case, and
+// UNKNOWN_OUTCOME for what is now StateUnknown).
 func ParseState(s string) (State, bool) {
 	low := strings.ToLower(strings.TrimSpace(s))
 	if low == "unknown_outcome" {

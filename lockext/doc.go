@@ -88,7 +88,7 @@
 //   - camunda7.ErrLockLost, as a *LockLostError: the engine answered that the task is gone
 //     (camunda7.ErrTaskGone: completed elsewhere, cancelled, instance deleted) or that
 //     the lock is not ours (camunda7.ErrLockLost: another worker holds it, or it was
-//     unlocked). Nothing else ends a lock: transient errors (not sent, outcome unknown,
+//     unlocked). Nothing else ends a lock: transient errors (not sent, unknown outcome,
 //     5xx, suspended, unauthorized, and a 404 that is not the engine's own answer, such
 //     as Tomcat's or nginx's HTML page while the engine is redeployed) are retried with
 //     doubling backoff up to Interval, and an expired lock nobody took is locked again.

@@ -66,6 +66,7 @@ var cases = []struct {
 	{"DeclinedCompensationLetsAnotherTry", declinedCompensation},
 	{"ConcurrentCompensationsDispatchOnce", concurrentCompensations},
 	{"LocalEffectConfirmedOnce", localEffect},
+	{"UnstorableProviderTextIsRecorded", unstorableText},
 	{"CancelledBeforeDispatchSendsNothing", cancelled},
 }
 
@@ -526,6 +527,66 @@ func concurrentCompensations(t *testing.T, newLedger NewLedger) {
 	}
 	check(t, ok == 1 && refused == n-1, "%d refunds confirmed, %d refused; want 1 and %d", ok, refused, n-1)
 	wantCounts(t, p, 2, 0, 2)
+}
+
+// Text a provider returns that PostgreSQL cannot store (a NUL byte, invalid UTF-8 such as
+// an ISO-8859-1 message) is recorded with each such byte as U+FFFD, the answer kept: the
+// first Do and its replay return the same, and nothing is sent again.
+func unstorableText(t *testing.T, newLedger NewLedger) {
+	l, p := newLedger(t, idempotency.Config{}), newProvider()
+	// A decline in ISO-8859-1, with a NUL in its code.
+	p.next = []error{idempotency.Rejected("too\x00high", "Wert zu hoch f\xfcr diese Karte")}
+	in := charge("T1", 900)
+	for i := range 2 {
+		_, err := do(t, l, in, p.effect())
+		c := failure.Classify(err)
+		check(t, c.Kind == failure.KindBPMNError && c.Code == "too\uFFFDhigh" && c.Message == "Wert zu hoch f\uFFFDr diese Karte",
+			"decline, Do %d: %v (%v)", i+1, err, c.Kind)
+	}
+	wantCounts(t, p, 1, 0, 0)
+
+	// A confirmation whose reference and values (keys, strings, nested) hold such text.
+	calls := 0
+	eff := idempotency.Effect{Dispatch: func(context.Context, string) (idempotency.Result, error) {
+		calls++
+		return idempotency.Result{ProviderRef: "ref\x00\xfc", Values: map[string]any{
+			"note\x00": "f\xfcr", "nested": map[string]any{"list": []any{"a\x00", 7}}}}, nil
+	}}
+	paid := charge("T2", 900)
+	for i := range 2 {
+		r := mustDo(t, l, paid, eff)
+		nested, _ := r.Values["nested"].(map[string]any)
+		list, _ := nested["list"].([]any)
+		check(t, r.State == idempotency.StateConfirmed && r.ProviderRef == "ref\uFFFD\uFFFD" && r.Values["note\uFFFD"] == "f\uFFFDr" &&
+			len(list) == 2 && list[0] == "a\uFFFD" && fmt.Sprint(list[1]) == "7" && r.Replayed == (i > 0), "confirmed, Do %d: %+v", i+1, r)
+	}
+	check(t, calls == 1, "%d dispatches, want 1", calls)
+
+	// Not sent, with such text: sent again, then confirmed.
+	p.next = []error{idempotency.NotSent(errors.New("refused \x00 f\xfcr now"))}
+	again := charge("T3", 900)
+	_, err := do(t, l, again, p.effect())
+	check(t, idempotency.IsNotSent(err) && kind(err) == failure.KindRetryable, "not sent: %v", err)
+	r := mustDo(t, l, again, p.effect())
+	check(t, r.State == idempotency.StateConfirmed && !r.Replayed, "after not sent: %+v", r)
+
+	// A permanent refusal and a lookup's hold reason with such text: held, as without it.
+	p.next = []error{failure.Permanent(errors.New("409 f\xfcr \x00 key"))}
+	refused := charge("T4", 900)
+	_, err = do(t, l, refused, p.effect())
+	wantErr(t, err, idempotency.ErrKeyRefused, failure.KindUnknownOutcome)
+	_, err = do(t, l, refused, p.effect())
+	wantErr(t, err, idempotency.ErrOperatorHold, failure.KindUnknownOutcome)
+	p.lostAnswer()
+	p.recon = []idempotency.Reconciliation{idempotency.StillUnknown("index f\xfcr \x00 lag"), idempotency.Hold("stored f\xfcr \x00 failure")}
+	held := charge("T5", 900)
+	_, _ = do(t, l, held, p.effect())
+	_, err = do(t, l, held, p.effect())
+	wantErr(t, err, idempotency.ErrUnknownOutcome, failure.KindRetryable)
+	_, err = do(t, l, held, p.effect())
+	wantErr(t, err, idempotency.ErrUnknownOutcome, failure.KindUnknownOutcome)
+	_, err = do(t, l, held, p.effect())
+	wantErr(t, err, idempotency.ErrOperatorHold, failure.KindUnknownOutcome)
 }
 
 func localEffect(t *testing.T, newLedger NewLedger) {
