@@ -2,10 +2,10 @@ package idempotency
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -306,9 +306,15 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 	defer func() { a.endStep(span, err) }()
 	res.ProviderRef, reason = storable(res.ProviderRef), storable(reason)
 	var values []byte
-	res.Values, values, err = storableValues(res.Values)
-	if err != nil {
+	var dropped []string
+	if res.Values, values, dropped, err = storableValues(res.Values); err != nil {
 		return Receipt{}, failure.Permanent(fmt.Errorf("idempotency: result values: %w", err))
+	}
+	if len(dropped) > 0 {
+		// The provider has acted: the intent is confirmed with the values that can be stored.
+		reason = storable(reason + "; values not stored (not encodable as JSON): " + strings.Join(dropped, ", "))
+		a.logger(ctx).Warn("result values not stored: not encodable as JSON", slog.String("ledger_state", string(to)),
+			slog.String("values", strings.Join(dropped, ", ")))
 	}
 	if err := a.l.store.confirm(ctx, a, from, to, res, values, reason); err != nil {
 		if from == StateDispatched {
@@ -404,7 +410,8 @@ func (a *attempt) holdError(why string, cause error) error {
 func (a *attempt) outcome(replayed bool) (Receipt, error) {
 	out := Receipt{State: a.row.State, ProviderKey: a.row.ProviderKey, ProviderRef: deref(a.row.ProviderRef), Replayed: replayed, Attempt: a.row.Attempt}
 	if len(a.row.Result) > 0 {
-		if err := json.Unmarshal(a.row.Result, &out.Values); err != nil {
+		var err error
+		if out.Values, err = decodeValues(a.row.Result); err != nil {
 			return Receipt{}, failure.Permanent(fmt.Errorf("idempotency: stored result of %s/%s: %w", a.in.Scope, a.in.Key, err))
 		}
 	}

@@ -87,7 +87,12 @@ type TaskRef struct {
 //
 // Values are stored as JSON: a Receipt returns them decoded from JSON (an object as
 // map[string]any, an array as []any, a number as float64, so an integer beyond 2^53
-// such as 9007199254740993 comes back rounded: pass it as a string). Text PostgreSQL
+// such as 9007199254740993 comes back rounded: pass it as a string; a number float64
+// cannot hold, such as 1E700, comes back as a json.Number). A value JSON cannot encode
+// (a NaN or an infinity, a channel, a func, a json.Number that is no number) is left out
+// of what is stored, named in the intent's event and logged: the provider has acted, so
+// the intent is confirmed, never failed for its values, and the Receipt (the first as
+// every replay) has the other values. Text PostgreSQL
 // cannot store (a NUL byte, invalid UTF-8), in ProviderRef, in Values' strings and keys,
 // and in a Rejection's code and message, is recorded with each such byte or sequence
 // replaced by U+FFFD, and returned so by Do.

@@ -17,8 +17,11 @@ package ledgertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"strings"
 	"sync"
 	"testing"
@@ -67,6 +70,7 @@ var cases = []struct {
 	{"ConcurrentCompensationsDispatchOnce", concurrentCompensations},
 	{"LocalEffectConfirmedOnce", localEffect},
 	{"UnstorableProviderTextIsRecorded", unstorableText},
+	{"ValuesThatJSONCannotHoldKeepTheEffectConfirmed", unencodableValues},
 	{"CancelledBeforeDispatchSendsNothing", cancelled},
 }
 
@@ -587,6 +591,33 @@ func unstorableText(t *testing.T, newLedger NewLedger) {
 	wantErr(t, err, idempotency.ErrUnknownOutcome, failure.KindUnknownOutcome)
 	_, err = do(t, l, held, p.effect())
 	wantErr(t, err, idempotency.ErrOperatorHold, failure.KindUnknownOutcome)
+}
+
+// Values JSON cannot encode (NaN, a channel) or float64 cannot hold (1E700) never turn
+// an effect the provider performed into an error: the intent is confirmed with what can
+// be stored, and the first Do and its replays return the same.
+func unencodableValues(t *testing.T, newLedger NewLedger) {
+	l := newLedger(t, idempotency.Config{})
+	calls := 0
+	eff := idempotency.Effect{Dispatch: func(context.Context, string) (idempotency.Result, error) {
+		calls++
+		return idempotency.Result{ProviderRef: "ch_big", Values: map[string]any{
+			"huge": json.Number("1E700"), "ratio": math.NaN(), "events": make(chan int), "chargeId": "ch_big", "cents": 4200}}, nil
+	}}
+	in := charge("V1", 4200)
+	huge, _ := new(big.Float).SetString("1E700")
+	for i := range 3 {
+		r, err := do(t, l, in, eff)
+		check(t, err == nil, "Do %d: %v", i+1, err)
+		n, _ := r.Values["huge"].(json.Number)
+		got, ok := new(big.Float).SetString(string(n))
+		_, ratio := r.Values["ratio"]
+		_, events := r.Values["events"]
+		check(t, r.State == idempotency.StateConfirmed && r.Replayed == (i > 0) && r.ProviderRef == "ch_big" &&
+			r.Values["chargeId"] == "ch_big" && r.Values["cents"] == float64(4200) && ok && got.Cmp(huge) == 0 && !ratio && !events,
+			"Do %d: %+v", i+1, r)
+	}
+	check(t, calls == 1, "%d dispatches, want 1", calls)
 }
 
 func localEffect(t *testing.T, newLedger NewLedger) {
