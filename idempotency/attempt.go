@@ -293,7 +293,7 @@ func (a *attempt) recordAnswer(ctx context.Context, res Result, derr error) (Rec
 		}
 		return Receipt{}, failure.Retryable(fmt.Errorf("idempotency: dispatch %w", derr))
 	}
-	if err := a.moveUnknown(ctx, "ambiguous dispatch: "+derr.Error()); err != nil {
+	if err := a.moveUnknown(ctx, "unknown outcome of the dispatch: "+derr.Error()); err != nil {
 		// The row stays dispatched: the next attempt, once the lease ends, treats it as unknown.
 		a.logger(ctx).Warn("recording an unknown dispatch failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", err))
 	}

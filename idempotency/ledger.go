@@ -167,14 +167,16 @@ func ProviderKey(namespace, scope, key string) string {
 
 // Row is an intent as stored.
 type Row struct {
-	ID                int64
-	Namespace         string
-	Scope             string
-	Key               string
-	Digest            string
-	ProviderKey       string
-	State             State
-	Attempt           int
+	ID          int64
+	Namespace   string
+	Scope       string
+	Key         string
+	Digest      string
+	ProviderKey string
+	State       State
+	Attempt     int
+	// LeaseOwner is the actor (Intent.Task.Actor) of the attempt that holds the intent's
+	// lease until LeaseUntil; both nil when no attempt holds it.
 	LeaseOwner        *string
 	LeaseUntil        *time.Time
 	Dispatches        int
@@ -223,19 +225,29 @@ func scanRowAnd(r pgx.Row, extra ...any) (Row, error) {
 }
 
 // Do runs one effect through the ledger, at most once per intent, and returns either the
-// outcome or an error that is already a failure outcome for the handler to return:
+// Receipt or an error that is already a failure outcome for the handler to return:
 //
-//   - confirmed now, or earlier (Replayed, the provider not called): the Outcome;
+//   - confirmed now, or earlier (Replayed, the provider not called): the Receipt;
 //   - declined: Effect.OnRejected (default failure.BPMNError with the decline's code);
 //   - same key, different request: failure.Permanent(ErrDigestMismatch), nothing sent;
 //   - another live attempt owns the intent: failure.Deferred(ErrInProgress): retried
 //     without spending a retry, since the other attempt's lease ends by itself;
-//   - dispatch ambiguous: the intent is unknown, failure.RetryableAfter(ErrUnknownOutcome);
+//   - unknown outcome of the dispatch (the request may have been acted on): the intent is
+//     unknown, failure.RetryableAfter(ErrUnknownOutcome);
 //     the next attempt reconciles before anything is sent again;
 //   - not reconcilable, or too many tries: operator hold, failure.UnknownOutcome with what
 //     an operator must check;
 //   - compensated (its effect undone by a compensating intent): failure.Permanent
 //     (ErrCompensated); a terminal intent is never dispatched again;
+//   - a compensating intent (Intent.Compensates) whose original is not confirmed:
+//     failure.Permanent(ErrNothingToCompensate); whose original another compensating
+//     intent, not declined, already names: failure.Permanent(ErrCompensationExists);
+//     nothing sent;
+//   - not sent (Dispatch's error wraps NotSent): failure.Retryable (RetryableAfter when
+//     the error carries a Retry-After), IsNotSent true; the intent is prepared again and
+//     the next attempt sends it under the same key;
+//   - the provider refused the key (Dispatch returned a failure.Permanent error):
+//     operator hold, failure.UnknownOutcome(ErrKeyRefused);
 //   - ctx ended before the request left: failure.Retryable(ErrCancelled), wrapping
 //     context.Cause(ctx); nothing was sent, and the intent is left where the next
 //     attempt proceeds from (prepared, or unknown to be reconciled first).
@@ -244,6 +256,11 @@ func scanRowAnd(r pgx.Row, extra ...any) (Row, error) {
 // checked before the claim, right before the dispatched mark and right before the
 // request leaves; a request that has left is waited for (within the lease) and its
 // answer recorded even if ctx ends meanwhile.
+//
+// A panic in Effect.Dispatch or Effect.Local is not recovered: it escapes Do, and the
+// intent is left as a crash would leave it (dispatched, or prepared, under this
+// attempt's lease): once the lease ends, the next attempt treats a dispatched intent as
+// an unknown outcome and reconciles it before anything is sent again.
 func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Receipt, error) {
 	if err := checkIntent(in); err != nil {
 		return Receipt{}, failure.Permanent(err)

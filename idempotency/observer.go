@@ -14,7 +14,7 @@ import (
 // and must be safe for concurrent use and quick. Scopes are the intents' scopes (a small,
 // fixed set chosen by the handlers' authors); keys are never passed.
 //
-// Embed NopObserver to implement part of it. Config.Observer nil observes nothing.
+// Embed NopObserver to implement part of it. Hooks.Observer nil observes nothing.
 type Observer interface {
 	// Transition is called for every committed state change of an intent: from "" when
 	// an intent is first recorded (to prepared).

@@ -107,8 +107,8 @@ type Effect struct {
 	// Idempotency-Key. It returns the result, a *Rejection (Rejected) for a definitive
 	// decline, an error wrapped with NotSent when the request certainly did not leave, a
 	// failure.Permanent error when the provider refused it without acting (operator
-	// hold), or any other error for an ambiguous outcome (the intent becomes unknown). Nil for a
-	// purely local effect (Local only).
+	// hold), or any other error when the outcome is unknown (the request may have been
+	// acted on; the intent becomes unknown). Nil for a purely local effect (Local only).
 	Dispatch func(ctx context.Context, providerKey string) (Result, error)
 	// Reconcile asks the provider what became of an unknown dispatch: by key, by
 	// reference, or by business search. Nil: unknown intents go to operator hold.
@@ -119,8 +119,8 @@ type Effect struct {
 	// the key, so "not found by key" means nothing and a same-key resend would make a new
 	// effect), or when there is no Reconcile. Nil: such intents go to operator hold.
 	Search func(ctx context.Context, q Query) (Reconciliation, error)
-	// SearchLag is how long the provider's search index may lag behind its writes. A
-	// NotFound from Search is trusted only once SearchLag has passed since the last
+	// SearchLag is how long the provider's search index may lag behind its writes. An
+	// Absent from Search is trusted only once SearchLag has passed since the last
 	// dispatch, by the database's clock when Search was asked; before that it counts as
 	// StillUnknown, retried when the lag has passed.
 	SearchLag time.Duration
@@ -149,7 +149,7 @@ type Query struct {
 }
 
 // Reconciliation is the provider's answer about an unknown dispatch; build it with
-// Found, NotFound, StillUnknown or ReconciledRejected.
+// Found, Absent, StillUnknown, ReconciledRejected or Hold.
 type Reconciliation struct {
 	kind      reconKind
 	result    Result

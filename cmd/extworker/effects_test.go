@@ -214,7 +214,7 @@ func TestEffectsShow(t *testing.T) {
 		"payment.collect / invoice:S", l.Namespace(), "operator_hold", "ew_", // the provider key
 		"the dispatch outcome is unknown and this effect has neither Reconcile nor Search",
 		"events (4):", "(new) -> prepared", "prepared -> dispatched", "dispatched -> unknown", "unknown -> operator_hold",
-		"worker-x", "ambiguous dispatch: read timeout",
+		"worker-x", "unknown outcome of the dispatch: read timeout",
 		"engine: task " + gone + " gone (completed or cancelled)",
 	} {
 		assert.Contains(t, out, want)

@@ -25,7 +25,7 @@
 // before failing, and the ledger never sends an unknown intent again until a lookup says
 // the provider has no record of it. Spec.LookupURL gives the Effect the standard
 // Reconcile, a GET of a URL that names the key: 200 is Found (decoded by Decode), 404 is
-// NotFound, anything else StillUnknown. Without LookupURL (or an Effect.Search the
+// Absent, anything else StillUnknown. Without LookupURL (or an Effect.Search the
 // caller sets), an unknown intent goes to an operator (operator_hold, with an incident),
 // who settles it by hand.
 //
@@ -111,12 +111,12 @@ type Spec struct {
 	// (q.ProviderKey), e.g. "https://pay.example/charges?idempotency_key=" +
 	// url.QueryEscape(q.ProviderKey). Set, the Effect gets a Reconcile that GETs it (with
 	// Header, without a body or the key header): 200 is Found, decoded by Decode; 404 is
-	// NotFound, which lets the ledger send the intent again under the same key, so the
+	// Absent, which lets the ledger send the intent again under the same key, so the
 	// URL must answer 404 only for a key the provider does not know (a wrong path answers
 	// 404 too: see LookupAbsent); anything else is StillUnknown.
 	LookupURL func(q idempotency.Query) string
 	// LookupAbsent, if set, must confirm a lookup's 404 from its body (the provider's
-	// own "no such key" answer) before it counts as NotFound; a 404 it does not confirm
+	// own "no such key" answer) before it counts as Absent; a 404 it does not confirm
 	// is StillUnknown.
 	LookupAbsent func(body []byte) bool
 }
