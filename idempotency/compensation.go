@@ -27,11 +27,13 @@ func (s *pgStore) compensated(ctx context.Context, l *Ledger, in Intent) (*int64
 	var id int64
 	var state State
 	var other *string
+	var self bool
 	err := s.pool.QueryRow(ctx, `SELECT o.id, o.state, (SELECT c.scope || '/' || c.intent_key FROM extworker_intents c
 			WHERE c.compensates_id = o.id AND c.state <> 'rejected' AND NOT (c.namespace = $1 AND c.scope = $4 AND c.intent_key = $5)
-			ORDER BY c.id LIMIT 1)
+			ORDER BY c.id LIMIT 1),
+			EXISTS (SELECT FROM extworker_intents c WHERE c.compensates_id = o.id AND c.namespace = $1 AND c.scope = $4 AND c.intent_key = $5)
 		FROM extworker_intents o WHERE o.namespace = $1 AND o.scope = $2 AND o.intent_key = $3`,
-		l.cfg.Namespace, ref.Scope, ref.Key, in.Scope, in.Key).Scan(&id, &state, &other)
+		l.cfg.Namespace, ref.Scope, ref.Key, in.Scope, in.Key).Scan(&id, &state, &other, &self)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, notRecordedToCompensate(in, l.cfg.Namespace)
@@ -39,19 +41,22 @@ func (s *pgStore) compensated(ctx context.Context, l *Ledger, in Intent) (*int64
 		l.cfg.Hooks.Observer.DatabaseError("ledger_read", err)
 		return nil, failure.Retryable(fmt.Errorf("idempotency: read the intent %s/%s compensates: %w", in.Scope, in.Key, err))
 	}
-	return compensable(id, state, deref(other), in)
+	return compensable(id, state, deref(other), self, in)
 }
 
 // compensable returns id if an intent in state may be compensated by in: confirmed,
-// reconciled, or already compensated (by in, on a replay), and other (the scope/key of
-// another compensating intent of it that was not declined, "" if none) is empty.
-func compensable(id int64, state State, other string, in Intent) (*int64, error) {
-	if other != "" {
+// reconciled, or already compensated by in (self: in is recorded as compensating it, a
+// replay), and other (the scope/key of another compensating intent of it that was not
+// declined, "" if none) is empty. An original compensated by an intent since pruned is
+// not compensated again.
+func compensable(id int64, state State, other string, self bool, in Intent) (*int64, error) {
+	switch {
+	case other != "":
 		return nil, compensationExists(in, other)
-	}
-	switch state {
-	case StateConfirmed, StateReconciled, StateCompensated:
+	case state == StateConfirmed || state == StateReconciled || state == StateCompensated && self:
 		return &id, nil
+	case state == StateCompensated:
+		return nil, compensationExists(in, "an intent since pruned")
 	}
 	ref := in.Compensates
 	return nil, failure.Permanent(fmt.Errorf("%w: %s/%s compensates %s/%s, which is %s (only a confirmed or reconciled effect is compensated); nothing was sent",

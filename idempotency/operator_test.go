@@ -519,4 +519,13 @@ func TestCompensatingIntentMarksTheOriginalCompensated(t *testing.T) {
 	_, err = l.Do(ctx, early, refundEff)
 	assert.ErrorIs(t, err, idempotency.ErrNothingToCompensate, "an unknown charge is reconciled or resolved first")
 	assert.Equal(t, 1, refunds, "nothing sent for either")
+
+	// The refund pruned before the charge it compensated: the charge is not refunded again.
+	_, err = pool.Exec(ctx, `DELETE FROM extworker_intents WHERE id = $1`, rr.ID)
+	require.NoError(t, err)
+	second := refund
+	second.Key = "invoice:CP-1:refund:v2"
+	_, err = l.Do(ctx, second, refundEff)
+	assert.ErrorIs(t, err, idempotency.ErrCompensationExists)
+	assert.Equal(t, 1, refunds, "nothing sent")
 }

@@ -241,7 +241,8 @@ func (m *memStore) compensated(_ context.Context, l *Ledger, in Intent) (*int64,
 	if it == nil {
 		return nil, notRecordedToCompensate(in, l.cfg.Namespace)
 	}
-	return compensable(it.row.ID, it.row.State, m.compensator(it.row.ID, in), in)
+	self := m.intents[memKey{in.Scope, in.Key}]
+	return compensable(it.row.ID, it.row.State, m.compensator(it.row.ID, in), self != nil && self.row.CompensatesID != nil && *self.row.CompensatesID == it.row.ID, in)
 }
 
 // compensator is the scope/key of an intent other than in that compensates the intent
