@@ -516,7 +516,7 @@ func decodeAnswer(k call, status int, ctype string, data []byte) error {
 }
 
 // answerError turns a non-2xx answer into an *Error (the engine's, or a 4xx without an
-// engine body) or a *ResponseError (a 5xx that is not the engine's: outcome unknown; or
+// engine body) or a *ResponseError (a 5xx that is not the engine's: unknown outcome; or
 // a 404 on a task endpoint that is not the engine's answer about the task: not acted on,
 // to send again), carrying retryAfter, the delay the answer's Retry-After asked for.
 func answerError(k call, status int, ctype string, data []byte, retryAfter time.Duration) error {

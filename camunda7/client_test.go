@@ -192,7 +192,7 @@ func requireOutcomeUnknown(t *testing.T, err error) {
 	assert.False(t, SafeToRetry(err), "SafeToRetry(%v)", err)
 }
 
-// ---- 1. Transport: not sent vs. outcome unknown ----
+// ---- 1. Transport: not sent vs. unknown outcome ----
 
 func TestTransportConnectionRefusedIsNotSent(t *testing.T) {
 	c := newTestClient(t, Config{BaseURL: closedPortURL(t)})

@@ -107,7 +107,7 @@ func ExampleSafeToRetry() {
 	}
 	err = c.Complete(context.Background(), "7f1c", camunda7.CompleteRequest{WorkerID: "worker-1"})
 	fmt.Println(err)
-	fmt.Println("outcome unknown:", errors.Is(err, camunda7.ErrUnknownOutcome))
+	fmt.Println("unknown outcome:", errors.Is(err, camunda7.ErrUnknownOutcome))
 	fmt.Println("safe to retry blindly:", camunda7.SafeToRetry(err))
 
 	// A request the client refuses is never sent, so it is always safe to retry.
@@ -116,7 +116,7 @@ func ExampleSafeToRetry() {
 	fmt.Println("not sent:", errors.Is(err, camunda7.ErrNotSent), "safe to retry:", camunda7.SafeToRetry(err))
 	// Output:
 	// complete external task 7f1c: unreadable answer (status 502, content-type "text/html"): not an engine error body; body starts "<html><body><h1>502 Bad Gateway</h1></body></html>"
-	// outcome unknown: true
+	// unknown outcome: true
 	// safe to retry blindly: false
 	// complete external task 7f1c: WorkerID is empty
 	// not sent: true safe to retry: true

@@ -22,7 +22,7 @@ var (
 	ErrNotSent = errors.New("fakeprovider: request not sent")
 	// ErrUnknownOutcome: the request left and no usable answer came back (a dropped
 	// connection, or a 5xx): it may or may not have taken effect.
-	ErrUnknownOutcome = errors.New("fakeprovider: outcome unknown")
+	ErrUnknownOutcome = errors.New("fakeprovider: unknown outcome")
 	// ErrNotFound: a lookup found no charge for the key.
 	ErrNotFound = errors.New("fakeprovider: no charge for this key")
 	// ErrKeyMismatch: the key was first used with a different request (400
