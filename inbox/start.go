@@ -50,10 +50,10 @@ func (c *Consumer) start(ctx context.Context, r *row, fa facts, s Start) (Handli
 		return c.failed(ctx, r, "looking for an instance with business key "+s.BusinessKey, err)
 	}
 	// The engine answered: whatever an earlier attempt did is there.
-	ambiguous := fa.unresolved
+	unknownOutcome := fa.unresolved
 	r.unresolved, fa.unresolved = false, false
 	if len(existing) > 0 {
-		return c.startedBefore(ctx, r, fa, k, existing, ambiguous, cl.held)
+		return c.startedBefore(ctx, r, fa, k, existing, unknownOutcome, cl.held)
 	}
 	return c.startNew(ctx, r, fa, k, s)
 }
@@ -83,7 +83,7 @@ func (c *Consumer) startNew(ctx context.Context, r *row, fa facts, k startKey, s
 // startedBefore settles a start whose instance is there already: reconciled when this
 // message started it (its mark says so; or, after an attempt whose outcome was unknown,
 // an instance without any mark), else ignored as a duplicate.
-func (c *Consumer) startedBefore(ctx context.Context, r *row, fa facts, k startKey, existing []admin.ProcessInstance, ambiguous, claimed bool) (Handling, error) {
+func (c *Consumer) startedBefore(ctx context.Context, r *row, fa facts, k startKey, existing []admin.ProcessInstance, unknownOutcome, claimed bool) (Handling, error) {
 	if len(existing) > 1 {
 		c.duplicateStart(r, k, existing)
 	}
@@ -96,7 +96,7 @@ func (c *Consumer) startedBefore(ctx context.Context, r *row, fa facts, k startK
 			return Handling{}, err
 		}
 	}
-	if startedByThis(ambiguous, by, r.token()) {
+	if startedByThis(unknownOutcome, by, r.token()) {
 		fa.engine = engineTookThis
 		return c.finish(ctx, r, classify(fa), "reconciled: the instance was there when this message was delivered again", id)
 	}
@@ -126,8 +126,8 @@ func (c *Consumer) duplicateStart(r *row, k startKey, existing []admin.ProcessIn
 // startedByThis reports whether the instance found was started by this message: its mark
 // names it, or it has no mark and an attempt of this message has an unknown outcome
 // (an instance started before starts were marked).
-func startedByThis(ambiguous bool, by, token string) bool {
-	return by == token || (ambiguous && by == "")
+func startedByThis(unknownOutcome bool, by, token string) bool {
+	return by == token || (unknownOutcome && by == "")
 }
 
 // startedBy returns the instance of existing that token's message started, or the first

@@ -131,7 +131,7 @@ func demoHandlers(env *demoEnv, register func(string, tasks.Handler, tasks.Topic
 					// The provider holds this key for a different request: never retried.
 					return idempotency.Result{}, failure.Permanent(err)
 				}
-				return idempotency.Result{}, err // ambiguous
+				return idempotency.Result{}, err // an unknown outcome
 			},
 			Reconcile: func(ctx context.Context, q idempotency.Query) (idempotency.Reconciliation, error) {
 				ch, err := env.pay.Lookup(ctx, q.ProviderKey)
