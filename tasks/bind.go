@@ -41,6 +41,10 @@ const BindTag = "var"
 //   - any: the value as camunda7.Variable.Decode returns it;
 //   - a pointer to any of these: set to a new value when the variable is present.
 //
+// An embedded struct with a tag is one variable (Json), as encoding/json treats a tagged
+// embedded field: the tags of its own fields are not read; without a tag its fields'
+// tags are read as the outer struct's. Two fields may read the same variable.
+//
 // A variable that is missing, or null, is an error unless the tag says optional; then
 // the field keeps its value (so set defaults before calling Bind). Fields without the
 // tag are left alone. time.Duration, channels, functions and unexported fields are
@@ -232,10 +236,18 @@ func planOf(t reflect.Type) (*bindPlan, error) {
 func buildPlan(t reflect.Type) (*bindPlan, error) {
 	p := &bindPlan{}
 	var errs []*BindError
+	var tagged [][]int            // embedded structs with a tag: one variable, not their fields
+	byName := map[string]string{} // variable -> the field it is bound to
 	for _, sf := range reflect.VisibleFields(t) {
+		if slices.ContainsFunc(tagged, func(prefix []int) bool { return isPrefix(prefix, sf.Index) }) {
+			continue
+		}
 		tag, ok := sf.Tag.Lookup(BindTag)
 		if !ok || tag == "-" {
 			continue
+		}
+		if sf.Anonymous {
+			tagged = append(tagged, sf.Index)
 		}
 		fieldName := dottedName(t, sf.Index)
 		name, opts, _ := strings.Cut(tag, ",")
@@ -257,7 +269,7 @@ func buildPlan(t reflect.Type) (*bindPlan, error) {
 			bad("tag %s:%q: no variable name", BindTag, tag)
 			continue
 		case !sf.IsExported():
-			bad("unexported: Bind cannot set it")
+			bad("unexported: Bind cannot set it, nor VariablesFrom read it")
 			continue
 		case viaPointer(t, sf.Index):
 			bad("promoted through an embedded pointer: embed the struct by value")
@@ -269,12 +281,24 @@ func buildPlan(t reflect.Type) (*bindPlan, error) {
 			continue
 		}
 		w, werr := writerFor(sf.Type)
+		if other := byName[name]; other != "" {
+			// Bind reads one variable into several fields; VariablesFrom would write it twice.
+			werr = fmt.Errorf("variable %q is field %s's too: VariablesFrom writes one field per variable", name, other)
+		} else {
+			byName[name] = fieldName
+		}
 		p.fields = append(p.fields, bindField{index: sf.Index, field: fieldName, name: name, optional: optional, read: r, write: w, writeErr: werr})
 	}
 	if len(errs) > 0 {
 		return nil, &bindErrors{typ: t, errs: errs}
 	}
 	return p, nil
+}
+
+// isPrefix reports whether the field index prefix leads to index (a field of the
+// embedded struct at prefix).
+func isPrefix(prefix, index []int) bool {
+	return len(index) > len(prefix) && slices.Equal(prefix, index[:len(prefix)])
 }
 
 // dottedName names the field at index in t as Go code would reach it through embedded

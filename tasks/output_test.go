@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,87 @@ func TestVariablesFrom(t *testing.T) {
 	assert.Equal(t, tasks.OutcomeCompleted, res.Outcome)
 }
 
+type longText struct{}
+
+func (longText) MarshalText() ([]byte, error) {
+	return []byte(strings.Repeat("x", tasks.MaxStringLength+1)), nil
+}
+
+// A nil pointer writes a null, for every pointer type: *time.Time and *netip.Addr
+// (whose methods are their values') panicked ("value method time.Time.MarshalText called
+// using nil *Time pointer"), and a set *time.Time was written as a String, not a Date.
+func TestVariablesFromPointers(t *testing.T) {
+	when := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	addr := netip.MustParseAddr("10.0.0.1")
+	type ptrs struct {
+		T *time.Time  `var:"t"`
+		A *netip.Addr `var:"a"`
+		O *outAddress `var:"o"`
+		B *[]byte     `var:"b"`
+	}
+	for _, tc := range []struct {
+		name string
+		src  ptrs
+		want camunda7.Variables
+	}{
+		{"nil", ptrs{}, camunda7.Variables{"t": camunda7.NullVar(), "a": camunda7.NullVar(), "o": camunda7.NullVar(), "b": camunda7.NullVar()}},
+		{"set", ptrs{T: &when, A: &addr, O: &outAddress{City: "Ghent"}, B: &[]byte{1}},
+			camunda7.Variables{"t": camunda7.DateVar(when), "a": camunda7.StringVar("10.0.0.1"), "o": must(camunda7.JSONVar(outAddress{City: "Ghent"})), "b": camunda7.BytesVar([]byte{1})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vs, err := tasks.VariablesFrom(tc.src)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, vs)
+		})
+	}
+	// Held by an any, a pointer writes what it points to, nil a null.
+	vs, err := tasks.VariablesFrom(struct {
+		N any `var:"n"`
+		T any `var:"t"`
+	}{N: (*time.Time)(nil), T: &when})
+	require.NoError(t, err)
+	assert.Equal(t, camunda7.Variables{"n": camunda7.NullVar(), "t": camunda7.DateVar(when)}, vs)
+}
+
+// The longest String the engine stores is written; a longer one is refused (above).
+func TestVariablesFromStringAtTheEngineLimit(t *testing.T) {
+	s := strings.Repeat("🚀", tasks.MaxStringLength)
+	vs, err := tasks.VariablesFrom(struct {
+		S string `var:"s"`
+	}{S: s})
+	require.NoError(t, err)
+	assert.Equal(t, camunda7.Variables{"s": camunda7.StringVar(s)}, vs)
+}
+
+// An embedded struct with a tag is one Json variable, read and written once: its fields'
+// tags are not (they were written twice, as the struct and as its promoted fields).
+func TestVariablesFromEmbeddedWithATag(t *testing.T) {
+	type Inner struct {
+		City string `var:"city"`
+	}
+	type outer struct {
+		Inner `var:"inner"`
+	}
+	assert.Equal(t, []string{"inner"}, tasks.VariablesOf[outer]())
+	vs, err := tasks.VariablesFrom(outer{Inner{City: "Ghent"}})
+	require.NoError(t, err)
+	assert.Equal(t, camunda7.Variables{"inner": must(camunda7.JSONVar(Inner{City: "Ghent"}))}, vs)
+
+	// Bind reads the one variable, not "city".
+	var got outer
+	res := taskstest.Run(t, func(ctx context.Context, tk *tasks.Task) (camunda7.Variables, error) { return nil, tk.Bind(&got) },
+		taskstest.Task{Topic: "t", Variables: camunda7.Variables{"inner": vs["inner"], "city": camunda7.StringVar("Rome")}})
+	require.Equal(t, tasks.OutcomeCompleted, res.Outcome)
+	assert.Equal(t, outer{Inner{City: "Ghent"}}, got)
+}
+
+func must(v camunda7.Variable, err error) camunda7.Variable {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 func TestVariablesFromRefuses(t *testing.T) {
 	cases := []struct {
 		name string
@@ -117,7 +199,35 @@ func TestVariablesFromRefuses(t *testing.T) {
 		}{U: math.MaxUint64}, "field U: 18446744073709551615: out of the range of a Long"},
 		{"a bad tag", struct {
 			X string `var:"x,required"`
-		}{}, `unknown option "required"`},
+		}{}, `write variables from struct { X string "var:\"x,required\"" }: field X: tag var:"x,required": unknown option "required"`},
+		{"two fields, one variable", struct {
+			A string `var:"x"`
+			B string `var:"x"`
+		}{}, `field B: variable "x" is field A's too: VariablesFrom writes one field per variable`},
+		{"a string longer than the engine stores", struct {
+			Note string `var:"note"`
+		}{Note: strings.Repeat("ü", tasks.MaxStringLength+1)}, "field Note: String of 4001 characters: the engine stores at most 4000"},
+		{"a NUL in a string", struct {
+			Note string `var:"note"`
+		}{Note: "a\x00b"}, "field Note: String holds a NUL character"},
+		{"a NUL in a string held by any", struct {
+			Note any `var:"note"`
+		}{Note: "a\x00b"}, "field Note: String holds a NUL character"},
+		{"a text too long", struct {
+			T longText `var:"t"`
+		}{}, "field T: String of 4001 characters"},
+		{"NaN", struct {
+			F float64 `var:"f"`
+		}{F: math.NaN()}, "field F: Double NaN: JSON, and so the engine, carries no NaN or infinity"},
+		{"+Inf", struct {
+			F float32 `var:"f"`
+		}{F: float32(math.Inf(1))}, "field F: Double +Inf"},
+		{"NaN held by any", struct {
+			F any `var:"f"`
+		}{F: math.Inf(-1)}, "field F: Double -Inf"},
+		{"a duration held by any", struct {
+			D any `var:"d"`
+		}{D: time.Second}, "field D: time.Duration: no engine type holds a duration"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +257,35 @@ func TestBPMNErrorFromStruct(t *testing.T) {
 		D time.Duration `var:"d"`
 	}{}))
 	assert.Equal(t, failure.KindPermanent, bad.Kind)
+}
+
+// tasks.BPMNError takes camunda7.Variables and map[string]any as they are, and a nil
+// pointer as none: each made an incident ("VariablesFrom needs a struct") instead of
+// throwing the BPMN error. A map value the engine would refuse is named.
+func TestBPMNErrorFromVariablesAndMaps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vars any
+		want map[string]any
+	}{
+		{"camunda7.Variables", camunda7.Variables{"reason": camunda7.StringVar("r")}, map[string]any{"reason": camunda7.StringVar("r")}},
+		{"map[string]any", map[string]any{"reason": "r", "code": 51}, map[string]any{"reason": camunda7.StringVar("r"), "code": camunda7.LongVar(51)}},
+		{"a nil pointer to a struct", (*outAddress)(nil), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := failure.Classify(tasks.BPMNError("DECLINED", "m", tc.vars))
+			require.Equal(t, failure.KindBPMNError, c.Kind, "%v", c)
+			assert.Equal(t, "DECLINED", c.Code)
+			if tc.want == nil {
+				assert.Empty(t, c.Variables)
+				return
+			}
+			assert.Equal(t, tc.want, c.Variables)
+		})
+	}
+	err := tasks.BPMNError("DECLINED", "m", map[string]any{"note": "a\x00b"})
+	assert.Equal(t, failure.KindPermanent, failure.Classify(err).Kind)
+	assert.ErrorContains(t, err, `BPMN error "DECLINED": tasks: write variables: variable "note": String holds a NUL character`)
 }
 
 type invoiceOut struct {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/tasks"
@@ -37,7 +38,11 @@ import (
 //     (camunda7.ErrLockLost), and extending a lock that ran out answers
 //     camunda7.ErrLockExpired;
 //   - variables that cannot be encoded are refused before "sending", as the client
-//     refuses them (camunda7.ErrInvalidArgument).
+//     refuses them (camunda7.ErrInvalidArgument);
+//   - a String variable the engine's database cannot store (more than
+//     tasks.MaxStringLength characters, or a NUL character) is refused as the engine
+//     refuses it: 500 ProcessEnginePersistenceException, the task still locked for the
+//     worker, nothing of the report applied.
 //
 // Processes are not modelled: completing a task creates no next task, and a BPMN error
 // is recorded, not caught. Use Run (or Handle) to test a handler; use an Engine directly
@@ -368,7 +373,7 @@ func (e *Engine) Complete(ctx context.Context, taskID string, r camunda7.Complet
 	if err != nil {
 		return err
 	}
-	return e.report(op, taskID, r.WorkerID, func(t *engineTask) {
+	return e.report(op, taskID, r.WorkerID, unstorable(op, vars, local), func(t *engineTask) {
 		t.gone = true
 		t.res.Completed = &Completed{Variables: vars, LocalVariables: local}
 		t.logEntry(func(l *camunda7.ExternalTaskLogEntry) { l.SuccessLog = true })
@@ -389,7 +394,7 @@ func (e *Engine) BPMNError(ctx context.Context, taskID string, r camunda7.BPMNEr
 	if err != nil {
 		return err
 	}
-	return e.report(op, taskID, r.WorkerID, func(t *engineTask) {
+	return e.report(op, taskID, r.WorkerID, unstorable(op, vars, nil), func(t *engineTask) {
 		t.gone = true
 		t.res.BPMNError = &BPMNError{Code: r.ErrorCode, Message: r.ErrorMessage, Variables: vars}
 	})
@@ -406,7 +411,7 @@ func (e *Engine) Failure(ctx context.Context, taskID string, r camunda7.FailureR
 	if err != nil {
 		return err
 	}
-	return e.report(op, taskID, r.WorkerID, func(t *engineTask) {
+	return e.report(op, taskID, r.WorkerID, unstorable(op, vars, local), func(t *engineTask) {
 		retries := r.Retries
 		t.ext.Retries = &retries
 		t.ext.ErrorMessage = r.ErrorMessage
@@ -420,8 +425,9 @@ func (e *Engine) Failure(ctx context.Context, taskID string, r camunda7.FailureR
 	})
 }
 
-// report applies a report by workerID to the task.
-func (e *Engine) report(op, taskID, workerID string, apply func(*engineTask)) error {
+// report applies a report by workerID to the task, or answers refused (the engine's
+// answer when the report cannot be stored) if the task is there and workerID holds it.
+func (e *Engine) report(op, taskID, workerID string, refused error, apply func(*engineTask)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, err := e.find(op, taskID)
@@ -430,6 +436,9 @@ func (e *Engine) report(op, taskID, workerID string, apply func(*engineTask)) er
 	}
 	if t.ext.WorkerID != workerID {
 		return lockedBy(op, t, workerID, "cannot be reported by")
+	}
+	if refused != nil {
+		return refused
 	}
 	apply(t)
 	e.wake()
@@ -645,6 +654,25 @@ func checkReport(op, taskID, workerID string, vars, local camunda7.Variables) (c
 		out[i] = w
 	}
 	return out[0], out[1], nil
+}
+
+// unstorable is the engine's answer to a report with a String variable its database
+// refuses (camunda7's conformance suite pins it: a varchar(4000) column, in characters,
+// in PostgreSQL, which stores no NUL), or nil.
+func unstorable(op string, vss ...camunda7.Variables) error {
+	for _, vs := range vss {
+		for _, name := range slices.Sorted(maps.Keys(vs)) {
+			if !strings.EqualFold(vs[name].Type, camunda7.TypeString) {
+				continue
+			}
+			var s string
+			if json.Unmarshal(vs[name].Value, &s) == nil && (utf8.RuneCountInString(s) > tasks.MaxStringLength || strings.ContainsRune(s, 0)) {
+				return &engineError{err: &camunda7.Error{Op: op, StatusCode: http.StatusInternalServerError, Type: "ProcessEnginePersistenceException",
+					Message: "An exception occurred in the persistence layer. Please check the server logs for a detailed message and the entire exception stack trace."}}
+			}
+		}
+	}
+	return nil
 }
 
 // merge returns dst with src's variables set on it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,5 +436,68 @@ func TestEngineWithOwnWorker(t *testing.T) {
 		assert.Equal(t, []int{1, 2}, attempts[id], id)
 		res, _ := e.Result(id)
 		assert.Equal(t, 2, res.Deliveries)
+	}
+}
+
+// A String variable the engine's database refuses (more than 4000 characters, or a
+// NUL) is answered as a real engine answers it (camunda7's
+// TestConformanceCompleteWithStringTheDatabaseRefuses): 500
+// ProcessEnginePersistenceException, the task still locked, the report not applied; 4000
+// characters of four bytes each are stored. It was accepted.
+func TestEngineRefusesStringsTheDatabaseRefuses(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		s       string
+		refused bool
+	}{
+		{"4000 four-byte characters", strings.Repeat("🚀", tasks.MaxStringLength), false},
+		{"4001 characters", strings.Repeat("x", tasks.MaxStringLength+1), true},
+		{"a NUL", "a\x00b", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := taskstest.NewEngine()
+			id, err := e.Add(taskstest.Task{Topic: "t"})
+			require.NoError(t, err)
+			got, err := e.FetchAndLock(ctx, camunda7.FetchAndLockRequest{WorkerID: "w", MaxTasks: 1,
+				Topics: []camunda7.FetchTopic{{TopicName: "t", LockDuration: time.Minute}}})
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			vs := camunda7.Variables{"s": camunda7.StringVar(tc.s)}
+			reports := map[string]func() error{
+				"failure": func() error {
+					return e.Failure(ctx, id, camunda7.FailureRequest{WorkerID: "w", Retries: 1, Variables: vs})
+				},
+				"bpmnError": func() error {
+					return e.BPMNError(ctx, id, camunda7.BPMNErrorRequest{WorkerID: "w", ErrorCode: "E", Variables: vs})
+				},
+				"complete local": func() error {
+					return e.Complete(ctx, id, camunda7.CompleteRequest{WorkerID: "w", LocalVariables: vs})
+				},
+				"complete": func() error { return e.Complete(ctx, id, camunda7.CompleteRequest{WorkerID: "w", Variables: vs}) },
+			}
+			for _, op := range []string{"failure", "bpmnError", "complete local", "complete"} {
+				err := reports[op]()
+				if !tc.refused {
+					require.NoError(t, err, op)
+					res, ok := e.Result(id)
+					require.True(t, ok)
+					require.NotNil(t, res.Failure)
+					return
+				}
+				var ee *camunda7.Error
+				require.ErrorAs(t, err, &ee, op)
+				assert.Equal(t, 500, ee.StatusCode, op)
+				assert.Equal(t, "ProcessEnginePersistenceException", ee.Type, op)
+				assert.True(t, camunda7.SafeToRetry(err), op)
+				assert.NotErrorIs(t, err, camunda7.ErrLockLost, op)
+				x, err := e.ExternalTask(ctx, id)
+				require.NoError(t, err, op)
+				assert.Equal(t, "w", x.WorkerID, "%s: still locked", op)
+				assert.Nil(t, x.Retries, "%s: not applied", op)
+			}
+			res, _ := e.Result(id)
+			assert.True(t, res.Completed == nil && res.BPMNError == nil && res.Failure == nil, "nothing applied: %+v", res)
+		})
 	}
 }
