@@ -107,7 +107,8 @@ func Unique(prefix string) string {
 // ledger's migrations, then opts.Migrations). Unless the test set them, it sets what a
 // test wants: a ledger namespace of the test's own (EXTWORKER_LEDGER_NAMESPACE), no
 // operations endpoint (EXTWORKER_HTTP_ADDR=off), a 1s long poll; and opts.Logger, unless
-// given, writes to t.Log. When the test ends, the worker stops gracefully, and an error
+// given, writes to t.Log at EXTWORKER_LOG_LEVEL, info by default (the worker starting,
+// each task handled, warnings and errors). When the test ends, the worker stops gracefully, and an error
 // from Run fails the test.
 func Start(t testing.TB, opts extworker.Options, setup func(*extworker.App) error) *extworker.App {
 	t.Helper()
@@ -121,7 +122,7 @@ func Start(t testing.TB, opts extworker.Options, setup func(*extworker.App) erro
 	var logs *testLog
 	if opts.Logger == nil {
 		logs = &testLog{t: t}
-		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: logLevel()}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := extworker.Migrate(ctx, opts, io.Discard); err != nil {
@@ -152,6 +153,17 @@ func Start(t testing.TB, opts extworker.Options, setup func(*extworker.App) erro
 		}
 	})
 	return app
+}
+
+// logLevel is EXTWORKER_LOG_LEVEL's level, as the program reads it, or info: a failing
+// test's log then shows the worker starting and every task handled. A value the program
+// refuses is left to extworker.New to report.
+func logLevel() slog.Level {
+	var l slog.Level
+	if l.UnmarshalText([]byte(os.Getenv("EXTWORKER_LOG_LEVEL"))) != nil {
+		return slog.LevelInfo
+	}
+	return l
 }
 
 // checkDatabase skips (or fails) the test when the database does not answer.
