@@ -5,18 +5,23 @@
 // without Camunda. It answers as the engine's REST API does where the inbox looks: a
 // process not deployed is a 404 (camunda7.ErrNotFound), a message nothing waits for a
 // 400 "Cannot correlate message", and the marks the inbox sets are process variables
-// its history queries find.
+// its history queries find. RunEngineSuite is the behaviour suite that holds it to the
+// real engine: package inbox runs it against an *admin.Client, this package against
+// Engine.
 //
 // The inbox still records its rows in PostgreSQL: inboxtest replaces the engine, not the
 // database.
 package inboxtest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -52,10 +57,10 @@ type Engine struct {
 }
 
 // New returns an engine without processes, whose client times out after timeout (what
-// inbox.ClientTimeout reads; 0 is 20s, camunda7's default).
+// inbox.ClientTimeout reads; 0 is camunda7.DefaultTimeout, the client's default).
 func New(timeout time.Duration) *Engine {
 	if timeout <= 0 {
-		timeout = 20 * time.Second
+		timeout = camunda7.DefaultTimeout
 	}
 	return &Engine{timeout: timeout, processes: map[string][]string{}}
 }
@@ -77,7 +82,9 @@ func (e *Engine) Run(processKey, businessKey string, waitsFor ...string) string 
 	return e.add(processKey, businessKey, slices.Clone(waitsFor), nil).ID
 }
 
-// End ends the instance id.
+// End ends the instance id, as reaching its end event would: its history state is
+// COMPLETED (the real engine's, for an instance deleted, is EXTERNALLY_TERMINATED; the
+// inbox reads both as ended).
 func (e *Engine) End(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -150,26 +157,63 @@ func (e *Engine) StartProcess(_ context.Context, key string, r admin.StartProces
 	return &admin.ProcessInstance{ID: pi.ID, DefinitionKey: key, BusinessKey: pi.BusinessKey}, nil
 }
 
-// CorrelateMessageResult implements inbox.Engine: the message goes to the instance
-// r.ProcessInstanceID if it waits for r.MessageName (correlation keys are not checked).
+// CorrelateMessageResult implements inbox.Engine: the message goes to the running
+// instance that waits for r.MessageName and matches r's instance id, business key and
+// correlation keys (each one of its variables, by type and value), where r names them.
+// None is the engine's 400 "Cannot correlate message"; more than one (r.All is not
+// supported) its 400 "... Cannot correlate a message with name ... to a single
+// execution", which is not the inbox's mismatch.
 func (e *Engine) CorrelateMessageResult(_ context.Context, r admin.MessageCorrelation) ([]admin.CorrelationResult, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.begin(); err != nil {
 		return nil, err
 	}
+	op := "correlate message " + r.MessageName
+	var waiting []*Instance
 	for _, pi := range e.instances {
-		if pi.ID != r.ProcessInstanceID || pi.Ended || (r.BusinessKey != "" && pi.BusinessKey != r.BusinessKey) {
-			continue
-		}
-		if i := slices.Index(pi.Waiting, r.MessageName); i >= 0 {
-			pi.Waiting = slices.Delete(pi.Waiting, i, i+1)
-			maps.Copy(pi.Variables, r.ProcessVariables)
-			return []admin.CorrelationResult{{ResultType: "Execution", Execution: &admin.Execution{ID: pi.ID, ProcessInstanceID: pi.ID}}}, nil
+		if !pi.Ended && slices.Contains(pi.Waiting, r.MessageName) && (r.ProcessInstanceID == "" || pi.ID == r.ProcessInstanceID) &&
+			(r.BusinessKey == "" || pi.BusinessKey == r.BusinessKey) && holds(pi.Variables, r.CorrelationKeys) {
+			waiting = append(waiting, pi)
 		}
 	}
-	return nil, &camunda7.Error{Op: "correlate message " + r.MessageName, StatusCode: http.StatusBadRequest, Type: "RestException",
-		Message: "Cannot correlate message '" + r.MessageName + "': No process definition or execution matches the parameters"}
+	switch len(waiting) {
+	case 0:
+		return nil, &camunda7.Error{Op: op, StatusCode: http.StatusBadRequest, Type: "RestException",
+			Message: "Cannot correlate message '" + r.MessageName + "': No process definition or execution matches the parameters"}
+	case 1:
+	default:
+		return nil, &camunda7.Error{Op: op, StatusCode: http.StatusBadRequest, Type: "RestException",
+			Message: fmt.Sprintf("org.camunda.bpm.engine.MismatchingMessageCorrelationException: ENGINE-13031 Cannot correlate a "+
+				"message with name '%s' to a single execution. %d executions match the correlation keys: CorrelationSet [businessKey=%s, "+
+				"processInstanceId=%s]", r.MessageName, len(waiting), r.BusinessKey, r.ProcessInstanceID)}
+	}
+	pi := waiting[0]
+	i := slices.Index(pi.Waiting, r.MessageName)
+	pi.Waiting = slices.Delete(pi.Waiting, i, i+1)
+	maps.Copy(pi.Variables, r.ProcessVariables)
+	return []admin.CorrelationResult{{ResultType: "Execution", Execution: &admin.Execution{ID: pi.ID, ProcessInstanceID: pi.ID}}}, nil
+}
+
+// holds reports whether vars hold every correlation key: a variable of its name, type
+// and JSON value.
+func holds(vars, keys camunda7.Variables) bool {
+	for name, k := range keys {
+		v, ok := vars[name]
+		if !ok || !strings.EqualFold(v.Type, k.Type) || !sameJSON(v.Value, k.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameJSON reports whether a and b are the same JSON value.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // ProcessInstances implements inbox.Engine: the running instances, by
@@ -235,9 +279,12 @@ func (e *Engine) HistoricVariableInstances(_ context.Context, q url.Values) ([]a
 	return out, nil
 }
 
-// LongPollTimeout implements inbox.Engine: the client's timeout New was given.
+// LongPollTimeout implements inbox.Engine as a camunda7.Client whose Timeout is the
+// timeout New was given and whose LongPollMargin is the shorter of it and
+// camunda7.DefaultLongPollMargin: LongPollTimeout(0) is that timeout, and a long poll's
+// is longer than the poll.
 func (e *Engine) LongPollTimeout(asyncResponseTimeout time.Duration) time.Duration {
-	return max(asyncResponseTimeout, e.timeout)
+	return max(asyncResponseTimeout+min(e.timeout, camunda7.DefaultLongPollMargin), e.timeout)
 }
 
 // matches reports whether q asks for nothing under key, or for value.
