@@ -206,7 +206,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Receipt, err
 		return false, Receipt{}, a.hold(ctx, d.reason, ErrUnknownOutcome)
 	}
 	if err := a.l.store.inconclusive(ctx, a, d.counted); err != nil {
-		cfg.Hooks.Observer.DatabaseError("ledger_write", err)
+		cfg.Hooks.Observer.DatabaseError("ledger-write", err)
 		return false, Receipt{}, failure.Retryable(err)
 	}
 	return false, Receipt{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, d.n, cfg.MaxReconciliations, d.rec.reason), d.backoff)

@@ -287,7 +287,7 @@ func (l *Ledger) Do(ctx context.Context, in Intent, eff Effect) (Receipt, error)
 	case err == nil && out.Replayed:
 		obs.DuplicateSuppressed(in.Scope, "replayed")
 	case errors.Is(err, ErrInProgress):
-		obs.DuplicateSuppressed(in.Scope, "in_progress")
+		obs.DuplicateSuppressed(in.Scope, "in-progress")
 	case errors.Is(err, ErrDigestMismatch):
 		obs.DigestMismatch(in.Scope)
 	}

@@ -21,7 +21,7 @@ type Observer interface {
 	Transition(scope string, from, to State)
 	// DuplicateSuppressed is called when an attempt was kept from dispatching an effect
 	// again: reason "replayed" (the outcome came from the ledger, the provider was not
-	// called) or "in_progress" (another live attempt owns the intent).
+	// called) or "in-progress" (another live attempt owns the intent).
 	DuplicateSuppressed(scope, reason string)
 	// Reconciled is called for every reconciliation with the provider: result found,
 	// absent, still-unknown or rejected.
@@ -30,7 +30,7 @@ type Observer interface {
 	// idempotency conflict, nothing sent.
 	DigestMismatch(scope string)
 	// DatabaseError is called when a ledger write failed in the database (not when an
-	// attempt was fenced off by another): operation "ledger_write".
+	// attempt was fenced off by another): operation "ledger-write".
 	DatabaseError(operation string, err error)
 }
 
@@ -110,7 +110,7 @@ func (a *attempt) committed(err error) {
 	a.pending = nil
 	if err != nil {
 		if !errors.Is(err, ErrFenced) && !errors.Is(err, errLocal) {
-			a.l.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
+			a.l.cfg.Hooks.Observer.DatabaseError("ledger-write", err)
 		}
 		return
 	}

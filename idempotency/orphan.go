@@ -28,7 +28,7 @@ func (o *Operations) MarkOrphaned(ctx context.Context, processInstanceID, taskID
 			SELECT id, state, state, attempt, 'worker', $3, 'orphaned: ' || $4 FROM o)
 		SELECT scope, intent_key, state FROM o`, o.cfg.Namespace, processInstanceID, taskID, reason)
 	if err != nil {
-		o.cfg.Hooks.Observer.DatabaseError("ledger_write", err)
+		o.cfg.Hooks.Observer.DatabaseError("ledger-write", err)
 		return 0, fmt.Errorf("idempotency: mark orphaned intents of task %s: %w", taskID, err)
 	}
 	defer rows.Close()

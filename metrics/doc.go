@@ -37,21 +37,21 @@
 //	extworker_slots_max                                     gauge     MaxConcurrency
 //	extworker_lock_extensions_total{topic}                  counter   successful extendLock calls
 //	extworker_lock_extension_failures_total{topic}          counter   failed extendLock calls
-//	extworker_locks_lost_total{topic,reason}                counter   locks lost: gone, taken, max_run_time
-//	extworker_engine_errors_total{operation}                counter   failed engine calls: fetch_and_lock, complete, failure,
-//	                                                                  bpmn_error, unlock, extend_lock, query, version (readyz)
+//	extworker_locks_lost_total{topic,reason}                counter   locks lost: gone, taken, max-run-time
+//	extworker_engine_errors_total{operation}                counter   failed engine calls: fetch-and-lock, complete, failure,
+//	                                                                  bpmn-error, unlock, extend-lock, query, version (readyz)
 //
 // Effect ledger (package idempotency):
 //
 //	extworker_ledger_transitions_total{scope,state}         counter   committed state changes, by the state entered
-//	extworker_ledger_duplicates_suppressed_total{scope,reason} counter a repeated dispatch prevented: replayed, in_progress
+//	extworker_ledger_duplicates_suppressed_total{scope,reason} counter a repeated dispatch prevented: replayed, in-progress
 //	extworker_ledger_idempotency_conflicts_total{scope}     counter   same key, different request: refused
 //	extworker_ledger_reconciliations_total{scope,result}    counter   found, absent, still-unknown, rejected
 //	extworker_ledger_intents{scope,state}                   gauge     unknown, operator_hold and dispatched intents (queried at scrape)
 //	extworker_ledger_oldest_intent_age_seconds{scope,state} gauge     age of the oldest of them (unknown: since first dispatch)
 //	extworker_ledger_backlog_up                             gauge     1 if the scrape's backlog query worked
 //	extworker_ledger_backlog_query_seconds                  gauge     how long it took
-//	extworker_database_errors_total{operation}              counter   ledger_write, ledger_backlog, ping and migrations (readyz)
+//	extworker_database_errors_total{operation}              counter   ledger-write, ledger-backlog, ping and migrations (readyz)
 //
 // Plus the Go runtime's go_* and the process's process_* metrics.
 //

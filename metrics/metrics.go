@@ -75,10 +75,10 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}
 	}
 	// Series that alerts and the dashboard rely on exist from the start, at zero.
-	for _, op := range []string{"fetch_and_lock", "complete", "failure", "bpmn_error", "unlock", "extend_lock"} {
+	for _, op := range []string{"fetch-and-lock", "complete", "failure", "bpmn-error", "unlock", "extend-lock"} {
 		m.engineErrors.WithLabelValues(op)
 	}
-	for _, op := range []string{"ledger_write", "ledger_backlog"} {
+	for _, op := range []string{"ledger-write", "ledger-backlog"} {
 		m.dbErrors.WithLabelValues(op)
 	}
 	return m, nil
@@ -138,9 +138,9 @@ func newTaskMetrics() *Metrics {
 		extensions:     counterVec("lock_extensions_total", "Successful extendLock calls for running tasks.", "topic"),
 		extensionFails: counterVec("lock_extension_failures_total", "Failed extendLock calls (transient errors and lost locks).", "topic"),
 		locksLost: counterVec("locks_lost_total",
-			"Locks lost while a task ran or was reported: reason gone, taken or max_run_time.", "topic", "reason"),
+			"Locks lost while a task ran or was reported: reason gone, taken or max-run-time.", "topic", "reason"),
 		engineErrors: counterVec("engine_errors_total",
-			"Failed engine calls: operation fetch_and_lock, complete, failure, bpmn_error, unlock, extend_lock, query, version.", "operation"),
+			"Failed engine calls: operation fetch-and-lock, complete, failure, bpmn-error, unlock, extend-lock, query, version.", "operation"),
 	}
 }
 
@@ -148,11 +148,11 @@ func newTaskMetrics() *Metrics {
 // database errors.
 func (m *Metrics) addLedgerMetrics() {
 	m.dbErrors = counterVec("database_errors_total",
-		"Failed database operations: ledger_write, ledger_backlog, ping, migrations.", "operation")
+		"Failed database operations: ledger-write, ledger-backlog, ping, migrations.", "operation")
 	m.transitions = counterVec("ledger_transitions_total",
 		"Committed effect-ledger state changes, by scope and the state entered.", "scope", "state")
 	m.duplicates = counterVec("ledger_duplicates_suppressed_total",
-		"Attempts kept from dispatching an effect again: reason replayed (answered from the ledger) or in_progress (another attempt owns it).", "scope", "reason")
+		"Attempts kept from dispatching an effect again: reason replayed (answered from the ledger) or in-progress (another attempt owns it).", "scope", "reason")
 	m.reconciliation = counterVec("ledger_reconciliations_total",
 		"Reconciliations of unknown outcomes with the provider: result found, absent, still-unknown, rejected.", "scope", "result")
 	m.conflicts = counterVec("ledger_idempotency_conflicts_total",
@@ -261,7 +261,7 @@ type BacklogCollector struct {
 
 // NewBacklogCollector returns a collector querying l at each scrape, for at most timeout
 // (default 2s). m, if not nil, counts failed queries as database_errors_total
-// {operation="ledger_backlog"}. logger receives a Warn record per failed query (default
+// {operation="ledger-backlog"}. logger receives a Warn record per failed query (default
 // discard).
 func NewBacklogCollector(l Backlogger, timeout time.Duration, m *Metrics, logger *slog.Logger) *BacklogCollector {
 	if timeout <= 0 {
@@ -296,7 +296,7 @@ func (c *BacklogCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		c.log.Warn("querying the ledger backlog for metrics failed", slog.Any("error", err))
 		if c.errs != nil {
-			c.errs.DatabaseError("ledger_backlog", err)
+			c.errs.DatabaseError("ledger-backlog", err)
 		}
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return

@@ -177,7 +177,7 @@ func TestObserverCounts(t *testing.T) {
 	m.Polled(0, 20*time.Second, nil)
 	m.Polled(2, 10*time.Millisecond, nil)
 	m.Polled(0, time.Millisecond, errors.New("connection refused"))
-	m.EngineError("fetch_and_lock", errors.New("connection refused"))
+	m.EngineError("fetch-and-lock", errors.New("connection refused"))
 	m.Fetched("pay")
 	m.Fetched("pay")
 	m.Slots("pay", 2, 6)
@@ -191,12 +191,12 @@ func TestObserverCounts(t *testing.T) {
 	m.DuplicateSuppressed("payment.collect", "replayed")
 	m.Reconciled("payment.collect", "found")
 	m.DigestMismatch("payment.collect")
-	m.DatabaseError("ledger_write", errors.New("conn closed"))
+	m.DatabaseError("ledger-write", errors.New("conn closed"))
 
 	expect := map[string]float64{
 		`extworker_fetch_polls_total`:                                                             3,
 		`extworker_fetch_empty_polls_total`:                                                       1,
-		`extworker_engine_errors_total{operation="fetch_and_lock"}`:                               1,
+		`extworker_engine_errors_total{operation="fetch-and-lock"}`:                               1,
 		`extworker_engine_errors_total{operation="complete"}`:                                     0,
 		`extworker_tasks_fetched_total{topic="pay"}`:                                              2,
 		`extworker_tasks_in_flight{topic="pay"}`:                                                  2,
@@ -213,7 +213,7 @@ func TestObserverCounts(t *testing.T) {
 		`extworker_ledger_duplicates_suppressed_total{reason="replayed",scope="payment.collect"}`: 1,
 		`extworker_ledger_reconciliations_total{result="found",scope="payment.collect"}`:          1,
 		`extworker_ledger_idempotency_conflicts_total{scope="payment.collect"}`:                   1,
-		`extworker_database_errors_total{operation="ledger_write"}`:                               1,
+		`extworker_database_errors_total{operation="ledger-write"}`:                               1,
 	}
 	got := scrape(t, reg)
 	for k, v := range expect {
@@ -252,7 +252,7 @@ func TestBacklogCollector(t *testing.T) {
 	// The error counter is another collector of the same registry, gathered concurrently
 	// with the backlog query: the next scrape shows the count.
 	got = scrape(t, reg)
-	assert.GreaterOrEqual(t, got[`extworker_database_errors_total{operation="ledger_backlog"}`], 1.0)
+	assert.GreaterOrEqual(t, got[`extworker_database_errors_total{operation="ledger-backlog"}`], 1.0)
 }
 
 // scrape gathers reg into "name{labels}" -> value, labels sorted by name.

@@ -78,7 +78,7 @@ func (w *Worker) pause(ctx context.Context, d time.Duration) {
 func (w *Worker) fetchFailed(ctx, workCtx context.Context, st *fetchState, maxTasks int, sentAt time.Time, err error,
 	stopRun context.CancelCauseFunc) (end time.Time, stop bool) {
 	w.obs.Polled(0, time.Since(sentAt), err)
-	w.obs.EngineError("fetch_and_lock", err)
+	w.obs.EngineError("fetch-and-lock", err)
 	var verdict fetchVerdict
 	*st, verdict = st.afterError(err, maxTasks, time.Now(), w.cfg)
 	switch verdict {

@@ -39,11 +39,11 @@ type Observer interface {
 	LockExtended(topic string, err error)
 	// LockLost is called when a running task's lock is lost: reason "gone" (the task no
 	// longer exists), "taken" (locked by another worker, or by nobody) or
-	// "max_run_time". The engine says which; the local clock never declares a lock lost.
+	// "max-run-time". The engine says which; the local clock never declares a lock lost.
 	LockLost(topic, reason string)
 	// EngineError is called for every failed engine call the worker makes on its own
-	// behalf: operation fetch_and_lock, complete, failure, bpmn_error, unlock,
-	// extend_lock or query.
+	// behalf: operation fetch-and-lock, complete, failure, bpmn-error, unlock,
+	// extend-lock or query.
 	EngineError(operation string, err error)
 }
 
@@ -64,7 +64,7 @@ func (NopObserver) EngineError(string, error)                      {}
 func lockLostReason(cause error) string {
 	switch {
 	case errors.Is(cause, lockext.ErrMaxRunTime):
-		return "max_run_time"
+		return "max-run-time"
 	case errors.Is(cause, camunda7.ErrTaskGone):
 		return "gone"
 	}

@@ -26,7 +26,7 @@ type engineCall string
 
 const (
 	callComplete  engineCall = "complete"
-	callBPMNError engineCall = "bpmn_error"
+	callBPMNError engineCall = "bpmn-error"
 	callFailure   engineCall = "failure"
 )
 

@@ -102,7 +102,7 @@ type Config struct {
 	// event) while or after the handler ran: the engine's history records the task's
 	// deletion, and no worker completed it. Whatever the handler did has no process to
 	// report to; the effect ledger flags such intents orphaned for an operator
-	// (idempotency.Ledger.MarkOrphaned). A task that is gone because another worker
+	// (idempotency.Operations.MarkOrphaned). A task that is gone because another worker
 	// completed it after this one's lock expired is not cancelled, and not reported.
 	OnTaskGone func(ctx context.Context, g Gone)
 }
@@ -284,7 +284,7 @@ func (w *Worker) extendConfig(t *topic) lockext.Config {
 		OnExtend: func(err error) {
 			w.obs.LockExtended(t.name, err)
 			if err != nil && !lockext.LostAnswer(err) {
-				w.obs.EngineError("extend_lock", err)
+				w.obs.EngineError("extend-lock", err)
 			}
 		},
 		OnEnd: func(cause error) { w.obs.LockLost(t.name, lockLostReason(cause)) },

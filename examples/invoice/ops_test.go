@@ -189,8 +189,8 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 		`extworker_ledger_transitions_total{scope="payment.collect",state="confirmed"}`,
 		`extworker_ledger_transitions_total{scope="payment.collect",state="rejected"}`,
 		`extworker_ledger_backlog_up 1`,
-		`extworker_engine_errors_total{operation="fetch_and_lock"} 0`,
-		`extworker_database_errors_total{operation="ledger_write"} 0`,
+		`extworker_engine_errors_total{operation="fetch-and-lock"} 0`,
+		`extworker_database_errors_total{operation="ledger-write"} 0`,
 		`go_goroutines`,
 		`process_cpu_seconds_total`,
 	} {

@@ -121,7 +121,7 @@ func (r *report) markdown() string {
 	if !o.doPrune {
 		p("Not run (`-prune=false`).\n\n")
 	} else {
-		p("`Ledger.Prune` with a retention of %v (batches of 1,000 intents, each batch one call of `extworker_prune`, its own transaction) on the %s ledger, "+
+		p("`Operations.Prune` with a retention of %v (batches of 1,000 intents, each batch one call of `extworker_prune`, its own transaction) on the %s ledger, "+
 			"after the measurements above, while %d goroutines kept recording new side effects (each a whole Do, as above) in the same namespace on a pool of their own. "+
 			"Before it, the same claimers ran %v without a prune.\n\n", days(pr.Retention), label, o.claimers, o.baseline)
 		r.pruneTable(&b, pr)
