@@ -283,6 +283,25 @@ const ExitConfig = 78
 // problems returns every problem with c, each naming its variable and never a secret.
 func (c Config) problems() []error {
 	var errs []error
+	errs = append(errs, c.logProblems()...)
+	errs = append(errs, c.engineProblems()...)
+	errs = append(errs, c.databaseProblems()...)
+	errs = append(errs, c.consoleProblems()...)
+	errs = append(errs, c.ledgerProblems()...)
+	errs = append(errs, c.pollProblems()...)
+	errs = append(errs, c.shutdownProblems()...)
+	// No rule relates EXTWORKER_ENGINE_TIMEOUT to EXTWORKER_LONG_POLL: a fetch's HTTP
+	// timeout is the long poll plus a margin (camunda7.Client.LongPollTimeout), never
+	// ENGINE_TIMEOUT alone. Nor LONG_POLL to LOCK_DURATION: a task that arrives with
+	// little of its lock left is extended at once.
+	return errs
+}
+
+// logProblems: the log's format and level. In the functions below, a variable that did
+// not parse is reported once, as such (processEnv): the checks that involve it are
+// skipped (c.parsed) rather than complain about its zero value.
+func (c Config) logProblems() []error {
+	var errs []error
 	switch c.LogFormat {
 	case "auto", "text", "json":
 	default:
@@ -292,6 +311,12 @@ func (c Config) problems() []error {
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel))
 	}
+	return errs
+}
+
+// engineProblems: how the engine is reached.
+func (c Config) engineProblems() []error {
+	var errs []error
 	if err := checkHTTPURL(c.EngineURL); err != nil {
 		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s: %w", RedactURL(c.EngineURL), err))
 	}
@@ -301,33 +326,41 @@ func (c Config) problems() []error {
 	} else if _, err := c.engineTLS(); err != nil {
 		errs = append(errs, err)
 	}
+	ok := c.parsed
+	if ok("EXTWORKER_ENGINE_TIMEOUT") && c.EngineTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_TIMEOUT %v: must be positive", c.EngineTimeout))
+	}
+	return errs
+}
+
+// databaseProblems: how PostgreSQL and the broker are reached.
+func (c Config) databaseProblems() []error {
+	var errs []error
+	ok := c.parsed
 	if err := CheckDatabaseURL(c.DatabaseURL); err != nil {
 		errs = append(errs, err)
 	}
 	if !rolePrefix.MatchString(c.DatabaseRolePrefix) {
 		errs = append(errs, fmt.Errorf("EXTWORKER_DATABASE_ROLE_PREFIX %q: want a lower-case SQL identifier of at most 40 letters, digits and underscores, starting with a letter", c.DatabaseRolePrefix))
 	}
-	// A variable that did not parse is reported once, as such (processEnv): the checks
-	// below that involve it are skipped rather than complain about its zero value.
+	if ok("EXTWORKER_AMQP_URL") && c.AMQPURL != "" {
+		if err := checkAMQPURL(c.AMQPURL, c.AMQPAllowPlaintext); err != nil {
+			errs = append(errs, fmt.Errorf("EXTWORKER_AMQP_URL %s: %w", RedactURL(c.AMQPURL), err))
+		}
+	}
+	return errs
+}
+
+// ledgerProblems: the effect ledger's pool, retention, lease and approvals.
+func (c Config) ledgerProblems() []error {
+	var errs []error
 	ok := c.parsed
-	if ok("EXTWORKER_ENGINE_TIMEOUT") && c.EngineTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_TIMEOUT %v: must be positive", c.EngineTimeout))
-	}
-	if ok("EXTWORKER_MAX_CONCURRENCY") && c.MaxConcurrency < 1 {
-		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
-	}
 	if ok("EXTWORKER_LEDGER_MAX_CONNS") && c.LedgerMaxConns < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_MAX_CONNS %d: must be at least 1", c.LedgerMaxConns))
 	}
 	if ok("EXTWORKER_LEDGER_RETENTION") && c.LedgerRetention < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_RETENTION %v: must not be negative", c.LedgerRetention))
 	}
-	if ok("EXTWORKER_AMQP_URL") && c.AMQPURL != "" {
-		if err := checkAMQPURL(c.AMQPURL, c.AMQPAllowPlaintext); err != nil {
-			errs = append(errs, fmt.Errorf("EXTWORKER_AMQP_URL %s: %w", RedactURL(c.AMQPURL), err))
-		}
-	}
-	errs = append(errs, c.consoleProblems()...)
 	if ok("EXTWORKER_APPROVAL_THRESHOLD") && c.ApprovalThreshold < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_APPROVAL_THRESHOLD %d: must not be negative", c.ApprovalThreshold))
 	}
@@ -347,6 +380,16 @@ func (c Config) problems() []error {
 	}
 	// The lease against each effect's own timeout (idempotency.Effect.Timeout,
 	// httpeffect.Spec.Timeout) is checked where both are known: by the ledger's Do.
+	return errs
+}
+
+// pollProblems: how tasks are fetched, locked and reported.
+func (c Config) pollProblems() []error {
+	var errs []error
+	ok := c.parsed
+	if ok("EXTWORKER_MAX_CONCURRENCY") && c.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_MAX_CONCURRENCY %d: must be at least 1", c.MaxConcurrency))
+	}
 	// The engine's lock has millisecond precision and every extension is a round trip:
 	// under a second there is no room for one.
 	if ok("EXTWORKER_LOCK_DURATION") && c.LockDuration < minLockDuration {
@@ -367,6 +410,13 @@ func (c Config) problems() []error {
 	if ok("EXTWORKER_IDLE_POLL_INTERVAL") && c.IdlePollInterval < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_IDLE_POLL_INTERVAL %v: must not be negative", c.IdlePollInterval))
 	}
+	return errs
+}
+
+// shutdownProblems: the grace for running handlers and the bound on the whole stop.
+func (c Config) shutdownProblems() []error {
+	var errs []error
+	ok := c.parsed
 	graceOK := ok("EXTWORKER_SHUTDOWN_GRACE") && c.ShutdownGrace >= 0
 	if ok("EXTWORKER_SHUTDOWN_GRACE") && !graceOK {
 		errs = append(errs, fmt.Errorf("EXTWORKER_SHUTDOWN_GRACE %v: must not be negative", c.ShutdownGrace))
@@ -377,10 +427,6 @@ func (c Config) problems() []error {
 		errs = append(errs, fmt.Errorf("EXTWORKER_SHUTDOWN_TIMEOUT %v must be longer than EXTWORKER_SHUTDOWN_GRACE %v: "+
 			"it bounds the whole shutdown, the grace for running handlers included", c.ShutdownTimeout, c.ShutdownGrace))
 	}
-	// No rule relates EXTWORKER_ENGINE_TIMEOUT to EXTWORKER_LONG_POLL: a fetch's HTTP
-	// timeout is the long poll plus a margin (camunda7.Client.LongPollTimeout), never
-	// ENGINE_TIMEOUT alone. Nor LONG_POLL to LOCK_DURATION: a task that arrives with
-	// little of its lock left is extended at once.
 	return errs
 }
 
