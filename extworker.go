@@ -474,8 +474,12 @@ func SignalContext(logger *slog.Logger) (ctx context.Context, stop func()) {
 // variable with its value (defaults applied) and where it came from, secrets masked;
 // args may be [-json]. With an invalid configuration it prints what it could read and
 // returns every problem.
-func PrintConfig(args []string, stdout, stderr io.Writer) error {
-	return daemon.ConfigCommand(args, stdout, stderr)
+//
+// specs are the program's own settings, if it reads any: pointers to structs read with
+// envconfig.Process("EXTWORKER", spec), their envconfig tags without the EXTWORKER_
+// prefix; they are printed beside the framework's.
+func PrintConfig(args []string, stdout, stderr io.Writer, specs ...any) error {
+	return daemon.ConfigCommand(args, stdout, stderr, specs...)
 }
 
 func (o Options) logOutput() io.Writer {

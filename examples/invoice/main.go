@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,7 +57,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	opts := extworker.Options{LogOutput: stderr}
 	switch args[0] {
 	case "config":
-		return extworker.PrintConfig(args[1:], stdout, stderr)
+		pc, perr := loadProviderConfig()
+		return errors.Join(extworker.PrintConfig(args[1:], stdout, stderr, &pc), perr)
 	case "migrate":
 		return extworker.Migrate(context.Background(), opts, stdout)
 	case "run":

@@ -13,27 +13,28 @@ import (
 	"github.com/extworker/extworker/idempotency"
 )
 
-// providerConfig is the demo's payment provider, from variables the demo reads itself:
-// the framework knows no provider (docs/configuration.md, The demo).
+// providerConfig is the demo's payment provider, from variables the demo reads itself
+// (EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG; `invoice config` prints them
+// beside the framework's): the framework knows no provider (docs/configuration.md, The demo).
 type providerConfig struct {
 	// URL is the provider; empty starts a fake one in this process.
-	URL string `envconfig:"EXTWORKER_PROVIDER_URL"`
+	URL string `envconfig:"PROVIDER_URL"`
 	// Timeout bounds each provider call (idempotency.Effect.Timeout): a call that times
 	// out after the request left is an unknown outcome, reconciled before anything is
 	// sent again. The ledger refuses it unless EXTWORKER_LEDGER_LEASE leaves it whole.
-	Timeout time.Duration `envconfig:"EXTWORKER_PROVIDER_TIMEOUT" default:"10s"`
+	Timeout time.Duration `envconfig:"PROVIDER_TIMEOUT" default:"10s"`
 	// Search: the provider's business search (charges by invoice) is authoritative once
 	// SearchLag has passed. false: unknown charges past the provider's window go to an
 	// operator.
-	Search    bool          `envconfig:"EXTWORKER_PROVIDER_SEARCH" default:"true"`
-	SearchLag time.Duration `envconfig:"EXTWORKER_PROVIDER_SEARCH_LAG" default:"1m"`
+	Search    bool          `envconfig:"PROVIDER_SEARCH" default:"true"`
+	SearchLag time.Duration `envconfig:"PROVIDER_SEARCH_LAG" default:"1m"`
 }
 
 // loadProviderConfig reads the demo's provider variables; every problem is a
 // configuration error (exit status 78).
 func loadProviderConfig() (providerConfig, error) {
 	var c providerConfig
-	if err := envconfig.Process("", &c); err != nil {
+	if err := envconfig.Process("EXTWORKER", &c); err != nil {
 		return c, extworker.ConfigError{Err: err}
 	}
 	var errs []error

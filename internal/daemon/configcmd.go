@@ -27,7 +27,7 @@ const masked = "***"
 // are on and where they go (the OTEL_* variables, package tracing; the endpoint without
 // credentials). With an invalid configuration it prints what it could read, then returns
 // every problem.
-func ConfigCommand(args []string, stdout, stderr io.Writer) error {
+func ConfigCommand(args []string, stdout, stderr io.Writer, specs ...any) error {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print a JSON object of variable: value")
@@ -41,6 +41,9 @@ func ConfigCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	ops, opsInvalid, _ := ReadOpsConfig() // its problems are in err already
 	sets := []VarSet{{Vars: c.vars(), FromFile: c.fromFile, Invalid: c.invalid}, {Vars: SpecVars(&ops), Invalid: opsInvalid}}
+	for _, spec := range specs {
+		sets = append(sets, VarSet{Vars: SpecVars(spec)})
+	}
 	traces, terr := tracing.Read(os.LookupEnv)
 	tracesLine := traces.String()
 	if terr != nil {
