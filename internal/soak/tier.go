@@ -126,7 +126,6 @@ func readSettings(ctx context.Context, bin string, env []string, defaults bool) 
 	if vars == nil {
 		vars = map[string]string{}
 	}
-	withDemoSettings(vars, env)
 	s := Settings{}
 	if !defaults {
 		s.Overrides = shortOverrides
@@ -158,29 +157,6 @@ func readSettings(ctx context.Context, bin string, env []string, defaults bool) 
 		return s, fmt.Errorf("%s config -json: %s", bin, strings.Join(errs, "; "))
 	}
 	return s, nil
-}
-
-// demoDefaults are the demo's own settings that the harness's timing depends on, at the
-// demo's defaults (providerConfig in examples/invoice/provider.go;
-// TestDemoDefaultsAreTheDemos keeps them equal). The demo's `config -json` prints the
-// framework's configuration only, not these.
-var demoDefaults = map[string]string{"EXTWORKER_PROVIDER_TIMEOUT": "10s", "EXTWORKER_PROVIDER_SEARCH_LAG": "1m"}
-
-// withDemoSettings completes what the worker binary reported (vars) with the demo's own
-// settings it did not report: as set in the workers' environment env (the last setting
-// wins, as for the process), else at the demo's defaults.
-func withDemoSettings(vars map[string]string, env []string) {
-	for name, value := range demoDefaults {
-		if _, ok := vars[name]; ok {
-			continue
-		}
-		for _, kv := range env {
-			if v, ok := strings.CutPrefix(kv, name+"="); ok {
-				value = v
-			}
-		}
-		vars[name] = value
-	}
 }
 
 // String is the settings line of the report.
