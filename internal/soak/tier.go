@@ -28,8 +28,7 @@ import (
 // Either way the harness reads what the workers run with from the worker binary itself
 // (`invoice config -json` in the workers' environment) and derives its own timing from
 // it (deriveTiming): nothing in the harness assumes a lock length. The demo's own
-// provider settings, which that command does not print, come from the workers'
-// environment or the demo's defaults (withDemoSettings).
+// provider settings are printed there too, beside the framework's.
 
 // shortOverrides are the short-timeouts tier's settings, on top of the daemon's defaults.
 var shortOverrides = []string{"EXTWORKER_LOCK_DURATION=3s", "EXTWORKER_LEDGER_LEASE=3s", "EXTWORKER_LONG_POLL=1s",
