@@ -58,7 +58,10 @@ func TestDemoProviderSettings(t *testing.T) {
 	t.Setenv("EXTWORKER_LEDGER_LEASE", "5s")
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"config"}, &out, &bytes.Buffer{}), "a lease shorter than the demo's timeout is no configuration problem of the framework's")
-	assert.NotContains(t, out.String(), "EXTWORKER_PROVIDER_TIMEOUT", "the framework lists no demo setting")
+	assert.Regexp(t, `(?m)^EXTWORKER_PROVIDER_TIMEOUT\s+1m0s\s+env$`, out.String(), "the demo's config prints its own settings beside the framework's")
+	var framework bytes.Buffer
+	require.NoError(t, extworker.PrintConfig(nil, &framework, &bytes.Buffer{}))
+	assert.NotContains(t, framework.String(), "EXTWORKER_PROVIDER_TIMEOUT", "the framework lists no demo setting")
 }
 
 // The demo runs end to end against the real engine and PostgreSQL: invoices paid through
