@@ -169,8 +169,10 @@ func TestConsumerKilledAfterAck(t *testing.T) {
 	b.publish(t, m)
 	c := e.consumer(t, inbox.Config{Queue: b.queue})
 	run(t, c)
+	// At least the producer's copy; the broker may redeliver the first too, when the
+	// SIGKILL came before its ack left the socket (seen under CI's load): a duplicate as well.
 	testenv.Eventually(t, 30*time.Second, "the redelivery answered as a duplicate", func() (bool, error) {
-		return c.Stats().Duplicates.Load() == 1, nil
+		return c.Stats().Duplicates.Load() >= 1, nil
 	})
 	assert.Equal(t, int64(0), c.Stats().Started.Load())
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
