@@ -21,7 +21,7 @@ var mismatch = regexp.MustCompile(`(?i)cannot correlate message`)
 // its business key that waits for it. The engine's /message takes no process definition:
 // the running instances of the definition with the key are looked up, and the message
 // sent to each by its id until one takes it.
-func (c *Consumer) correlate(ctx context.Context, r *row, fa facts, m Correlate) (Handling, error) {
+func (c *Handler) correlate(ctx context.Context, r *row, fa facts, m Correlate) (Handling, error) {
 	mark, token := markVariable(m.MessageName), r.token()
 	action := "correlate " + m.MessageName
 	if err := r.begin(ctx); err != nil {
@@ -57,7 +57,7 @@ func (c *Consumer) correlate(ctx context.Context, r *row, fa facts, m Correlate)
 
 // send correlates m to the instance id. sent is false when the instance does not wait
 // for it (the engine's mismatch): nothing was done.
-func (c *Consumer) send(ctx context.Context, r *row, m Correlate, id, mark, token string) (out Handling, sent bool, err error) {
+func (c *Handler) send(ctx context.Context, r *row, m Correlate, id, mark, token string) (out Handling, sent bool, err error) {
 	vars := camunda7.Variables{}
 	maps.Copy(vars, m.Variables)
 	vars[mark] = camunda7.StringVar(token)
@@ -82,7 +82,7 @@ func (c *Consumer) send(ctx context.Context, r *row, m Correlate, id, mark, toke
 
 // notWaiting settles a message no instance of its definition waits for: reconciled (an
 // earlier attempt correlated it), late, or early, as the marks the engine holds say.
-func (c *Consumer) notWaiting(ctx context.Context, r *row, fa facts, m Correlate, mark, token string) (Handling, error) {
+func (c *Handler) notWaiting(ctx context.Context, r *row, fa facts, m Correlate, mark, token string) (Handling, error) {
 	took, other, err := c.marked(ctx, m, mark, token)
 	if err != nil {
 		return c.failed(ctx, r, "classifying correlate "+m.MessageName, err)
@@ -135,7 +135,7 @@ type found struct {
 // marked looks through the instances of m's process definition with its business key,
 // running and ended, for the mark of its message name: it returns the instance that took
 // token (this message), else what it found instead.
-func (c *Consumer) marked(ctx context.Context, m Correlate, mark, token string) (string, found, error) {
+func (c *Handler) marked(ctx context.Context, m Correlate, mark, token string) (string, found, error) {
 	var f found
 	his, err := c.engine.HistoricProcessInstances(ctx, url.Values{"processDefinitionKey": {m.ProcessDefinitionKey},
 		"processInstanceBusinessKey": {m.BusinessKey}})

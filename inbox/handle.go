@@ -58,7 +58,7 @@ const (
 // ctx's span, which Run sets from the delivery's traceparent and tracestate headers (the
 // outbox's publish, under the trace of the task that added the event), or the root of a
 // trace of its own when the delivery carries none.
-func (c *Consumer) Handle(ctx context.Context, m Message) (out Handling, err error) {
+func (c *Handler) Handle(ctx context.Context, m Message) (out Handling, err error) {
 	f := recordOf(m, digest.Bytes(m.Body))
 	ctx, span := c.startHandleSpan(ctx, f.typ)
 	defer func() { endHandleSpan(span, out, err) }()
@@ -72,7 +72,7 @@ func (c *Consumer) Handle(ctx context.Context, m Message) (out Handling, err err
 	return c.count(out), err
 }
 
-func (c *Consumer) count(out Handling) Handling {
+func (c *Handler) count(out Handling) Handling {
 	switch {
 	case out.Class == ClassDuplicate:
 		c.stats.Duplicates.Add(1)
@@ -100,7 +100,7 @@ func (c *Consumer) count(out Handling) Handling {
 // record takes the message's lock (a second consumer with the same message waits here),
 // upserts its row, and acts on it: parked with reason when kind is set (and the message
 // not seen before).
-func (c *Consumer) record(ctx context.Context, m Message, f recorded, kind ParkKind, reason string) (Handling, error) {
+func (c *Handler) record(ctx context.Context, m Message, f recorded, kind ParkKind, reason string) (Handling, error) {
 	conn, release, err := c.lockMessage(ctx, f.id)
 	if err != nil {
 		return Handling{}, err
@@ -131,7 +131,7 @@ func (c *Consumer) record(ctx context.Context, m Message, f recorded, kind ParkK
 
 // lockMessage takes the advisory lock of the message with the stored id on a connection
 // of the pool; release lets go of the lock and the connection.
-func (c *Consumer) lockMessage(ctx context.Context, id string) (conn *pgxpool.Conn, release func(), err error) {
+func (c *Handler) lockMessage(ctx context.Context, id string) (conn *pgxpool.Conn, release func(), err error) {
 	if conn, err = c.pool.Acquire(ctx); err != nil {
 		return nil, nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -150,14 +150,14 @@ func (c *Consumer) lockMessage(ctx context.Context, id string) (conn *pgxpool.Co
 }
 
 // factsOf is what the row says of the message, for classify.
-func (c *Consumer) factsOf(r *row, stored, digest string) facts {
+func (c *Handler) factsOf(r *row, stored, digest string) facts {
 	return facts{state: r.state, storedDigest: stored, digest: digest, suppressed: r.suppressed, unresolved: r.unresolved,
 		sinceReceived: r.sinceReceived, sinceAttempt: r.sinceAttempt, earlyWindow: c.cfg.EarlyWindow, inFlightWindow: c.cfg.InFlightWindow}
 }
 
 // conflict records a copy whose id came with another body, and parks it: the row keeps
 // the state of the message consumed first.
-func (c *Consumer) conflict(ctx context.Context, r *row, s step, stored, digest string) (Handling, error) {
+func (c *Handler) conflict(ctx context.Context, r *row, s step, stored, digest string) (Handling, error) {
 	if err := r.recordConflict(ctx, digest); err != nil {
 		return Handling{}, err
 	}
@@ -168,7 +168,7 @@ func (c *Consumer) conflict(ctx context.Context, r *row, s step, stored, digest 
 
 // act decides and acts on a message that is due: received, or back from a retry, or left
 // processing or unknown by an attempt whose end nobody recorded.
-func (c *Consumer) act(ctx context.Context, r *row, fa facts) (Handling, error) {
+func (c *Handler) act(ctx context.Context, r *row, fa facts) (Handling, error) {
 	a, err := c.decide(r.m)
 	if err != nil {
 		fa.park = ParkUnreadable
@@ -207,7 +207,7 @@ func actionText(a Action) string {
 // what the transport does: a park is logged (its kind, never the reason: reasons quote
 // business keys and what Decide said of the body), a retry waits s.wait, or the backoff
 // when that is 0.
-func (c *Consumer) finish(ctx context.Context, r *row, s step, reason, instance string) (Handling, error) {
+func (c *Handler) finish(ctx context.Context, r *row, s step, reason, instance string) (Handling, error) {
 	out := Handling{Disposition: s.disposition, Class: s.class}
 	switch s.disposition {
 	case Park:
@@ -231,7 +231,7 @@ func cmpOr(d, otherwise time.Duration) time.Duration {
 	return otherwise
 }
 
-func (c *Consumer) logPark(id string, kind ParkKind) {
+func (c *Handler) logPark(id string, kind ParkKind) {
 	c.cfg.Logger.Warn("inbox: message parked in the dead-letter queue (extworker inbox show SOURCE MESSAGE_ID says why)",
 		"source", c.cfg.Source, "queue", c.cfg.Queue, "message_id", logID(id), "kind", string(kind))
 }
@@ -252,7 +252,7 @@ func parking(kind ParkKind) step {
 
 // early records a message nothing waits for yet, as classify stepped it: retried, or
 // parked once EarlyWindow from its first delivery (on the database's clock) has passed.
-func (c *Consumer) early(ctx context.Context, r *row, s step, why string) (Handling, error) {
+func (c *Handler) early(ctx context.Context, r *row, s step, why string) (Handling, error) {
 	reason := "early: " + why
 	if s.disposition == Park {
 		reason = fmt.Sprintf("early for %v, past the window of %v: %s", r.sinceReceived.Round(time.Second), c.cfg.EarlyWindow, why)
@@ -263,7 +263,7 @@ func (c *Consumer) early(ctx context.Context, r *row, s step, why string) (Handl
 // failed maps an engine call's error that is not the engine's verdict on the message:
 // not sent or answer lost (retried; an unknown outcome is reconciled first), the engine
 // failing (retried, then parked), or refused for good (parked).
-func (c *Consumer) failed(ctx context.Context, r *row, op string, err error) (Handling, error) {
+func (c *Handler) failed(ctx context.Context, r *row, op string, err error) (Handling, error) {
 	switch judgeEngineError(err, r.engineFailures, c.cfg.MaxEngineFailures) {
 	case parkRefused:
 		return c.finish(ctx, r, parking(ParkRefused), op+": the engine refused it: "+err.Error(), "")

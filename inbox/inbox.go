@@ -216,8 +216,9 @@ type Config struct {
 	// Source names where the messages come from (the producing system): the inbox key is
 	// (Source, message id). Required.
 	Source string
-	// Queue is the queue consumed. Required. The consumer declares it (durable), its
-	// retry queue Queue+".retry" and its dead-letter queue Queue+".dlq".
+	// Queue is the channel consumed: for a Consumer, the RabbitMQ queue (required; the
+	// consumer declares it, durable, its retry queue Queue+".retry" and its dead-letter
+	// queue Queue+".dlq"); for a KafkaConsumer, the topic. Recorded with each row.
 	Queue string
 	// Bindings bind Queue to exchanges (declared as durable topic exchanges).
 	Bindings []Binding
@@ -291,8 +292,8 @@ func inFlightWindow(configured, timeout time.Duration) (time.Duration, error) {
 // caller that sizes something by c (the pool, by Concurrency) applies it first. The one
 // place the inbox's defaults are set.
 func (c Config) WithDefaults(engine Engine) (Config, error) {
-	if c.Source == "" || c.Queue == "" {
-		return c, errors.New("inbox: Config needs Source and Queue")
+	if c.Source == "" {
+		return c, errors.New("inbox: Config needs Source")
 	}
 	if !storable(c.Source) || !storable(c.Queue) {
 		return c, errors.New("inbox: Config.Source and Config.Queue must be valid UTF-8 text without NUL bytes (PostgreSQL stores them)")
@@ -325,32 +326,59 @@ func (c Config) WithDefaults(engine Engine) (Config, error) {
 	return c, nil
 }
 
-// Consumer consumes one queue into the inbox and the engine. Any number of consumers
-// may consume the same queue, in any number of processes.
-type Consumer struct {
-	pool    *pgxpool.Pool
-	engine  Engine
-	amqpURL string
-	decide  Decide
-	cfg     Config
-	stats   Stats
-
-	declared     chan struct{} // closed once the queues are declared the first time
-	declaredOnce sync.Once
+// Handler records messages in the inbox and acts on them in the engine: the inbox
+// without a transport. A transport (Consumer for RabbitMQ, KafkaConsumer for Kafka, an
+// HTTP endpoint for callbacks) calls Handle for each message and does what the returned
+// Handling's Disposition says. Any number of handlers, in any number of processes, may
+// handle the messages of one source.
+type Handler struct {
+	pool   *pgxpool.Pool
+	engine Engine
+	decide Decide
+	cfg    Config
+	stats  Stats
 }
 
-// NewConsumer returns a consumer of cfg.Queue on the broker at amqpURL that records in
-// pool's inbox and acts through engine: admin.New of the engine's client, or a test's
-// (package inboxtest).
-func NewConsumer(pool *pgxpool.Pool, engine Engine, amqpURL string, decide Decide, cfg Config) (*Consumer, error) {
+// NewHandler returns a handler that records in pool's inbox and acts through engine:
+// admin.New of the engine's client, or a test's (package inboxtest). cfg.Queue is
+// optional here: it names the channel the messages come from (a topic, say), recorded
+// with each row.
+func NewHandler(pool *pgxpool.Pool, engine Engine, decide Decide, cfg Config) (*Handler, error) {
 	if pool == nil || isNil(engine) || decide == nil {
-		return nil, errors.New("inbox: NewConsumer needs a pool, an engine and a Decide")
+		return nil, errors.New("inbox: a handler needs a pool, an engine and a Decide")
 	}
 	cfg, err := cfg.WithDefaults(engine)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{pool: pool, engine: engine, amqpURL: amqpURL, decide: decide, cfg: cfg, declared: make(chan struct{})}, nil
+	return &Handler{pool: pool, engine: engine, decide: decide, cfg: cfg}, nil
+}
+
+// Config returns the handler's configuration, its defaults applied.
+func (c *Handler) Config() Config { return c.cfg }
+
+// Consumer consumes one RabbitMQ queue into the inbox and the engine. Any number of
+// consumers may consume the same queue, in any number of processes.
+type Consumer struct {
+	*Handler
+	amqpURL string
+
+	declared     chan struct{} // closed once the queues are declared the first time
+	declaredOnce sync.Once
+}
+
+// NewConsumer returns a consumer of cfg.Queue (required) on the broker at amqpURL that
+// records in pool's inbox and acts through engine: admin.New of the engine's client, or
+// a test's (package inboxtest).
+func NewConsumer(pool *pgxpool.Pool, engine Engine, amqpURL string, decide Decide, cfg Config) (*Consumer, error) {
+	if cfg.Queue == "" {
+		return nil, errors.New("inbox: Config needs Source and Queue")
+	}
+	h, err := NewHandler(pool, engine, decide, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{Handler: h, amqpURL: amqpURL, declared: make(chan struct{})}, nil
 }
 
 // Declared is closed once Run has declared the queue and its bindings the first time.
@@ -361,9 +389,9 @@ func NewConsumer(pool *pgxpool.Pool, engine Engine, amqpURL string, decide Decid
 func (c *Consumer) Declared() <-chan struct{} { return c.declared }
 
 // Stats returns the consumer's counts since it was made.
-func (c *Consumer) Stats() *Stats { return &c.stats }
+func (c *Handler) Stats() *Stats { return &c.stats }
 
-func (c *Consumer) backoff(attempt int) time.Duration {
+func (c *Handler) backoff(attempt int) time.Duration {
 	d := c.cfg.BackoffInitial << min(max(attempt-1, 0), 20)
 	if d <= 0 || d > c.cfg.BackoffMax {
 		d = c.cfg.BackoffMax

@@ -27,7 +27,7 @@ type startKey struct{ process, business string }
 // message in an attempt whose end was not recorded, or by another message announcing the
 // same fact). A start another message sent, whose outcome is unknown, may still land: the
 // message waits until it cannot, then asks the engine, before it starts anything.
-func (c *Consumer) start(ctx context.Context, r *row, fa facts, s Start) (Handling, error) {
+func (c *Handler) start(ctx context.Context, r *row, fa facts, s Start) (Handling, error) {
 	k := startKey{process: s.ProcessKey, business: s.BusinessKey}
 	unlock, err := r.lockStart(ctx, k)
 	if err != nil {
@@ -59,7 +59,7 @@ func (c *Consumer) start(ctx context.Context, r *row, fa facts, s Start) (Handli
 }
 
 // startNew claims the start for this message, committed, then asks the engine.
-func (c *Consumer) startNew(ctx context.Context, r *row, fa facts, k startKey, s Start) (Handling, error) {
+func (c *Handler) startNew(ctx context.Context, r *row, fa facts, k startKey, s Start) (Handling, error) {
 	if err := r.takeClaim(ctx, k); err != nil {
 		return Handling{}, err
 	}
@@ -83,7 +83,7 @@ func (c *Consumer) startNew(ctx context.Context, r *row, fa facts, k startKey, s
 // startedBefore settles a start whose instance is there already: reconciled when this
 // message started it (its mark says so; or, after an attempt whose outcome was unknown,
 // an instance without any mark), else ignored as a duplicate.
-func (c *Consumer) startedBefore(ctx context.Context, r *row, fa facts, k startKey, existing []admin.ProcessInstance, unknownOutcome, claimed bool) (Handling, error) {
+func (c *Handler) startedBefore(ctx context.Context, r *row, fa facts, k startKey, existing []admin.ProcessInstance, unknownOutcome, claimed bool) (Handling, error) {
 	if len(existing) > 1 {
 		c.duplicateStart(r, k, existing)
 	}
@@ -111,7 +111,7 @@ func (c *Consumer) startedBefore(ctx context.Context, r *row, fa facts, k startK
 // duplicateStart counts and logs a start whose business key has more than one instance
 // of its process definition (Stats.DuplicateStarts): by the instances' ids, never the
 // business key. Nothing is cancelled.
-func (c *Consumer) duplicateStart(r *row, k startKey, existing []admin.ProcessInstance) {
+func (c *Handler) duplicateStart(r *row, k startKey, existing []admin.ProcessInstance) {
 	ids := make([]string, 0, len(existing))
 	for _, pi := range existing {
 		ids = append(ids, pi.ID)
@@ -132,7 +132,7 @@ func startedByThis(unknownOutcome bool, by, token string) bool {
 
 // startedBy returns the instance of existing that token's message started, or the first
 // one and which message (if any) its mark names.
-func (c *Consumer) startedBy(ctx context.Context, existing []admin.ProcessInstance, token string) (id, by string, err error) {
+func (c *Handler) startedBy(ctx context.Context, existing []admin.ProcessInstance, token string) (id, by string, err error) {
 	ids := make([]string, 0, len(existing))
 	for _, pi := range existing {
 		ids = append(ids, pi.ID)
@@ -156,7 +156,7 @@ func (c *Consumer) startedBy(ctx context.Context, existing []admin.ProcessInstan
 }
 
 // instances returns the instances of processKey with businessKey, running or ended.
-func (c *Consumer) instances(ctx context.Context, processKey, businessKey string) ([]admin.ProcessInstance, error) {
+func (c *Handler) instances(ctx context.Context, processKey, businessKey string) ([]admin.ProcessInstance, error) {
 	run, err := c.engine.ProcessInstances(ctx, url.Values{"processDefinitionKey": {processKey}, "businessKey": {businessKey}})
 	if err != nil || len(run) > 0 {
 		return run, err

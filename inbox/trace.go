@@ -51,7 +51,7 @@ func deliveryContext(ctx context.Context, d amqp.Delivery) context.Context {
 // it. Neither the message id nor the correlation id goes on it (producers make them of
 // business data: the demo's are the invoice's), nor the body. typ is the message's type
 // as the inbox stores it (escaped when it is not valid text).
-func (c *Consumer) startHandleSpan(ctx context.Context, typ string) (context.Context, trace.Span) {
+func (c *Handler) startHandleSpan(ctx context.Context, typ string) (context.Context, trace.Span) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, spanHandle, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
 		span.SetAttributes(
