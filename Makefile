@@ -29,9 +29,12 @@ GOTESTFLAGS ?=
 NEEDS ?= up
 SOAK_NEEDS ?= up bin/invoice
 
-.PHONY: up down pg-up rabbit-up engine-up tools-up check test demo vet fmt soak soak-short conformance engines-check lane-soaks
+.PHONY: up down pg-up rabbit-up engine-up tools-up kafka-up check test demo vet fmt soak soak-short conformance engines-check lane-soaks
 
-up: pg-up rabbit-up engine-up tools-up
+up: pg-up rabbit-up engine-up tools-up kafka-up
+
+kafka-up: # Apache Kafka 4.1.1, one KRaft node on 127.0.0.1:9092 (testenv.KafkaBrokers)
+	@bash services/kafka-up.sh
 
 tools-up: # promtool (alert rules, /metrics), bin/jaeger (tools/jaeger, traces), chromium (browser tests)
 	@bash services/tools-up.sh
@@ -60,6 +63,7 @@ down:
 	@bash services/engine-down.sh
 	@pg_ctlcluster $$(ls /usr/lib/postgresql | sort -n | tail -1) main stop 2>/dev/null || true
 	@rabbitmqctl -q shutdown 2>/dev/null || true
+	@bash services/kafka-down.sh
 
 # -timeout: examples/invoice runs the fault tiers at the shipped defaults (20s locks and long
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
