@@ -174,6 +174,7 @@ func (c *Handler) act(ctx context.Context, r *row, fa facts) (Handling, error) {
 		fa.park = ParkUnreadable
 		return c.finish(ctx, r, classify(fa), "the consumer could not read the message: "+err.Error(), "")
 	}
+	a = replayed(r.m, a)
 	r.action, r.businessKey = actionText(a), businessKeyOf(a)
 	kind, reason := checkAction(a)
 	fa.park, fa.action = kind, kindOf(a)
@@ -190,6 +191,15 @@ func (c *Handler) act(ctx context.Context, r *row, fa facts) (Handling, error) {
 		return c.correlate(ctx, r, fa, *a.Correlate)
 	}
 	return c.finish(ctx, r, s, reason, "")
+}
+
+// replayed is the action for m: a, unless m is a historical replay and a starts a
+// process, which a replay never does.
+func replayed(m Message, a Action) Action {
+	if !m.Replay || a.Start == nil {
+		return a
+	}
+	return Action{Ignore: "a historical replay never starts a process (start " + a.Start.ProcessKey + " not sent)"}
 }
 
 // actionText is what the row's action column says of a.

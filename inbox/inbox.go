@@ -138,6 +138,14 @@ type Message struct {
 	CorrelationID string
 	// Body is the payload.
 	Body []byte
+	// SchemaVersion is the version of the body's schema the producer declared (the
+	// schema-version header), for Decide; "" when none was.
+	SchemaVersion string
+	// Replay: the message is a historical replay (a consumer reading old offsets on
+	// purpose, KafkaConfig.Replay, or a message marked with HeaderReplay), not a live
+	// command: it may still correlate (once, as any message), but it never starts a
+	// process: a Start is recorded as ignored, with the reason.
+	Replay bool
 
 	// chained: the transport (Run) keeps the message's retry chain, a copy in the retry
 	// queue for each Retry. fresh: this delivery is not one of that chain's copies, nor a
@@ -337,6 +345,9 @@ type Handler struct {
 	decide Decide
 	cfg    Config
 	stats  Stats
+	// system is the transport's messaging.system on the handling's spans ("rabbitmq",
+	// "kafka"; none for others).
+	system string
 }
 
 // NewHandler returns a handler that records in pool's inbox and acts through engine:
@@ -378,6 +389,7 @@ func NewConsumer(pool *pgxpool.Pool, engine Engine, amqpURL string, decide Decid
 	if err != nil {
 		return nil, err
 	}
+	h.system = "rabbitmq"
 	return &Consumer{Handler: h, amqpURL: amqpURL, declared: make(chan struct{})}, nil
 }
 

@@ -54,8 +54,10 @@ func deliveryContext(ctx context.Context, d amqp.Delivery) context.Context {
 func (c *Handler) startHandleSpan(ctx context.Context, typ string) (context.Context, trace.Span) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, spanHandle, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
+		if c.system != "" {
+			span.SetAttributes(attribute.String("messaging.system", c.system))
+		}
 		span.SetAttributes(
-			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.destination.name", c.cfg.Queue),
 			attribute.String("extworker.inbox.source", c.cfg.Source),

@@ -96,7 +96,9 @@ func (r *Relay) startPublishSpan(ctx context.Context, p pending) (context.Contex
 		// message ids are the invoices'), and the correlation id and the body are: none
 		// of them goes on the span.
 		dest := p.e.Exchange
-		if dest == "" {
+		if s, ok := r.pub.(messagingSystem); ok && s.messagingSystem() == "kafka" {
+			dest = p.e.RoutingKey // the topic
+		} else if dest == "" {
 			dest = "amq.default" // the default exchange, as the semantic conventions name it
 		}
 		span.SetAttributes(
