@@ -30,6 +30,7 @@ var mayWrite = map[string]map[string][]string{
 		"extworker_inbox":           {"INSERT", "UPDATE", "DELETE"},
 		"extworker_inbox_conflicts": {"INSERT", "UPDATE", "DELETE"},
 		"extworker_inbox_starts":    {"INSERT", "UPDATE", "DELETE"},
+		"extworker_inbox_callbacks": {"INSERT", "UPDATE", "DELETE"},
 	},
 	// Operators write nothing of the ledger but through its functions; UPDATE on the inbox
 	// is `extworker inbox replay` (a row back to RECEIVED: no money moves).
