@@ -78,6 +78,15 @@ func newEnv(t *testing.T) *env {
 		defer cancel()
 		_ = e.engine.DeleteDeployment(ctx, res.ID, true)
 	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, table := range []string{"extworker_inbox_callbacks", "extworker_inbox", "extworker_inbox_conflicts"} {
+			if _, err := e.pool.Exec(ctx, `DELETE FROM `+table+` WHERE source = $1`, e.source); err != nil {
+				t.Logf("cleanup: delete source %s from %s: %v", e.source, table, err)
+			}
+		}
+	})
 	e.restart(t)
 	return e
 }
