@@ -60,3 +60,25 @@ func TestSettled(t *testing.T) {
 		assert.Equal(t, want[st], settled(st), string(st))
 	}
 }
+
+// TestNextDue: a held callback waits the inbox's delay, or the backoff for the times Run
+// took it, whichever is longer; the backoff doubles up to its cap.
+func TestNextDue(t *testing.T) {
+	cfg := inbox.Config{BackoffInitial: time.Second, BackoffMax: time.Minute}
+	for _, tc := range []struct {
+		delay time.Duration
+		taken int
+		want  time.Duration
+	}{
+		{time.Second, 0, time.Second},           // a delivery: the inbox's delay
+		{time.Second, 1, time.Second},           // Run's first take
+		{time.Second, 2, 2 * time.Second},       // doubling
+		{time.Second, 4, 8 * time.Second},       //
+		{time.Second, 7, time.Minute},           // capped
+		{time.Second, 1000, time.Minute},        // no overflow
+		{90 * time.Second, 3, 90 * time.Second}, // the inbox's longer wait (an in-flight window)
+		{time.Millisecond, 0, time.Second},      // never sooner than the first backoff
+	} {
+		assert.Equal(t, tc.want, nextDue(tc.delay, tc.taken, cfg), "delay %v, taken %d", tc.delay, tc.taken)
+	}
+}

@@ -9,10 +9,11 @@ import (
 	"github.com/extworker/extworker/inbox"
 )
 
-// keep holds or lets go of a callback's body after the inbox handled it as h: a row that
-// settled lets go of it, a row that waits holds it until h.Delay has passed, and a
-// conflicting copy leaves the held body (the first one's) as it is.
-func (s *Server) keep(ctx context.Context, src *source, m inbox.Message, h inbox.Handling) error {
+// keep holds or lets go of a callback's body after the inbox handled it as h, the
+// taken-th time Run took it (0: a delivery): a row that settled lets go of it, a row that
+// waits holds it until nextDue, and a conflicting copy leaves the held body (the first
+// one's) as it is.
+func (s *Server) keep(ctx context.Context, src *source, m inbox.Message, h inbox.Handling, taken int) error {
 	name := src.h.Config().Source
 	switch {
 	case h.Class == inbox.ClassConflict:
@@ -20,7 +21,19 @@ func (s *Server) keep(ctx context.Context, src *source, m inbox.Message, h inbox
 	case settled(h.State):
 		return s.release(ctx, name, m.ID)
 	}
-	return s.hold(ctx, name, m, h.Delay)
+	return s.hold(ctx, name, m, nextDue(h.Delay, taken, src.h.Config()))
+}
+
+// nextDue is how long a held callback waits before Run takes it again, after the
+// taken-th time: the inbox's Handling.Delay, or the backoff for the times Run took it
+// (doubling from cfg.BackoffInitial up to cfg.BackoffMax), whichever is longer. (The
+// inbox's Delay for an early message does not grow: its row counts engine attempts.)
+func nextDue(delay time.Duration, taken int, cfg inbox.Config) time.Duration {
+	backoff := cfg.BackoffInitial
+	for i := 1; i < taken && backoff < cfg.BackoffMax; i++ {
+		backoff *= 2
+	}
+	return max(delay, min(backoff, cfg.BackoffMax))
 }
 
 // hold records the body of a callback whose row waits, due again after delay: only while
@@ -70,10 +83,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// held is one held callback, taken for handling.
+// held is one held callback, taken for handling the taken-th time.
 type held struct {
-	src *source
-	m   inbox.Message
+	src   *source
+	m     inbox.Message
+	taken int
 }
 
 // RunDue handles once the held callbacks that are due (up to Config.Concurrency, at
@@ -102,7 +116,7 @@ func (s *Server) takeDue(ctx context.Context) ([]held, error) {
 		FROM (SELECT source, message_id FROM extworker_inbox_callbacks WHERE source = ANY($1) AND due_at <= now()
 			ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
 		WHERE c.source = d.source AND c.message_id = d.message_id
-		RETURNING c.source, c.message_id, c.type, c.body`, names, s.cfg.Concurrency, s.cfg.Lease.Microseconds())
+		RETURNING c.source, c.message_id, c.type, c.body, c.attempts`, names, s.cfg.Concurrency, s.cfg.Lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("callback: take held callbacks: %w", err)
 	}
@@ -110,11 +124,12 @@ func (s *Server) takeDue(ctx context.Context) ([]held, error) {
 	var out []held
 	for rows.Next() {
 		var name string
-		var m inbox.Message
-		if err := rows.Scan(&name, &m.ID, &m.Type, &m.Body); err != nil {
+		var d held
+		if err := rows.Scan(&name, &d.m.ID, &d.m.Type, &d.m.Body, &d.taken); err != nil {
 			return nil, fmt.Errorf("callback: take held callbacks: %w", err)
 		}
-		out = append(out, held{src: s.sources[name], m: m})
+		d.src = s.sources[name]
+		out = append(out, d)
 	}
 	return out, rows.Err()
 }
@@ -126,7 +141,7 @@ func (s *Server) rehandle(ctx context.Context, d held) {
 	defer cancel()
 	h, err := d.src.h.Handle(ctx, d.m)
 	if err == nil {
-		err = s.keep(ctx, d.src, d.m, h)
+		err = s.keep(ctx, d.src, d.m, h, d.taken)
 	}
 	if err != nil {
 		s.cfg.Logger.Warn("callback: held callback not handled; due again after the lease", "source", d.src.h.Config().Source,

@@ -215,7 +215,7 @@ func (s *Server) take(ctx context.Context, src *source, m inbox.Message) answer 
 	defer cancel()
 	h, err := src.h.Handle(ctx, m)
 	if err == nil {
-		err = s.keep(ctx, src, m, h)
+		err = s.keep(ctx, src, m, h, 0)
 	}
 	if err != nil {
 		s.cfg.Logger.Warn("callback: not recorded; answered 503", "source", src.h.Config().Source, "error", err)
