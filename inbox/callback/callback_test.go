@@ -365,3 +365,19 @@ func TestRestartAnswersTheSame(t *testing.T) {
 	assert.Equal(t, first, e.post(t, http.MethodPost, h, b))
 	assert.Equal(t, 1, e.correlations(t, invoice))
 }
+
+// TestParked: a callback Decide cannot read is parked: answered 200, failed_final (the
+// provider sending it again cannot help), the same again, nothing held, and the inbox's
+// reason is not in the answer.
+func TestParked(t *testing.T) {
+	e := newEnv(t)
+	id, b := testenv.Unique("msg_"), []byte("not JSON at all")
+	want := reply{http.StatusOK, `{"id":"` + id + `","state":"failed_final"}` + "\n"}
+	assert.Equal(t, want, e.send(t, id, b))
+	assert.Equal(t, want, e.send(t, id, b))
+	rows := e.rows(t, id)
+	require.Len(t, rows, 1)
+	assert.Equal(t, inbox.StateFailedFinal, rows[0].State)
+	assert.NotEmpty(t, rows[0].Reason, "the row says why")
+	assert.Zero(t, e.held(t, id))
+}
