@@ -106,7 +106,11 @@ func (c *KafkaConsumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox: Kafka client: %w", err)
 	}
-	defer cl.Close()
+	defer func() {
+		// A rebalance blocked by the last poll would hold Close (leaving the group) forever.
+		cl.AllowRebalance()
+		cl.Close()
+	}()
 	for {
 		fetches := cl.PollRecords(ctx, 4*c.cfg.Concurrency)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
