@@ -54,6 +54,7 @@ import (
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/inbox/callback"
 	"github.com/extworker/extworker/internal/console"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/tracing"
@@ -71,23 +72,27 @@ const ExitConfig = daemon.ExitConfig
 // topics its handlers serve. Build it with New (or let Main do it), register handlers
 // with Handle, then Run it.
 type App struct {
-	cfg        daemon.Config
-	ops        daemon.OpsConfig
-	logger     *slog.Logger
-	client     *camunda7.Client
-	ledger     *idempotency.Ledger
-	pool       *pgxpool.Pool
-	opsPool    *pgxpool.Pool
-	promReg    *prometheus.Registry
-	metrics    *metrics.Metrics
-	registry   *tasks.Registry
-	relay      *outbox.Relay // nil without EXTWORKER_AMQP_URL
-	pub        *outbox.AMQPPublisher
-	consumers  []*inbox.Consumer
-	inboxPools []*pgxpool.Pool
-	inboxStats *metrics.InboxCollector // registered with the first consumer
-	console    *console.Server         // nil without EXTWORKER_CONSOLE_ADDR
-	errs       []error
+	cfg       daemon.Config
+	ops       daemon.OpsConfig
+	logger    *slog.Logger
+	client    *camunda7.Client
+	ledger    *idempotency.Ledger
+	pool      *pgxpool.Pool
+	opsPool   *pgxpool.Pool
+	promReg   *prometheus.Registry
+	metrics   *metrics.Metrics
+	registry  *tasks.Registry
+	relay     *outbox.Relay // nil without a broker for the outbox (daemon.Config.Outbox)
+	pub       interface{ Close() error }
+	consumers []*inbox.Consumer
+	runners   []func(context.Context) error // the Kafka consumers
+	callbacks []callback.Source             // the callbacks' sources (EXTWORKER_CALLBACK_ADDR)
+	// callbackPool holds the callbacks waiting for their instance: the first source's.
+	callbackPool *pgxpool.Pool
+	inboxPools   []*pgxpool.Pool
+	inboxStats   *metrics.InboxCollector // registered with the first consumer
+	console      *console.Server         // nil without EXTWORKER_CONSOLE_ADDR
+	errs         []error
 	// stopTracing flushes and stops the TracerProvider New installed; nil without one.
 	stopTracing func(context.Context) error
 }
@@ -191,16 +196,8 @@ func (a *App) open(ctx context.Context) error {
 	// records carry the task's fields) and names the intent on the task's records.
 	a.ledger = a.ledger.WithHooks(idempotency.Hooks{Observer: a.metrics, ContextLogger: tasks.Logger, Annotate: tasks.AddLogAttrs})
 	a.promReg.MustRegister(metrics.NewBacklogCollector(a.ledger.Operations(), a.ops.ReadyTimeout, a.metrics, a.logger))
-	if a.cfg.AMQPURL != "" {
-		// The outbox relay publishes what handlers added in their transactions
-		// (outbox.Add), and exposes its backlog and publishes as metrics.
-		ns := a.ledger.Namespace()
-		collector := metrics.NewOutboxCollector(func(ctx context.Context) (outbox.Backlog, error) {
-			return outbox.ReadBacklog(ctx, a.pool, ns)
-		}, a.ops.ReadyTimeout, a.logger)
-		a.promReg.MustRegister(collector)
-		a.pub = outbox.NewAMQPPublisher(a.cfg.AMQPURL)
-		a.relay = outbox.NewRelay(a.pool, a.pub, outbox.RelayConfig{Namespace: ns, Logger: a.logger, Observer: collector})
+	if err := a.openRelay(); err != nil {
+		return err
 	}
 	if a.cfg.ConsoleAddr != "" {
 		// Opened here, not in Run, so that an unreadable operators file or session key is
@@ -260,43 +257,19 @@ func (a *App) Handle(topic string, h tasks.Handler, opts tasks.TopicOptions) err
 // returned here and again by Run.
 func (a *App) Consume(cfg inbox.Config, decide inbox.Decide) error {
 	if a.cfg.AMQPURL == "" {
-		err := daemon.ConfigError{Err: fmt.Errorf("consuming %s needs EXTWORKER_AMQP_URL, the broker", cfg.Queue)}
-		a.errs = append(a.errs, err)
-		return err
+		return a.configError(fmt.Errorf("consuming %s needs EXTWORKER_AMQP_URL, the broker", cfg.Queue))
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = a.logger
-	}
-	// The inbox's defaults (inbox.Config.WithDefaults), before the pool is sized by them.
-	engine := admin.New(a.client)
-	cfg, err := cfg.WithDefaults(engine)
+	cfg, pool, err := a.inboxPool(cfg)
 	if err != nil {
-		err = daemon.ConfigError{Err: err}
-		a.errs = append(a.errs, err)
-		return err
+		return a.configError(err)
 	}
-	// A pool of its own: each message in hand holds a connection across the engine's
-	// calls, which the handlers' ledger must not wait behind.
-	pool, err := daemon.OpenInboxPool(context.Background(), a.cfg, cfg.Concurrency)
-	if err == nil {
-		var c *inbox.Consumer
-		if c, err = inbox.NewConsumer(pool, engine, a.cfg.AMQPURL, decide, cfg); err == nil {
-			if a.inboxStats == nil {
-				a.inboxStats = metrics.NewInboxCollector(func(ctx context.Context) (inbox.Parked, error) {
-					return inbox.ReadParked(ctx, a.pool, "")
-				}, a.ops.ReadyTimeout, a.logger)
-				a.promReg.MustRegister(a.inboxStats)
-			}
-			a.inboxStats.Add(cfg.Queue, c.Stats())
-			a.consumers = append(a.consumers, c)
-			a.inboxPools = append(a.inboxPools, pool)
-			return nil
-		}
-		pool.Close()
+	c, err := inbox.NewConsumer(pool, admin.New(a.client), a.cfg.AMQPURL, decide, cfg)
+	if err != nil {
+		return a.configError(err)
 	}
-	err = daemon.ConfigError{Err: err}
-	a.errs = append(a.errs, err)
-	return err
+	a.countInbox(cfg.Queue, c.Stats())
+	a.consumers = append(a.consumers, c)
+	return nil
 }
 
 // Run serves the registered topics until ctx ends, then stops gracefully: it stops
@@ -308,8 +281,8 @@ func (a *App) Run(ctx context.Context) error {
 	if len(a.errs) > 0 {
 		return errors.Join(a.errs...)
 	}
-	if len(a.registry.Topics()) == 0 && len(a.consumers) == 0 {
-		return daemon.ConfigError{Err: errors.New("no topics registered and no queue consumed: call App.Handle or App.Consume before Run")}
+	if len(a.registry.Topics()) == 0 && !a.consumes() {
+		return daemon.ConfigError{Err: errors.New("no topics registered and no messages taken in: call App.Handle, App.Consume, App.ConsumeKafka or App.Callback before Run")}
 	}
 	_, stopOps, err := daemon.StartOps(ctx, a.ops, a.promReg, a.client, a.opsPool, a.metrics, a.logger)
 	if err != nil {
@@ -325,22 +298,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	var background sync.WaitGroup
 	defer background.Wait()
-	for _, c := range a.consumers {
-		background.Go(func() { _ = c.Run(ctx) })
-	}
-	if a.relay != nil {
-		background.Go(func() {
-			// RabbitMQ routes an event only to the queues bound when it is published: the
-			// relay starts once this process's consumers have declared theirs.
-			for _, c := range a.consumers {
-				select {
-				case <-c.Declared():
-				case <-ctx.Done():
-					return
-				}
-			}
-			_ = a.relay.Run(ctx)
-		})
+	if err := a.runChannels(ctx, &background); err != nil {
+		return err
 	}
 	if retention := a.cfg.LedgerRetention; retention > 0 {
 		background.Go(func() {
@@ -353,7 +312,7 @@ func (a *App) Run(ctx context.Context) error {
 					time.Hour, a.logger)
 			})
 		}
-		if len(a.consumers) > 0 {
+		if a.consumes() {
 			background.Go(func() {
 				daemon.PrunePeriodically(ctx, "settled inbox messages", func(ctx context.Context) (int64, error) { return inbox.Prune(ctx, a.pool, retention) },
 					time.Hour, a.logger)

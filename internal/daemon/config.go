@@ -91,6 +91,26 @@ type Config struct {
 	// AMQPAllowPlaintext allows amqp:// (credentials and events in clear) to a host that
 	// is not loopback.
 	AMQPAllowPlaintext bool `envconfig:"AMQP_ALLOW_PLAINTEXT"`
+	// KafkaBrokers are the Kafka brokers (host:port, comma-separated) App.ConsumeKafka
+	// consumes from and, with OutboxBroker kafka, the outbox relay publishes to.
+	KafkaBrokers []string `envconfig:"KAFKA_BROKERS"`
+	// KafkaTLS connects to the brokers with TLS, verified against the system's roots;
+	// without it, only loopback brokers are accepted unless KafkaAllowPlaintext.
+	KafkaTLS            bool `envconfig:"KAFKA_TLS"`
+	KafkaAllowPlaintext bool `envconfig:"KAFKA_ALLOW_PLAINTEXT"`
+	// KafkaReplay says this process's Kafka consumers read history on purpose (their
+	// group's offsets were reset): every message is a historical replay, which
+	// correlates at most once and never starts a process (inbox.KafkaConfig.Replay).
+	KafkaReplay bool `envconfig:"KAFKA_REPLAY"`
+	// OutboxBroker is where the outbox relay publishes: amqp or kafka. Empty: amqp with
+	// AMQPURL, else kafka with KafkaBrokers, else no relay runs in this process.
+	OutboxBroker string `envconfig:"OUTBOX_BROKER"`
+	// CallbackAddr is the listener of the provider callbacks (App.Callback,
+	// docs/callbacks.md): off when empty. Each source's signing secrets are in
+	// EXTWORKER_CALLBACK_SECRETS_<SOURCE> (or its _FILE), space-separated whsec_ keys.
+	CallbackAddr      string        `envconfig:"CALLBACK_ADDR"`
+	CallbackTolerance time.Duration `envconfig:"CALLBACK_TOLERANCE" default:"5m"`
+	CallbackMaxBody   int64         `envconfig:"CALLBACK_MAX_BODY" default:"1048576"`
 	// ProviderWindow is how long the providers keep idempotency keys (Stripe: 24h), for
 	// the ledger (idempotency.Config.ProviderWindow): past it an unknown outcome is looked
 	// up by business search only, never by key, and no settled intent is pruned within it.
@@ -348,7 +368,7 @@ func (c Config) databaseProblems() []error {
 			errs = append(errs, fmt.Errorf("EXTWORKER_AMQP_URL %s: %w", RedactURL(c.AMQPURL), err))
 		}
 	}
-	return errs
+	return append(errs, c.channelProblems()...)
 }
 
 // ledgerProblems: the effect ledger's pool, retention, lease and approvals.
