@@ -2,7 +2,9 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +176,43 @@ func TestKafkaRebalanceMidMessage(t *testing.T) {
 		bk := m.ID[len("rb-"):]
 		assert.Equal(t, 1, k.correlations(t, bk), "correlations of %s", bk)
 	}
+}
+
+// TestKafkaReplayFromDeadLetterTopic: a message parked in the dead-letter topic (its
+// consumer could not read it then) is replayed by ReplayKafka once the consumer can, and
+// acts once; a second replay finds nothing parked and sends nothing.
+func TestKafkaReplayFromDeadLetterTopic(t *testing.T) {
+	k := newKafkaEnv(t)
+	var readable atomic.Bool
+	decide := func(m inbox.Message) (inbox.Action, error) {
+		if !readable.Load() {
+			return inbox.Action{}, errors.New("schema version unknown to this consumer")
+		}
+		return k.decide(m)
+	}
+	c, err := inbox.NewKafkaConsumer(k.pool, k.engine, decide, inbox.Config{Source: k.source, Queue: k.topic},
+		inbox.KafkaConfig{Brokers: k.brokers, Group: testenv.Unique("group")})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	bk := testenv.Unique("INV")
+	k.startWaiting(t, bk)
+	k.publish(t, msg("p-1", payload{Do: "correlate", BusinessKey: bk}))
+	k.state(t, "p-1", inbox.StateFailedFinal)
+	k.records(t, inbox.DeadLetterQueue(k.topic), 1)
+
+	readable.Store(true)
+	all := func(string) bool { return true }
+	rep, err := inbox.ReplayKafka(testenv.Context(t, time.Minute), k.pool, k.brokers, k.topic, all)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"p-1"}, rep.Replayed)
+	k.state(t, "p-1", inbox.StateProcessed)
+	assert.Equal(t, 1, k.correlations(t, bk))
+
+	again, err := inbox.ReplayKafka(testenv.Context(t, time.Minute), k.pool, k.brokers, k.topic, all)
+	require.NoError(t, err)
+	assert.Empty(t, again.Replayed, "nothing parked any more")
+	assert.Equal(t, 1, again.Kept)
 }

@@ -195,15 +195,11 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue st
 		rep.Conflicts = append(rep.Conflicts, id)
 		return true, nil
 	}
-	tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'received', attempts = 0, engine_failures = 0, parked_at = NULL,
-			park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
-			reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
-		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('failed_final', 'received')`,
-		source, id, digest.Bytes(d.Body))
+	reopened, err := reopen(ctx, pool, source, id, digest.Bytes(d.Body))
 	if err != nil {
-		return true, fmt.Errorf("inbox: replay %s: %w", id, err)
+		return true, err
 	}
-	if tag.RowsAffected() == 0 {
+	if !reopened {
 		rep.Conflicts = append(rep.Conflicts, id)
 		return true, nil
 	}
@@ -222,4 +218,21 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue st
 	}
 	rep.Replayed = append(rep.Replayed, id)
 	return false, nil
+}
+
+// reopen puts the parked row of message id from source, recorded with body digest sum,
+// back to received (its attempts and engine failures to zero, its early window
+// restarting, its replays counted, the operator named in its reason; an unknown outcome
+// at the engine stays to be reconciled). It reports false when there is no such row
+// parked (or received after an earlier replay) with that body.
+func reopen(ctx context.Context, pool *pgxpool.Pool, source, id, sum string) (bool, error) {
+	tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'received', attempts = 0, engine_failures = 0, parked_at = NULL,
+			park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
+			reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
+		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('failed_final', 'received')`,
+		source, id, sum)
+	if err != nil {
+		return false, fmt.Errorf("inbox: replay %s: %w", id, err)
+	}
+	return tag.RowsAffected() > 0, nil
 }

@@ -472,8 +472,9 @@ type inboxReplayJSON struct {
 }
 
 func (c *inboxCmd) replay(ctx context.Context, args []string) error {
-	fs, asJSON := c.newFlags("replay", "--queue Q (--all | MESSAGE_ID...) [--json]")
-	queue := fs.String("queue", "", "the queue the consumer reads; its dead-letter queue is Q.dlq (required)")
+	fs, asJSON := c.newFlags("replay", "(--queue Q | --topic T) (--all | MESSAGE_ID...) [--json]")
+	queue := fs.String("queue", "", "the RabbitMQ queue the consumer reads; its dead-letter queue is Q.dlq")
+	topic := fs.String("topic", "", "the Kafka topic the consumer reads; its dead-letter topic is T.dlq (EXTWORKER_KAFKA_BROKERS)")
 	all := fs.Bool("all", false, "replay every message in the dead-letter queue, instead of the MESSAGE_IDs given")
 	ids, err := parseValueArgs(fs, args)
 	if err != nil {
@@ -482,11 +483,14 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	if *queue, err = termsafe.ParseValue(*queue); err != nil {
 		return fmt.Errorf("inbox replay: --queue: %w", err)
 	}
-	if problems := replayProblems(*queue, *all, ids); len(problems) > 0 {
+	if *topic, err = termsafe.ParseValue(*topic); err != nil {
+		return fmt.Errorf("inbox replay: --topic: %w", err)
+	}
+	if problems := replayProblems(*queue, *topic, *all, ids); len(problems) > 0 {
 		return fmt.Errorf("inbox replay: %s", strings.Join(problems, "; "))
 	}
-	if c.cfg.AMQPURL == "" {
-		return daemon.ConfigError{Err: errors.New("inbox replay: EXTWORKER_AMQP_URL is not set: replay needs the broker the consumers read from (amqps://user:password@host/vhost)")}
+	if err := c.replayBroker(*topic != ""); err != nil {
+		return err
 	}
 	pool, err := c.open(ctx)
 	if err != nil {
@@ -497,7 +501,15 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	for _, id := range ids {
 		named[id] = true
 	}
-	rep, replayErr := inbox.Replay(ctx, pool, c.cfg.AMQPURL, *queue, func(id string) bool { return *all || named[id] })
+	selected := func(id string) bool { return *all || named[id] }
+	var rep inbox.ReplayReport
+	var replayErr error
+	if *topic != "" {
+		*queue = *topic // the names below are the topic's
+		rep, replayErr = inbox.ReplayKafka(ctx, pool, c.cfg.KafkaBrokers, *topic, selected, c.cfg.KafkaOptions()...)
+	} else {
+		rep, replayErr = inbox.Replay(ctx, pool, c.cfg.AMQPURL, *queue, selected)
+	}
 	if replayErr != nil && len(rep.Replayed) == 0 && len(rep.Conflicts) == 0 && len(rep.Unreplayable) == 0 && rep.Kept == 0 {
 		return replayErr // nothing done (no broker, no such dead-letter queue): nothing to report
 	}
@@ -532,11 +544,25 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	return nil
 }
 
+// replayBroker checks that the broker replay needs is configured: Kafka's, or RabbitMQ's.
+func (c *inboxCmd) replayBroker(kafka bool) error {
+	switch {
+	case kafka && len(c.cfg.KafkaBrokers) == 0:
+		return daemon.ConfigError{Err: errors.New("inbox replay: EXTWORKER_KAFKA_BROKERS is not set: replay needs the brokers the consumers read from (host:port,...)")}
+	case !kafka && c.cfg.AMQPURL == "":
+		return daemon.ConfigError{Err: errors.New("inbox replay: EXTWORKER_AMQP_URL is not set: replay needs the broker the consumers read from (amqps://user:password@host/vhost)")}
+	}
+	return nil
+}
+
 // replayProblems lists what is wrong with replay's arguments.
-func replayProblems(queue string, all bool, ids []string) []string {
+func replayProblems(queue, topic string, all bool, ids []string) []string {
 	var problems []string
-	if strings.TrimSpace(queue) == "" {
-		problems = append(problems, "--queue Q is required (the queue the consumer reads; the parked messages are in Q.dlq)")
+	switch {
+	case strings.TrimSpace(queue) == "" && strings.TrimSpace(topic) == "":
+		problems = append(problems, "--queue Q or --topic T is required (the queue or Kafka topic the consumer reads; the parked messages are in Q.dlq or T.dlq)")
+	case queue != "" && topic != "":
+		problems = append(problems, "--queue or --topic, not both")
 	}
 	switch {
 	case all && len(ids) > 0:
@@ -554,7 +580,7 @@ func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
 	if len(rep.Replayed) == 0 {
 		fmt.Fprintf(w, "replayed nothing from %s\n", dlq)
 	} else {
-		fmt.Fprintf(w, "replayed %d message(s) from %s to %s (their inbox rows are RECEIVED again; the consumer acts on them anew):\n", len(rep.Replayed), dlq, cell(queue))
+		fmt.Fprintf(w, "replayed %d message(s) from %s to %s (their inbox rows are received again; the consumer acts on them anew):\n", len(rep.Replayed), dlq, cell(queue))
 		for _, id := range rep.Replayed {
 			fmt.Fprintf(w, "  %s\n", messageIDText(id))
 		}

@@ -479,7 +479,8 @@ func TestInboxReplayArguments(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"replay", "--all"}, "--queue Q is required"},
+		{[]string{"replay", "--all"}, "--queue Q or --topic T is required"},
+		{[]string{"replay", "--queue", "q", "--topic", "t", "--all"}, "--queue or --topic, not both"},
 		{[]string{"replay", "--queue", "q"}, "name the messages to replay (MESSAGE_ID...; extworker inbox list --parked lists them), or --all"},
 		{[]string{"replay", "--queue", "q", "--all", "m1"}, "--all or MESSAGE_IDs, not both"},
 		{[]string{"replay", "--queue", "q", ""}, "a MESSAGE_ID is empty"},
@@ -495,6 +496,10 @@ func TestInboxReplayArguments(t *testing.T) {
 	var ce daemon.ConfigError
 	require.ErrorAs(t, err, &ce)
 	assert.ErrorContains(t, err, "EXTWORKER_AMQP_URL is not set")
+	t.Setenv("EXTWORKER_KAFKA_BROKERS", "")
+	_, err = inboxRun(t, "replay", "--topic", "t", "m1")
+	require.ErrorAs(t, err, &ce)
+	assert.ErrorContains(t, err, "EXTWORKER_KAFKA_BROKERS is not set")
 }
 
 // TestInboxReplay replays parked messages as an operator's login: named ones, then all;
