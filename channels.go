@@ -61,7 +61,7 @@ func (a *App) Callback(cfg inbox.Config, decide inbox.Decide) error {
 		return a.configError(err)
 	}
 	if cfg.Queue == "" {
-		cfg.Queue = "http"
+		cfg.Queue = inbox.CallbackChannel
 	}
 	cfg, pool, err := a.inboxPool(cfg)
 	if err != nil {

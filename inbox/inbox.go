@@ -219,6 +219,11 @@ const DefaultConcurrency = 4
 // DefaultMaxEngineFailures is Config.MaxEngineFailures's default.
 const DefaultMaxEngineFailures = 5
 
+// CallbackChannel is the channel (Config.Queue) the entry point records provider
+// callbacks under (package inbox/callback): they keep no copy for a replay, and a parked
+// one is reopened (Reopen) for its provider to send again.
+const CallbackChannel = "http"
+
 // Config configures a Consumer. Zero values take the documented defaults.
 type Config struct {
 	// Source names where the messages come from (the producing system): the inbox key is

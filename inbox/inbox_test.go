@@ -447,3 +447,31 @@ func TestPruneKeepsWhatIsNotSettled(t *testing.T) {
 	assert.Equal(t, inbox.StateProcessed, again.State)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
 }
+
+// TestReopenParkedMessage: a parked message of a channel that keeps no copy (provider
+// callbacks) goes back to received, and its next delivery is acted on; one not parked is
+// not reopened.
+func TestReopenParkedMessage(t *testing.T) {
+	e := newEnv(t)
+	c := e.consumer(t, inbox.Config{Queue: inbox.CallbackChannel})
+	ctx := testenv.Context(t, 30*time.Second)
+	bk := testenv.Unique("INV")
+	e.startWaiting(t, bk)
+	bad := inbox.Message{ID: "cb-1", Body: []byte(`{"do":"correlate","bk":"` + bk + `"`)} // cut short: unreadable
+	out, err := c.Handle(ctx, bad)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StateFailedFinal, out.State)
+
+	ok, err := inbox.Reopen(ctx, e.pool, e.source, "cb-1")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, inbox.StateReceived, e.record(t, "cb-1").State)
+	again, err := inbox.Reopen(ctx, e.pool, e.source, "cb-1")
+	require.NoError(t, err)
+	assert.False(t, again, "a message not parked is not reopened")
+	// The provider sends it again (the same body: a reopened row keeps its digest).
+	out, err = c.Handle(ctx, bad)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.StateFailedFinal, out.State, "acted on anew (and parked again: the body is still unreadable)")
+	assert.Equal(t, 1, e.record(t, "cb-1").Replays)
+}

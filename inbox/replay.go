@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -235,4 +236,22 @@ func reopen(ctx context.Context, pool *pgxpool.Pool, source, id, sum string) (bo
 		return false, fmt.Errorf("inbox: replay %s: %w", id, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// Reopen puts the parked row of message id from source back to received, as Replay
+// does, without a copy to send: for a channel that keeps none (provider callbacks,
+// package inbox/callback, whose bodies are not kept once settled), the producer's next
+// delivery of the message is acted on anew. It reports false when the message is not
+// parked.
+func Reopen(ctx context.Context, pool *pgxpool.Pool, source, id string) (bool, error) {
+	var sum string
+	err := pool.QueryRow(ctx, `SELECT body_digest FROM extworker_inbox WHERE source = $1 AND message_id = $2 AND state = 'failed_final'`,
+		source, id).Scan(&sum)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inbox: reopen %s: %w", id, err)
+	}
+	return reopen(ctx, pool, source, id, sum)
 }

@@ -34,12 +34,16 @@ commands:
            a dead-letter queue, and those whose id came again with another body
   show     SOURCE MESSAGE_ID [--json]
            one inbox row, whole
-  replay   --queue Q (--all | MESSAGE_ID...) [--json]
+  replay   (--queue Q | --topic T) (--all | MESSAGE_ID...) [--json]
            send parked messages from Q's dead-letter queue (Q.dlq) back to Q, once
            what parked them is fixed: their inbox rows go back to received and the
            consumer acts on them again. A message whose id the inbox consumed with
            another body (a conflict) stays in Q.dlq: the producer must send it under
-           a new message id. Needs EXTWORKER_AMQP_URL
+           a new message id. Needs EXTWORKER_AMQP_URL; --topic: the same from the
+           Kafka topic T.dlq to T, with EXTWORKER_KAFKA_BROKERS
+  reopen   SOURCE MESSAGE_ID...
+           put parked provider callbacks (which keep no copy) back to received: the
+           provider's next delivery of each is acted on anew
 
 Values are printed as they are stored, with what a terminal would act on or hide
 escaped: \x1b, \u202e, \u200b, \xff (a byte that is not UTF-8), \n, \t, and \\ for a
@@ -74,6 +78,7 @@ func runInbox(ctx context.Context, cfg daemon.Config, logger *slog.Logger, args 
 		"list":   c.list,
 		"show":   c.show,
 		"replay": c.replay,
+		"reopen": c.reopen,
 	})
 }
 
@@ -402,6 +407,12 @@ func replayHint(r inbox.Record) string {
 	case r.ParkKind == inbox.ParkUnstorable:
 		return "parked: no replay applies: the message's own id, type or correlation id is not text the inbox can store " +
 			"(recorded escaped); the producer must send it anew"
+	case r.Queue == inbox.CallbackChannel:
+		return "parked: a provider callback (its body is not kept); once the reason is dealt with, reopen it and have the provider send it again:\n" +
+			"  extworker inbox reopen -- " + shellArg(r.Source) + " " + shellArg(r.MessageID)
+	case strings.Contains(r.Source, inbox.KafkaSource("", "")):
+		return fmt.Sprintf("parked: a copy waits in the Kafka topic %s; once the reason is dealt with:\n  extworker inbox replay --topic %s -- %s",
+			cell(inbox.DeadLetterQueue(r.Queue)), shellArg(r.Queue), shellArg(r.MessageID))
 	case r.Queue == "":
 		return "parked: a copy waits in the dead-letter queue of the queue its consumer reads (QUEUE.dlq; this row was recorded " +
 			"before the inbox recorded queues); once the reason is dealt with:\n  extworker inbox replay --queue QUEUE -- " + shellArg(r.MessageID)
@@ -540,6 +551,39 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	case len(notFound) > 0:
 		return fmt.Errorf("inbox replay: not in the dead-letter queue %s: %s (already replayed, or parked from another queue? extworker inbox list --parked)",
 			dlq, strings.Join(quoteAll(notFound), ", "))
+	}
+	return nil
+}
+
+// reopen puts parked callbacks back to received, for their provider to send again.
+func (c *inboxCmd) reopen(ctx context.Context, args []string) error {
+	fs, _ := c.newFlags("reopen", "SOURCE MESSAGE_ID...")
+	ids, err := parseValueArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(ids) < 2 || slices.Contains(ids, "") {
+		return errors.New("inbox reopen: name the source and the parked messages: SOURCE MESSAGE_ID... (extworker inbox list --parked lists them)")
+	}
+	pool, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var notParked []string
+	for _, id := range ids[1:] {
+		ok, err := inbox.Reopen(ctx, pool, ids[0], id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			notParked = append(notParked, id)
+			continue
+		}
+		fmt.Fprintf(c.stdout, "reopened %s: received again; its producer's next delivery is acted on anew\n", messageIDText(id))
+	}
+	if len(notParked) > 0 {
+		return fmt.Errorf("inbox reopen: not parked in source %s: %s", quoteAll([]string{ids[0]})[0], strings.Join(quoteAll(notParked), ", "))
 	}
 	return nil
 }

@@ -371,6 +371,10 @@ func TestReplayHint(t *testing.T) {
 	parked := func(kind inbox.ParkKind, queue, id string) inbox.Record {
 		return inbox.Record{State: inbox.StateFailedFinal, ParkKind: kind, Queue: queue, MessageID: id}
 	}
+	kafka := parked(inbox.ParkUnreadable, "payments", "evt-1")
+	kafka.Source = inbox.KafkaSource("psp", "payments")
+	callbackRow := parked(inbox.ParkUnreadable, inbox.CallbackChannel, "evt-2")
+	callbackRow.Source = "psp"
 	for _, tc := range []struct {
 		r    inbox.Record
 		want string
@@ -384,6 +388,8 @@ func TestReplayHint(t *testing.T) {
 		{parked(inbox.ParkEarly, "", "evt-1"), "extworker inbox replay --queue QUEUE -- evt-1"},
 		{parked(inbox.ParkNoID, "orders", "sha256:00"), "no replay applies: the message came without a message id"},
 		{parked(inbox.ParkUnstorable, "orders", "hex:ff"), "no replay applies: the message's own id, type or correlation id"},
+		{kafka, "parked: a copy waits in the Kafka topic payments.dlq; once the reason is dealt with:\n  extworker inbox replay --topic payments -- evt-1"},
+		{callbackRow, "extworker inbox reopen -- psp evt-2"},
 	} {
 		got := replayHint(tc.r)
 		if tc.want == "" {
