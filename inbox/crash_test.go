@@ -44,8 +44,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// child is a consumer ("consume") or a relay ("relay") that runs until its failpoint
-// kills it; exit status 3 says it outlived its minute.
+// child is a consumer ("consume", "kafka-consume") or a relay ("relay", "kafka-relay")
+// that runs until its failpoint kills it; exit status 3 says it outlived its minute.
 func child(mode string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -74,6 +74,11 @@ func child(mode string) int {
 		pub := outbox.NewAMQPPublisher(testenv.AMQPURL())
 		defer pub.Close()
 		_ = outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: os.Getenv(childEnv + "_NS"), PollInterval: 50 * time.Millisecond}).Run(ctx)
+	case "kafka-consume", "kafka-relay": // kafka_crash_test.go
+		if err := kafkaChild(ctx, pool, mode); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 	}
 	return 3
 }
