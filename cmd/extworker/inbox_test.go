@@ -207,7 +207,7 @@ func TestInboxUsage(t *testing.T) {
 	for _, args := range [][]string{nil, {"frobnicate"}} {
 		_, err := inboxRun(t, args...)
 		require.Error(t, err)
-		for _, cmd := range []string{`list\s+\[--source S\] \[--parked\]`, `show\s+SOURCE MESSAGE_ID`, `replay\s+--queue Q \(--all \| MESSAGE_ID\.\.\.\)`} {
+		for _, cmd := range []string{`list\s+\[--source S\] \[--parked\]`, `show\s+SOURCE MESSAGE_ID`, `replay\s+\(--queue Q \| --topic T\) \(--all \| MESSAGE_ID\.\.\.\)`, `reopen\s+SOURCE MESSAGE_ID\.\.\.`} {
 			assert.Regexp(t, `(?m)^\s+`+cmd, err.Error())
 		}
 		assert.Contains(t, err.Error(), "states: received, processing, processed, failed_retryable, failed_final, ignored_duplicate, unknown")
