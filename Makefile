@@ -95,14 +95,19 @@ check:
 # without database restarts), then the oracle's verdict over every invoice.
 KILLER ?=
 # The demo's invoice.paid events go to the broker make up starts (rabbit-up); set
-# EXTWORKER_AMQP_URL= (empty) to run it without events.
+# EXTWORKER_AMQP_URL= (empty) to run it without events. make demo EVENTS=kafka routes them
+# through make up's Kafka broker instead (kafka-up; EXTWORKER_DEMO_EVENTS=kafka, the
+# relay to Kafka), and KILLER=1 EVENTS=kafka runs the killer's soak with -kafka.
 EXTWORKER_AMQP_URL ?= amqp://extworker:extworker@127.0.0.1:5672/extworker
+EVENTS ?=
+EXTWORKER_KAFKA_BROKERS ?= 127.0.0.1:9092
+DEMO_EVENTS_ENV = $(if $(filter kafka,$(EVENTS)),EXTWORKER_DEMO_EVENTS=kafka EXTWORKER_OUTBOX_BROKER=kafka EXTWORKER_KAFKA_BROKERS='$(EXTWORKER_KAFKA_BROKERS)' )
 demo: up
 ifeq ($(KILLER),)
-	EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo
+	$(DEMO_EVENTS_ENV)EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo
 else
 	$(MAKE) bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -broker -broker-restarts 1 -timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -broker -broker-restarts 1 $(if $(filter kafka,$(EVENTS)),-kafka )-timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 endif
 
 # The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
@@ -127,7 +132,7 @@ bin/invoice: FORCE
 	$(GO) build -tags failpoints -o bin/invoice ./examples/invoice
 FORCE:
 soak-short: $(SOAK_NEEDS)
-	$(SOAK_RUN) -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -broker-restarts 2 -timeout 8m
+	$(SOAK_RUN) -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -kafka -broker-restarts 2 -timeout 8m
 .PHONY: soak-defaults
 soak-defaults: $(SOAK_NEEDS)
 	$(SOAK_RUN) -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -broker -broker-restarts 1 -timeout 8m

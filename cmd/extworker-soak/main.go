@@ -7,6 +7,9 @@
 // -defaults selects the defaults tier: the workers run at the daemon's shipped settings
 // and the harness derives its timing (kill pacing, the provider's delay fault, the drain
 // allowed, the stop) from them. Without it, the short-timeouts tier. See docs/testing.md.
+//
+// -broker runs the demo's events on a RabbitMQ node of the soak's own; -kafka on a Kafka
+// broker of its own instead. -broker-restarts SIGKILLs and restarts either.
 package main
 
 import (
@@ -48,11 +51,30 @@ func run() int {
 	flag.BoolVar(&cfg.KeepHistory, "keep-history", false, "keep a passing run's whole history, not just report.txt and the worker logs' tail")
 	broker := flag.Bool("broker", false, "run the demo's events (invoice.paid out through the outbox, the shipping process in through the inbox) on a RabbitMQ node of the soak's own, and check I10 and I11")
 	flag.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "with -broker: SIGKILLs of the broker's node, each followed by a restart, during the run")
+	flag.BoolVar(&cfg.Kafka, "kafka", false, "with -broker (implied): the events go through a Kafka broker of the soak's own (a KRaft node it SIGKILLs and restarts on its data), not RabbitMQ; the workers run with the demo's Kafka setting (EXTWORKER_DEMO_EVENTS=kafka)")
 	flag.Parse()
 	cfg.Seed = *seed
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *broker {
+	switch {
+	case cfg.Kafka:
+		dir, err := os.MkdirTemp("", "extworker-soak-kafka-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		node, err := testenv.StartKafkaNode(dir)
+		if node != nil {
+			defer node.Stop()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak: the Kafka broker:", err)
+			return 1
+		}
+		fmt.Printf("soak: Kafka broker of the soak's own at %s (data in %s)\n", node.Addr(), dir)
+		cfg.Broker = kafkaBroker{node}
+	case *broker:
 		dir, err := os.MkdirTemp("", "extworker-soak-broker-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -74,4 +96,20 @@ func run() int {
 	}
 	fmt.Println("soak OK: every invariant held")
 	return 0
+}
+
+// kafkaBroker is the soak's Kafka node as its Broker: Kill SIGKILLs the JVM, Restart
+// starts it again on the same data and ports.
+type kafkaBroker struct{ n *testenv.KafkaNode }
+
+func (b kafkaBroker) URL() string { return b.n.Addr() }
+
+func (b kafkaBroker) Kill() error {
+	_, err := b.n.KillJVM()
+	return err
+}
+
+func (b kafkaBroker) Restart() error {
+	_, err := b.n.StartAgain()
+	return err
 }

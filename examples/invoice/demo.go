@@ -218,17 +218,17 @@ func deployDemo(ctx context.Context, c *admin.Client) error {
 // runWorker runs the demo topics until ctx ends, as any worker program does through the
 // entry point (package extworker): metrics, health and readiness on EXTWORKER_HTTP_ADDR,
 // the ledger's hooks and pruning, orphaned intents flagged.
-func runWorker(ctx context.Context, app *extworker.App, pc providerConfig) error {
+func runWorker(ctx context.Context, app *extworker.App, pc providerConfig, ec eventsConfig) error {
 	env, _, closeEnv, err := newDemoEnv(pc, app.Ledger())
 	if err != nil {
 		return err
 	}
 	defer closeEnv()
-	if amqpURL() != "" {
+	if ec.on() {
 		// Paid invoices announce themselves, and start their shipping, through the
-		// outbox and the inbox (events.go).
+		// outbox and the inbox (events.go), on the broker EXTWORKER_DEMO_EVENTS names.
 		env.eventsNS = app.Ledger().Namespace()
-		if err := app.Consume(shippingConsumer(app.Logger()), startShipping); err != nil {
+		if err := consumeShipping(app, ec); err != nil {
 			return err
 		}
 	}
@@ -240,7 +240,7 @@ func runWorker(ctx context.Context, app *extworker.App, pc providerConfig) error
 
 // runDemo deploys the demo, starts n invoices, works them off with a worker of its own
 // and prints what happened. The ledger is migrated already (`invoice demo` does it).
-func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.Writer, n int) error {
+func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, ec eventsConfig, out io.Writer, n int) error {
 	c := admin.New(app.Client())
 	engine := redactURL(app.Client().BaseURL())
 	v, err := c.Version(ctx)
@@ -257,8 +257,8 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 	}
 	defer closeEnv()
 	var events *demoEvents
-	if amqpURL() != "" {
-		if events, err = startDemoEvents(ctx, app); err != nil {
+	if ec.on() {
+		if events, err = startDemoEvents(ctx, app, ec); err != nil {
 			return err
 		}
 		defer events.stop()
@@ -284,7 +284,7 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, out io.
 			return err
 		}
 	} else {
-		fmt.Fprintln(out, "events: none (EXTWORKER_AMQP_URL is not set: no broker for invoice.paid and the shipping process)")
+		fmt.Fprintln(out, "events: none (EXTWORKER_AMQP_URL is not set and EXTWORKER_DEMO_EVENTS is not kafka: no broker for invoice.paid and the shipping process)")
 	}
 	if pay != nil {
 		if err := checkDemoProvider(pay, plan, out); err != nil {

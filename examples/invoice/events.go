@@ -1,16 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/kelseyhightower/envconfig"
 
 	"github.com/extworker/extworker"
 	"github.com/extworker/extworker/camunda7"
@@ -22,14 +27,76 @@ import (
 // The demo's events: a paid invoice announces itself with an invoice.paid event, added
 // through the outbox in the transaction that confirms the charge in the ledger; the
 // shipping process is started from it through the inbox, once per invoice, whatever the
-// broker or the producer delivers twice.
+// broker or the producer delivers twice. The broker is RabbitMQ (the exchange
+// extworker.demo, the queue extworker-demo.invoice-paid) or, with
+// EXTWORKER_DEMO_EVENTS=kafka, Kafka (the topic invoice.paid, the event's routing key,
+// consumed in the group extworker-demo.shipping).
 const (
 	demoExchange        = "extworker.demo"
 	demoPaidType        = "invoice.paid"
 	demoPaidQueue       = "extworker-demo.invoice-paid"
+	demoPaidTopic       = demoPaidType // the KafkaPublisher's topic is the routing key
+	demoShippingGroup   = "extworker-demo.shipping"
 	demoShippingKey     = "extworker-demo-shipping"
 	demoPaidEventSource = "extworker-demo.billing"
 )
+
+// The brokers EXTWORKER_DEMO_EVENTS names.
+const (
+	eventsAMQP  = "amqp"
+	eventsKafka = "kafka"
+)
+
+// eventsConfig is the broker the demo's events go through, a setting of the demo's own
+// (`invoice config` prints it beside the framework's): the framework knows no demo.
+type eventsConfig struct {
+	// Broker is amqp (RabbitMQ at EXTWORKER_AMQP_URL; no events without it) or kafka (the
+	// brokers EXTWORKER_KAFKA_BROKERS, the relay publishing there:
+	// EXTWORKER_OUTBOX_BROKER=kafka).
+	Broker string `envconfig:"DEMO_EVENTS" default:"amqp"`
+}
+
+// loadEventsConfig reads EXTWORKER_DEMO_EVENTS and checks it against the framework's
+// variables it relies on; every problem is a configuration error (exit status 78).
+func loadEventsConfig() (eventsConfig, error) {
+	var c eventsConfig
+	if err := envconfig.Process("EXTWORKER", &c); err != nil {
+		return c, extworker.ConfigError{Err: err}
+	}
+	c.Broker = cmp.Or(c.Broker, eventsAMQP) // set and empty: the default, as the framework's variables
+	var errs []error
+	switch c.Broker {
+	case eventsAMQP:
+	case eventsKafka:
+		if kafkaBrokers() == "" {
+			errs = append(errs, errors.New("EXTWORKER_DEMO_EVENTS=kafka needs EXTWORKER_KAFKA_BROKERS"))
+		}
+		if ob := os.Getenv("EXTWORKER_OUTBOX_BROKER"); ob != eventsKafka && (ob != "" || amqpURL() != "") {
+			errs = append(errs, errors.New("EXTWORKER_DEMO_EVENTS=kafka publishes invoice.paid to Kafka: set EXTWORKER_OUTBOX_BROKER=kafka"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("EXTWORKER_DEMO_EVENTS %q: want amqp or kafka", c.Broker))
+	}
+	if len(errs) > 0 {
+		return c, extworker.ConfigError{Err: fmt.Errorf("the demo's events: %w", errors.Join(errs...))}
+	}
+	return c, nil
+}
+
+// on reports whether the demo's events run: always through Kafka, through RabbitMQ when
+// EXTWORKER_AMQP_URL names it.
+func (c eventsConfig) on() bool { return c.Broker == eventsKafka || amqpURL() != "" }
+
+// name is the broker's name, for the demo's summary.
+func (c eventsConfig) name() string {
+	if c.Broker == eventsKafka {
+		return "Kafka"
+	}
+	return "RabbitMQ"
+}
+
+// kafkaBrokers is EXTWORKER_KAFKA_BROKERS, as the worker reads it.
+func kafkaBrokers() string { return os.Getenv("EXTWORKER_KAFKA_BROKERS") }
 
 const demoShippingBPMN = `<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -62,10 +129,25 @@ func paidEventFor(p paidEvent) outbox.Event {
 		Exchange: demoExchange, RoutingKey: demoPaidType, OrderingKey: p.Invoice, CorrelationID: p.Invoice, Body: body}
 }
 
-// shippingConsumer is the inbox's configuration for invoice.paid.
+// shippingConsumer is the inbox's configuration for invoice.paid from RabbitMQ.
 func shippingConsumer(logger *slog.Logger) inbox.Config {
 	return inbox.Config{Source: demoPaidEventSource, Queue: demoPaidQueue, Logger: logger,
 		Bindings: []inbox.Binding{{Exchange: demoExchange, RoutingKey: demoPaidType}}}
+}
+
+// shippingKafkaConsumer is the inbox's configuration for invoice.paid from Kafka: the
+// topic in place of the queue (the inbox records its messages under
+// inbox.KafkaSource(demoPaidEventSource, demoPaidTopic)).
+func shippingKafkaConsumer(logger *slog.Logger) inbox.Config {
+	return inbox.Config{Source: demoPaidEventSource, Queue: demoPaidTopic, Logger: logger}
+}
+
+// consumeShipping registers the invoice.paid consumer on app, on the broker ec names.
+func consumeShipping(app *extworker.App, ec eventsConfig) error {
+	if ec.Broker == eventsKafka {
+		return app.ConsumeKafka(shippingKafkaConsumer(app.Logger()), demoShippingGroup, startShipping)
+	}
+	return app.Consume(shippingConsumer(app.Logger()), startShipping)
 }
 
 // startShipping starts the shipping process for a paid invoice, its business key the
@@ -87,20 +169,32 @@ func startShipping(m inbox.Message) (inbox.Action, error) {
 
 // demoEvents is the relay and the consumer the demo runs in its own process.
 type demoEvents struct {
-	relay    *outbox.Relay
-	pub      *outbox.AMQPPublisher
-	consumer *inbox.Consumer
-	pool     *pgxpool.Pool
-	ns       string
-	stop     func()
+	relay  *outbox.Relay
+	pub    publisher
+	stats  *inbox.Stats
+	pool   *pgxpool.Pool
+	ns     string
+	broker string // its name, for the summary
+	stop   func()
+}
+
+// publisher is what the demo publishes through: the relay's publisher, which the demo
+// also sends its deliberate copies with.
+type publisher interface {
+	outbox.Publisher
+	Close() error
 }
 
 // startDemoEvents runs the outbox relay and the invoice.paid consumer until stop, on the
 // App's engine client and database (a pool of the consumer's own: each message in hand
-// holds a connection across the engine's calls).
-func startDemoEvents(ctx context.Context, app *extworker.App) (*demoEvents, error) {
+// holds a connection across the engine's calls), on the broker ec names.
+func startDemoEvents(ctx context.Context, app *extworker.App, ec eventsConfig) (*demoEvents, error) {
 	engine := admin.New(app.Client())
-	ccfg, err := shippingConsumer(app.Logger()).WithDefaults(engine) // its Concurrency sizes the pool
+	ccfg := shippingConsumer(app.Logger())
+	if ec.Broker == eventsKafka {
+		ccfg = shippingKafkaConsumer(app.Logger())
+	}
+	ccfg, err := ccfg.WithDefaults(engine) // its Concurrency sizes the pool
 	if err != nil {
 		return nil, err
 	}
@@ -110,23 +204,46 @@ func startDemoEvents(ctx context.Context, app *extworker.App) (*demoEvents, erro
 	if err != nil {
 		return nil, err
 	}
-	cons, err := inbox.NewConsumer(inboxPool, engine, amqpURL(), startShipping, ccfg)
-	if err != nil {
-		inboxPool.Close()
-		return nil, err
+	var (
+		run      func(context.Context) error
+		declared <-chan struct{} // closed once the relay may publish
+		pub      publisher
+		stats    *inbox.Stats
+	)
+	if ec.Broker == eventsKafka {
+		brokers := strings.Split(kafkaBrokers(), ",")
+		cons, err := inbox.NewKafkaConsumer(inboxPool, engine, startShipping, ccfg, inbox.KafkaConfig{Brokers: brokers, Group: demoShippingGroup})
+		if err == nil {
+			pub, err = outbox.NewKafkaPublisher(brokers)
+		}
+		if err != nil {
+			inboxPool.Close()
+			return nil, err
+		}
+		// A topic keeps what was published before its consumers joined: the relay need
+		// not wait for them.
+		ready := make(chan struct{})
+		close(ready)
+		run, declared, stats = cons.Run, ready, cons.Stats()
+	} else {
+		cons, err := inbox.NewConsumer(inboxPool, engine, amqpURL(), startShipping, ccfg)
+		if err != nil {
+			inboxPool.Close()
+			return nil, err
+		}
+		// RabbitMQ routes an event only to the queues bound when it is published: the
+		// relay publishes once the consumer's queue is bound.
+		run, declared, stats, pub = cons.Run, cons.Declared(), cons.Stats(), outbox.NewAMQPPublisher(amqpURL())
 	}
 	pool, ns, logger := app.Pool(), app.Ledger().Namespace(), app.Logger()
-	pub := outbox.NewAMQPPublisher(amqpURL())
 	ev := &demoEvents{relay: outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: ns, Logger: logger, PollInterval: 200 * time.Millisecond}),
-		pub: pub, consumer: cons, pool: pool, ns: ns}
+		pub: pub, stats: stats, pool: pool, ns: ns, broker: ec.name()}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
-	go func() { _ = cons.Run(ctx); done <- struct{}{} }()
+	go func() { _ = run(ctx); done <- struct{}{} }()
 	go func() {
-		// The relay publishes once the consumer's queue is bound: RabbitMQ routes an
-		// event only to the queues bound when it is published.
 		select {
-		case <-cons.Declared():
+		case <-declared:
 			_ = ev.relay.Run(ctx)
 		case <-ctx.Done():
 		}
@@ -156,7 +273,7 @@ func (ev *demoEvents) redeliver(ctx context.Context, ids []string, invoices map[
 // report waits until every paid invoice of the run has its shipping instance and the
 // redelivered events have been answered, then prints the events' summary.
 func (ev *demoEvents) report(ctx context.Context, out io.Writer, c *admin.Client, run string, paid, redelivered int) error {
-	st := ev.consumer.Stats()
+	st := ev.stats
 	started := 0
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -183,8 +300,8 @@ func (ev *demoEvents) report(ctx context.Context, out io.Writer, c *admin.Client
 		ev.ns, demoPaidType+":%"+run+"%").Scan(&published); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "events: %d invoice.paid published through the outbox (%d waiting), %d deliveries consumed, %d of them sent twice on purpose: %d duplicates suppressed by the inbox, %d parked\n",
-		published, backlog.Unpublished, st.Received.Load(), redelivered, st.Duplicates.Load()+st.Ignored.Load(), st.Parked.Load())
+	fmt.Fprintf(out, "events: %d invoice.paid published through the outbox to %s (%d waiting), %d deliveries consumed, %d of them sent twice on purpose: %d duplicates suppressed by the inbox, %d parked\n",
+		published, ev.broker, backlog.Unpublished, st.Received.Load(), redelivered, st.Duplicates.Load()+st.Ignored.Load(), st.Parked.Load())
 	fmt.Fprintf(out, "shipping: %d instances started for %d paid invoices\n", started, paid)
 	if started != paid || published != paid {
 		return fmt.Errorf("demo: %d invoice.paid events published and %d shipping instances started for %d paid invoices", published, started, paid)

@@ -11,8 +11,9 @@
 // `make demo` runs `invoice demo`. It is built on the public packages only, as any
 // worker program is: extworker for the process (extworker.Serve, Migrate and
 // PrintConfig for its commands), tasks for the handlers, idempotency for the payment.
-// The provider's settings (EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG) are
-// the demo's own (provider.go); see demo.go for the handlers.
+// The provider's settings (EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG) and the
+// broker of its invoice.paid events (EXTWORKER_DEMO_EVENTS: amqp or kafka) are the demo's
+// own (provider.go, events.go); see demo.go for the handlers.
 package main
 
 import (
@@ -46,7 +47,8 @@ commands:
   config    print the effective configuration, secrets masked [--json]
 
 configuration: EXTWORKER_* environment variables (see docs/configuration.md); the
-demo's provider: EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG
+demo's provider: EXTWORKER_PROVIDER_URL, _TIMEOUT, _SEARCH, _SEARCH_LAG; its events'
+broker: EXTWORKER_DEMO_EVENTS=amqp (the default) or kafka
 signals: SIGINT or SIGTERM stops gracefully; a second one exits at once (130, 143)`
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -58,16 +60,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "config":
 		pc, perr := loadProviderConfig()
-		return errors.Join(extworker.PrintConfig(args[1:], stdout, stderr, &pc), perr)
+		ec, eerr := loadEventsConfig()
+		return errors.Join(extworker.PrintConfig(args[1:], stdout, stderr, &pc, &ec), perr, eerr)
 	case "migrate":
 		return extworker.Migrate(context.Background(), opts, stdout)
 	case "run":
-		pc, err := loadProviderConfig()
+		pc, ec, err := loadDemoConfig()
 		if err != nil {
 			return err
 		}
 		return extworker.Serve(opts, func(ctx context.Context, app *extworker.App) error {
-			return runWorker(ctx, app, pc)
+			return runWorker(ctx, app, pc, ec)
 		})
 	case "demo":
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -80,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if *n < 1 {
 			return fmt.Errorf("demo: -instances must be at least 1")
 		}
-		pc, err := loadProviderConfig()
+		pc, ec, err := loadDemoConfig()
 		if err != nil {
 			return err
 		}
@@ -94,8 +97,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 			if *deployOnly {
 				return deployDemo(ctx, admin.New(app.Client()))
 			}
-			return runDemo(ctx, app, pc, stdout, *n)
+			return runDemo(ctx, app, pc, ec, stdout, *n)
 		})
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+// loadDemoConfig reads the demo's own settings: its provider's and its events' broker.
+func loadDemoConfig() (providerConfig, eventsConfig, error) {
+	pc, perr := loadProviderConfig()
+	ec, eerr := loadEventsConfig()
+	return pc, ec, errors.Join(perr, eerr)
 }

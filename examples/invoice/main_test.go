@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,78 @@ func TestDemoProviderSettings(t *testing.T) {
 	var framework bytes.Buffer
 	require.NoError(t, extworker.PrintConfig(nil, &framework, &bytes.Buffer{}))
 	assert.NotContains(t, framework.String(), "EXTWORKER_PROVIDER_TIMEOUT", "the framework lists no demo setting")
+}
+
+// The broker of the demo's events is a setting of the demo's own (EXTWORKER_DEMO_EVENTS):
+// its problems are the demo's configuration errors, `invoice config` prints it, and the
+// framework's configuration lists no such variable.
+func TestDemoEventsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string // in the error; none: valid
+	}{
+		{"amqp by default", map[string]string{}, nil},
+		{"kafka", map[string]string{"EXTWORKER_DEMO_EVENTS": "kafka", "EXTWORKER_KAFKA_BROKERS": "127.0.0.1:9092", "EXTWORKER_OUTBOX_BROKER": "kafka"}, nil},
+		{"kafka, the relay's broker implied", map[string]string{"EXTWORKER_DEMO_EVENTS": "kafka", "EXTWORKER_KAFKA_BROKERS": "127.0.0.1:9092"}, nil},
+		{"unknown broker", map[string]string{"EXTWORKER_DEMO_EVENTS": "nats"}, []string{`EXTWORKER_DEMO_EVENTS "nats": want amqp or kafka`}},
+		{"kafka without brokers", map[string]string{"EXTWORKER_DEMO_EVENTS": "kafka", "EXTWORKER_OUTBOX_BROKER": "kafka"},
+			[]string{"EXTWORKER_DEMO_EVENTS=kafka needs EXTWORKER_KAFKA_BROKERS"}},
+		{"kafka, the relay to RabbitMQ", map[string]string{"EXTWORKER_DEMO_EVENTS": "kafka", "EXTWORKER_KAFKA_BROKERS": "127.0.0.1:9092",
+			"EXTWORKER_AMQP_URL": "amqp://127.0.0.1:5672/"}, []string{"set EXTWORKER_OUTBOX_BROKER=kafka"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, v := range []string{"EXTWORKER_DEMO_EVENTS", "EXTWORKER_KAFKA_BROKERS", "EXTWORKER_OUTBOX_BROKER", "EXTWORKER_AMQP_URL"} {
+				t.Setenv(v, tc.env[v])
+			}
+			ec, err := loadEventsConfig()
+			if len(tc.want) == 0 {
+				require.NoError(t, err)
+				assert.Equal(t, cmp.Or(tc.env["EXTWORKER_DEMO_EVENTS"], eventsAMQP), ec.Broker)
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, extworker.IsConfigError(err), "%v", err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			err = run([]string{"run"}, &bytes.Buffer{}, &bytes.Buffer{})
+			assert.True(t, extworker.IsConfigError(err), "invoice run refuses it before it starts: %v", err)
+		})
+	}
+	t.Setenv("EXTWORKER_DEMO_EVENTS", "kafka")
+	t.Setenv("EXTWORKER_KAFKA_BROKERS", "127.0.0.1:9092")
+	t.Setenv("EXTWORKER_OUTBOX_BROKER", "kafka")
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"config"}, &out, &bytes.Buffer{}))
+	assert.Regexp(t, `(?m)^EXTWORKER_DEMO_EVENTS\s+kafka\s+env$`, out.String(), "the demo's config prints its events' broker")
+	var framework bytes.Buffer
+	require.NoError(t, extworker.PrintConfig(nil, &framework, &bytes.Buffer{}))
+	assert.NotContains(t, framework.String(), "EXTWORKER_DEMO_EVENTS", "the framework lists no demo setting")
+}
+
+// With EXTWORKER_DEMO_EVENTS=kafka the demo's invoice.paid events go through Kafka (a
+// broker of the test's own): published by the relay to the topic invoice.paid, consumed in
+// the group extworker-demo.shipping, one shipping instance per paid invoice, the copy the
+// demo sends on purpose suppressed by the inbox; the summary names the broker.
+func TestDemoEventsKafka(t *testing.T) {
+	testenv.Engine(t)
+	testenv.DB(t)
+	node := testenv.StartKafka(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	t.Setenv("EXTWORKER_LOG_LEVEL", "warn")
+	t.Setenv("EXTWORKER_AMQP_URL", "")
+	t.Setenv("EXTWORKER_DEMO_EVENTS", "kafka")
+	t.Setenv("EXTWORKER_KAFKA_BROKERS", node.Addr())
+	t.Setenv("EXTWORKER_OUTBOX_BROKER", "kafka")
+	var out, logs bytes.Buffer
+	require.NoError(t, run([]string{"demo", "-instances", "20"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
+	assert.Contains(t, out.String(), "demo OK")
+	assert.Contains(t, out.String(), "events: 16 invoice.paid published through the outbox to Kafka (0 waiting)")
+	assert.Regexp(t, `1 of them sent twice on purpose: 1 duplicates suppressed by the inbox, 0 parked`, out.String())
+	assert.Contains(t, out.String(), "shipping: 16 instances started for 16 paid invoices")
+	assert.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), logs.String())
 }
 
 // The demo runs end to end against the real engine and PostgreSQL: invoices paid through

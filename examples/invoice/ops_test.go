@@ -154,7 +154,7 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	defer app.Close()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- runWorker(wctx, app, pc) }()
+	go func() { done <- runWorker(wctx, app, pc, eventsConfig{Broker: eventsAMQP}) }()
 	defer func() {
 		stop()
 		require.NoError(t, <-done)

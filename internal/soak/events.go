@@ -30,21 +30,35 @@ const (
 	paidType       = "invoice.paid"
 	shippingKey    = "extworker-demo-shipping"
 	paidSource     = "extworker-demo.billing"
+	// With Kafka (EXTWORKER_DEMO_EVENTS=kafka): the topic is the routing key, and the
+	// workers consume it in this group.
+	paidTopic     = paidType
+	shippingGroup = "extworker-demo.shipping"
 )
 
-// Broker is the RabbitMQ the workers' events go through, one the soak may kill (SIGKILL
-// of the node) and start again.
+// Broker is the broker the workers' events go through, one the soak may kill (SIGKILL
+// of the node, or of the JVM) and start again: RabbitMQ (URL is its amqp:// URL) or,
+// with Config.Kafka, Kafka (URL is its bootstrap address, host:port).
 type Broker interface {
 	URL() string
 	Kill() error
 	Restart() error
 }
 
-// tap is the soak's own queue on the events' exchange: it sees every invoice.paid the
+// tap is the soak's own view of the events on the broker: it sees every invoice.paid the
 // relays publish (the broker's side of "published at least once"), and the duplicator
-// sends some of them again, byte for byte, as a producer's retry would.
+// sends some of them again, byte for byte, as a producer's retry would. On RabbitMQ it is
+// a queue of its own on the events' exchange; on Kafka a reader of the topic's partitions
+// from the start, outside any group (kafka.go), which also watches the workers' group for
+// rebalances.
 type tap struct {
 	url, queue string
+	// kafka: url is Kafka's bootstrap address and queue unused.
+	kafka bool
+	// source is the inbox source the workers record the events under.
+	source string
+	// rebalances counts the changes of the workers' group's members the Kafka tap saw.
+	rebalances atomic.Int64
 
 	mu     sync.Mutex
 	bodies map[string]string // message id -> body digest, first seen
@@ -56,7 +70,30 @@ type tap struct {
 }
 
 func newTap(url, queue string) *tap {
-	return &tap{url: url, queue: queue, bodies: map[string]string{}, seen: map[string]int{}, raw: map[string][]byte{}}
+	return &tap{url: url, queue: queue, source: paidSource, bodies: map[string]string{}, seen: map[string]int{}, raw: map[string][]byte{}}
+}
+
+// brokerName is the events' broker, for the report.
+func (t *tap) brokerName() string {
+	if t.kafka {
+		return "Kafka"
+	}
+	return "RabbitMQ"
+}
+
+// record notes one delivery of message id with body to the tap.
+func (t *tap) record(id string, body []byte) {
+	sum := sha256.Sum256(body)
+	digest := hex.EncodeToString(sum[:])
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if prev, ok := t.bodies[id]; !ok {
+		t.bodies[id] = digest
+		t.raw[id] = body
+	} else if prev != digest {
+		t.differ = append(t.differ, id)
+	}
+	t.seen[id]++
 }
 
 // eventsDrainAllowed bounds how long the events may take to settle once the invoices
@@ -66,6 +103,9 @@ const eventsDrainAllowed = 3 * time.Minute
 
 // declare declares the tap once, before the workers start.
 func (t *tap) declare() error {
+	if t.kafka {
+		return t.declareKafka()
+	}
 	conn, err := amqp.Dial(t.url)
 	if err != nil {
 		return err
@@ -80,6 +120,10 @@ func (t *tap) declare() error {
 
 // run consumes the tap queue until ctx ends, connecting again after the broker dies.
 func (t *tap) run(ctx context.Context) {
+	if t.kafka {
+		t.runKafka(ctx)
+		return
+	}
 	for ctx.Err() == nil {
 		_ = t.session(ctx)
 		select {
@@ -107,17 +151,7 @@ func (t *tap) session(ctx context.Context) error {
 		return err
 	}
 	for d := range ds {
-		sum := sha256.Sum256(d.Body)
-		digest := hex.EncodeToString(sum[:])
-		t.mu.Lock()
-		if prev, ok := t.bodies[d.MessageId]; !ok {
-			t.bodies[d.MessageId] = digest
-			t.raw[d.MessageId] = d.Body
-		} else if prev != digest {
-			t.differ = append(t.differ, d.MessageId)
-		}
-		t.seen[d.MessageId]++
-		t.mu.Unlock()
+		t.record(d.MessageId, d.Body)
 	}
 	return nil
 }
@@ -134,10 +168,22 @@ func declareTap(ch *amqp.Channel, queue string) error {
 	return ch.QueueBind(queue, paidType, eventsExchange, false, nil)
 }
 
-// duplicate sends, every ~every, one event the tap has seen again to the exchange (so to
-// the workers' queue and the tap), until ctx ends.
+// duplicate sends, every ~every, one event the tap has seen again to the exchange or the
+// topic (so to the workers' consumers and the tap), with its ordering key, until ctx ends.
 func (t *tap) duplicate(ctx context.Context, rng *rand.Rand, every time.Duration) {
-	pub := outbox.NewAMQPPublisher(t.url) // reconnects after the broker dies
+	var pub interface {
+		outbox.Publisher
+		Close() error
+	}
+	if t.kafka {
+		kp, err := outbox.NewKafkaPublisher([]string{t.url}) // its client reconnects after the broker dies
+		if err != nil {
+			return
+		}
+		pub = kp
+	} else {
+		pub = outbox.NewAMQPPublisher(t.url) // reconnects after the broker dies
+	}
 	defer pub.Close()
 	for {
 		select {
@@ -157,7 +203,8 @@ func (t *tap) duplicate(ctx context.Context, rng *rand.Rand, every time.Duration
 		if id == "" {
 			continue
 		}
-		err := pub.Publish(ctx, outbox.Event{MessageID: id, Type: paidType, Exchange: eventsExchange, RoutingKey: paidType, Body: body})
+		err := pub.Publish(ctx, outbox.Event{MessageID: id, Type: paidType, Exchange: eventsExchange, RoutingKey: paidType,
+			OrderingKey: strings.TrimPrefix(id, paidType+":"), Body: body})
 		if err == nil {
 			t.dups.Add(1)
 		}
@@ -181,6 +228,10 @@ type eventCounts struct {
 	Shipping, ShippedTwice int
 	// BrokerRestarts is how many times the broker was killed and started again.
 	BrokerRestarts int
+	// Broker is the events' broker: RabbitMQ or Kafka. Rebalances (Kafka) counts the
+	// changes of the workers' consumer group's members the tap saw.
+	Broker     string
+	Rebalances int
 	// Drain is how long the events took to settle after the invoices had.
 	Drain time.Duration
 }
@@ -194,8 +245,8 @@ func (n eventCounts) inboxRows() int {
 }
 
 // eventsSettled reports whether the run's events have all been published and acted on:
-// the outbox is empty and every event's inbox row is settled.
-func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, run string) (bool, error) {
+// the outbox is empty and every event's inbox row (under source) is settled.
+func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, source, run string) (bool, error) {
 	var unpublished, events, settled int
 	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE published_at IS NULL), count(*) FROM extworker_outbox
 		WHERE namespace = $1 AND message_id LIKE $2`, ns, paidType+":"+run+"%").Scan(&unpublished, &events)
@@ -203,7 +254,7 @@ func eventsSettled(ctx context.Context, pool *pgxpool.Pool, ns, run string) (boo
 		return false, err
 	}
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND message_id LIKE $2
-		AND state = ANY($3)`, paidSource, paidType+":"+run+"%",
+		AND state = ANY($3)`, source, paidType+":"+run+"%",
 		[]string{string(inbox.StateProcessed), string(inbox.StateIgnoredDuplicate), string(inbox.StateFailedFinal)}).Scan(&settled)
 	if err != nil {
 		return false, err
@@ -237,7 +288,8 @@ func checkEvents(ctx context.Context, c *admin.Client, pool *pgxpool.Pool, t *ta
 	report(checkOutbox(events, t.seen, t.differ, paid, &n))
 	t.mu.Unlock()
 	n.DuplicatesSent = int(t.dups.Load())
-	inbox, ok := readInbox(ctx, pool, prefix, violate)
+	n.Broker, n.Rebalances = t.brokerName(), int(t.rebalances.Load())
+	inbox, ok := readInbox(ctx, pool, t.source, prefix, violate)
 	if !ok {
 		return n
 	}
@@ -316,11 +368,11 @@ type inboxRow struct {
 	deliveries, duplicates int
 }
 
-// readInbox reads the inbox rows of the run's events. false: the inbox could not be read
-// at all.
-func readInbox(ctx context.Context, pool *pgxpool.Pool, prefix string, violate func(string, ...any)) ([]inboxRow, bool) {
+// readInbox reads the inbox rows of the run's events, recorded under source. false: the
+// inbox could not be read at all.
+func readInbox(ctx context.Context, pool *pgxpool.Pool, source, prefix string, violate func(string, ...any)) ([]inboxRow, bool) {
 	rows, err := pool.Query(ctx, `SELECT message_id, state, deliveries, duplicates, coalesce(reason, '') FROM extworker_inbox
-		WHERE source = $1 AND message_id LIKE $2`, paidSource, prefix+"%")
+		WHERE source = $1 AND message_id LIKE $2`, source, prefix+"%")
 	if err != nil {
 		violate("run: read the inbox: %v", err)
 		return nil, false

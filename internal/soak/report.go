@@ -149,10 +149,14 @@ func (r report) writeEvents(p linef) {
 	if ev == nil {
 		return
 	}
-	p("events out      %d invoice.paid in the outbox, %d unpublished; %d reached the broker's tap, %d copies in all (relays that died before their mark, and the duplicator's %d)",
-		ev.Events, ev.Unpublished, ev.Tapped, ev.TapDeliveries, ev.DuplicatesSent)
-	p("events in       %d inbox rows (%s): %d deliveries, %d duplicates suppressed, %d reconciled with the engine after a consumer died; %d shipping instances, %d invoices shipped twice; settled %.1fs after the invoices",
-		ev.inboxRows(), counts(ev.InboxStates), ev.Deliveries, ev.Duplicates, ev.Reconcd, ev.Shipping, ev.ShippedTwice, ev.Drain.Seconds())
+	in := ev.Broker
+	if ev.Broker == "Kafka" {
+		in = fmt.Sprintf("Kafka (group %s, %d rebalances seen)", shippingGroup, ev.Rebalances)
+	}
+	p("events out      %s: %d invoice.paid in the outbox, %d unpublished; %d reached the broker's tap, %d copies in all (relays that died before their mark, and the duplicator's %d)",
+		ev.Broker, ev.Events, ev.Unpublished, ev.Tapped, ev.TapDeliveries, ev.DuplicatesSent)
+	p("events in       %s: %d inbox rows (%s): %d deliveries, %d duplicates suppressed, %d reconciled with the engine after a consumer died; %d shipping instances, %d invoices shipped twice; settled %.1fs after the invoices",
+		in, ev.inboxRows(), counts(ev.InboxStates), ev.Deliveries, ev.Duplicates, ev.Reconcd, ev.Shipping, ev.ShippedTwice, ev.Drain.Seconds())
 }
 
 // writeVerdict is the verdict per invariant, I9's control, and the violations (the first

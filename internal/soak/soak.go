@@ -88,6 +88,11 @@ type Config struct {
 	// BrokerRestarts is how many times the broker is killed (SIGKILL) and started again
 	// during the kills.
 	BrokerRestarts int
+	// Kafka says the Broker is Kafka: the workers run with the demo's Kafka setting
+	// (EXTWORKER_DEMO_EVENTS=kafka, the relay publishing to the topic invoice.paid, the
+	// inbox consuming it in the group extworker-demo.shipping), and the report counts the
+	// group's rebalances it saw. false: RabbitMQ.
+	Kafka bool
 }
 
 // Result is what happened.

@@ -122,15 +122,20 @@ func (r *runner) connect(context.Context) error {
 	return nil
 }
 
-// startTap, with a broker, gives the workers its URL and starts the soak's tap on the
-// events' exchange. The tap is declared before any worker runs: it sees every event
-// published.
+// startTap, with a broker, gives the workers its URL (with Kafka, the demo's Kafka
+// setting too) and starts the soak's tap on the events' exchange or topic. The tap is
+// declared before any worker runs: it sees every event published.
 func (r *runner) startTap(ctx context.Context) error {
 	if r.cfg.Broker == nil {
 		return nil
 	}
-	r.env = append(r.env, "EXTWORKER_AMQP_URL="+r.cfg.Broker.URL())
-	r.events = newTap(r.cfg.Broker.URL(), fmt.Sprintf("soak-tap-%d-%d", r.cfg.Seed, r.nonce))
+	if r.cfg.Kafka {
+		r.env = append(r.env, kafkaEnv(r.cfg.Broker.URL())...)
+		r.events = newKafkaTap(r.cfg.Broker.URL())
+	} else {
+		r.env = append(r.env, "EXTWORKER_AMQP_URL="+r.cfg.Broker.URL())
+		r.events = newTap(r.cfg.Broker.URL(), fmt.Sprintf("soak-tap-%d-%d", r.cfg.Seed, r.nonce))
+	}
 	if err := r.events.declare(); err != nil {
 		return fmt.Errorf("events: the broker at %s: %w", r.cfg.Broker.URL(), err)
 	}
@@ -302,7 +307,7 @@ func (r *runner) drainEvents(ctx context.Context, stopDuplicator func()) time.Du
 	t0 := time.Now()
 	deadline := t0.Add(eventsDrainAllowed)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if ok, err := eventsSettled(ctx, r.pool, r.ns, r.prefix); err == nil && ok {
+		if ok, err := eventsSettled(ctx, r.pool, r.ns, r.events.source, r.prefix); err == nil && ok {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
