@@ -193,6 +193,7 @@ func StartKafkaNode(dir string) (*KafkaNode, error) {
 	// A cluster of its own, this node its KRaft quorum's only voter.
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
+	id[0] &= 0x7f // the id's first character a letter: one starting with '-' reads as an option to StorageTool
 	format := exec.Command(n.java[0], append(n.java[1:], "kafka.tools.StorageTool", "format", "--standalone",
 		"-t", base64.RawURLEncoding.EncodeToString(id), "-c", n.conf())...)
 	if out, err := format.CombinedOutput(); err != nil {
