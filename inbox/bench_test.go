@@ -1,9 +1,14 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,15 +16,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/inbox/callback"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
 )
 
-// The consume side's cost per message, against the real PostgreSQL, RabbitMQ and engine
-// (make up):
+// The consume side's cost per message, against the real PostgreSQL, RabbitMQ, Kafka and
+// engine (make up):
 //
 //	go test -tags failpoints -run '^$' -bench . -benchtime 200x -benchmem ./inbox/
 //
@@ -104,62 +111,210 @@ func BenchmarkHandleStart(b *testing.B) {
 	report(b, trips)
 }
 
-// BenchmarkConsume is the consumer end to end through RabbitMQ: b.N messages are
-// published to a fresh queue first (with confirms, not timed), then a Consumer (Run,
-// the default Concurrency of 4) consumes them until the inbox has recorded every one
-// as processed. The time includes the consumer's connecting and declaring its queues
+// BenchmarkConsume is the consume side end to end, per transport: b.N messages wait for
+// the consumer first (not timed), then it takes them until the inbox has recorded every
+// one as processed; ns/op is per message. The time includes the consumer's connecting
 // (once per run) and up to one poll of the inbox (every 2ms) after the last message.
 //
 //   - ignore: Action{Ignore}, so that the engine is not the bottleneck;
 //   - start: each message starts a process instance in the real engine.
+//
+// And the transports, side by side:
+//
+//   - rabbitmq: published to a fresh queue (with confirms); a Consumer (Run, the default
+//     Concurrency of 4) consumes them, declaring its queues first;
+//   - kafka: produced to a fresh topic on the shared broker (3 partitions, acknowledged);
+//     a KafkaConsumer (Run, Concurrency 4) in a fresh group reads them from the start,
+//     committing each poll's offsets per partition once its rows are settled;
+//   - callback: signed (Standard Webhooks, before the timer) and POSTed to a
+//     callback.Server over loopback HTTP, 4 at a time, each answered once its row is
+//     settled (200): the signature check is timed, the provider's signing is not.
 func BenchmarkConsume(b *testing.B) {
 	for _, name := range []string{"ignore", "start"} {
 		b.Run(name, func(b *testing.B) {
-			e, trips := benchEnv(b, name == "start")
-			decide := ignore
-			if name == "start" {
-				decide = e.decide
-			}
-			cfg := inbox.Config{Source: e.source, Queue: testenv.Unique("bench-q")}
-			c := benchConsumer(b, e, decide, cfg)
-			run := testenv.Unique("BK")
-			publish(b, cfg, benchMessages(b.N, func(i int) payload { return payload{Do: name, BusinessKey: fmt.Sprintf("%s-%06d", run, i)} }))
-			poll := testenv.DB(b) // the polls are not the consumer's round trips
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			trips.Store(0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { done <- c.Run(ctx) }()
-			waitRecorded(b, c, poll, e.source, b.N)
-			b.StopTimer()
-			cancel()
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
-			report(b, trips)
-			s := c.Stats()
-			if s.Retried.Load() != 0 || s.Parked.Load() != 0 || s.Duplicates.Load() != 0 {
-				b.Fatalf("retried %d, parked %d, duplicates %d: want none", s.Retried.Load(), s.Parked.Load(), s.Duplicates.Load())
-			}
-			if name == "start" && s.Started.Load() != int64(b.N) {
-				b.Fatalf("started %d, want %d", s.Started.Load(), b.N)
+			for _, transport := range []string{"rabbitmq", "kafka", "callback"} {
+				b.Run(transport, func(b *testing.B) { benchConsume(b, name, transport) })
 			}
 		})
 	}
 }
 
+func benchConsume(b *testing.B, name, transport string) {
+	e, trips := benchEnv(b, name == "start")
+	decide := ignore
+	if name == "start" {
+		decide = e.decide
+	}
+	run := testenv.Unique("BK")
+	msgs := benchMessages(b.N, func(i int) payload { return payload{Do: name, BusinessKey: fmt.Sprintf("%s-%06d", run, i)} })
+	poll := testenv.DB(b) // the polls are not the consumer's round trips
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		h       *inbox.Handler
+		source  = e.source
+		consume func() error // runs until ctx ends, or sends every message
+	)
+	switch transport {
+	case "rabbitmq":
+		cfg := inbox.Config{Source: e.source, Queue: testenv.Unique("bench-q")}
+		c := benchConsumer(b, e, decide, cfg)
+		publish(b, cfg, msgs)
+		h, consume = c.Handler, func() error { return c.Run(ctx) }
+	case "kafka":
+		brokers := []string{testenv.Kafka(b)}
+		topic := testenv.Unique("bench-topic")
+		c, err := inbox.NewKafkaConsumer(e.pool, e.engine, decide, inbox.Config{Source: e.source, Queue: topic},
+			inbox.KafkaConfig{Brokers: brokers, Group: testenv.Unique("bench-group")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		produce(b, brokers, topic, msgs)
+		h, source, consume = c.Handler, inbox.KafkaSource(e.source, topic), func() error { return c.Run(ctx) }
+	case "callback":
+		var send func(ctx context.Context, i int) error
+		h, send = callbackServer(b, e, decide, msgs)
+		consume = func() error { return sendAll(ctx, b.N, 4, send) }
+	}
+	done := make(chan error, 1)
+	trips.Store(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() { done <- consume() }()
+	if transport == "callback" { // each callback answered once its row is settled
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		done <- nil
+	}
+	waitRecorded(b, h, poll, source, b.N)
+	b.StopTimer()
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	report(b, trips)
+	s := h.Stats()
+	if s.Retried.Load() != 0 || s.Parked.Load() != 0 || s.Duplicates.Load() != 0 {
+		b.Fatalf("retried %d, parked %d, duplicates %d: want none", s.Retried.Load(), s.Parked.Load(), s.Duplicates.Load())
+	}
+	if name == "start" && s.Started.Load() != int64(b.N) {
+		b.Fatalf("started %d, want %d", s.Started.Load(), b.N)
+	}
+}
+
+// produce writes msgs to topic as the outbox's KafkaPublisher does (each message its own
+// record key and its headers), all at once, and waits for the broker's acknowledgements.
+func produce(b *testing.B, brokers []string, topic string, msgs []inbox.Message) {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(m.ID), Value: m.Body, Headers: []kgo.RecordHeader{
+			{Key: inbox.HeaderMessageID, Value: []byte(m.ID)}, {Key: inbox.HeaderType, Value: []byte(m.Type)},
+			{Key: inbox.HeaderCorrelationID, Value: []byte(m.CorrelationID)}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// callbackServer serves a callback.Server for a source of the handler's own over loopback
+// HTTP (closed at cleanup), and returns the handler and send, which POSTs the i-th of
+// msgs, signed before the timer, and checks it is answered 200.
+func callbackServer(b *testing.B, e env, decide inbox.Decide, msgs []inbox.Message) (*inbox.Handler, func(context.Context, int) error) {
+	b.Helper()
+	h, err := inbox.NewHandler(e.pool, e.engine, decide, inbox.Config{Source: e.source})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const secret = "whsec_c2VjcmV0LWtleS1vZi1hdC1sZWFzdC0yNC1ieXRlcw=="
+	srv, err := callback.New(e.pool, []callback.Source{{Handler: h, Secrets: []string{secret}}}, callback.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/callbacks/{source}", srv)
+	hs := httptest.NewServer(mux)
+	b.Cleanup(hs.Close)
+	key, err := callback.ParseSecret(secret)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	sigs := make([]string, len(msgs))
+	for i, m := range msgs {
+		sigs[i] = callback.Sign(key, m.ID, ts, m.Body)
+	}
+	url := hs.URL + "/callbacks/" + e.source
+	client := hs.Client()
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 8
+	return h, func(ctx context.Context, i int) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(msgs[i].Body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set(callback.HeaderID, msgs[i].ID)
+		req.Header.Set(callback.HeaderTimestamp, ts)
+		req.Header.Set(callback.HeaderSignature, sigs[i])
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("callback %s answered %d", msgs[i].ID, resp.StatusCode)
+		}
+		return nil
+	}
+}
+
+// sendAll calls send for 0..n-1, at most conc at a time, and returns the first error.
+func sendAll(ctx context.Context, n, conc int, send func(context.Context, int) error) error {
+	var next atomic.Int64
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					errs <- nil
+					return
+				}
+				if err := send(ctx, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range conc {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // waitRecorded waits until n messages of source are processed in the inbox: it asks the
-// database every 2ms once the consumer has received n deliveries (an atomic read until
+// database every 2ms once the handler has received n deliveries (an atomic read until
 // then).
-func waitRecorded(b *testing.B, c *inbox.Consumer, pool *pgxpool.Pool, source string, n int) {
+func waitRecorded(b *testing.B, h *inbox.Handler, pool *pgxpool.Pool, source string, n int) {
 	b.Helper()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		if c.Stats().Received.Load() >= int64(n) {
+		if h.Stats().Received.Load() >= int64(n) {
 			var got int
 			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM extworker_inbox WHERE source = $1 AND state = 'processed'`,
 				source).Scan(&got); err != nil {
@@ -170,7 +325,7 @@ func waitRecorded(b *testing.B, c *inbox.Consumer, pool *pgxpool.Pool, source st
 			}
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d messages received after 5m", c.Stats().Received.Load(), n)
+			b.Fatalf("%d of %d messages received after 5m", h.Stats().Received.Load(), n)
 		}
 		<-tick.C
 	}

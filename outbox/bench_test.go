@@ -11,13 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
 	"github.com/extworker/extworker/outbox"
 )
 
-// The publish side's cost per event, against the real PostgreSQL and RabbitMQ (make up):
+// The publish side's cost per event, against the real PostgreSQL, RabbitMQ and Kafka (make
+// up):
 //
 //	go test -tags failpoints -run '^$' -bench . -benchtime 200x -benchmem ./outbox/
 //
@@ -77,12 +80,20 @@ func BenchmarkAdd(b *testing.B) {
 
 // BenchmarkAddAndPublish is one event end to end on the publish side: added in a
 // transaction of its own, then a relay pass publishes it, waits for the broker's
-// confirm and marks it published (the pass's own transaction).
+// confirm and marks it published (the pass's own transaction). Per transport (see
+// transports): rabbitmq, kafka.
 func BenchmarkAddAndPublish(b *testing.B) {
+	for _, transport := range transports {
+		b.Run(transport, func(b *testing.B) { benchAddAndPublish(b, transport) })
+	}
+}
+
+func benchAddAndPublish(b *testing.B, transport string) {
 	e, trips := benchEnv(b)
+	pub, published := benchPublisher(b, &e, transport)
 	ctx := context.Background()
 	events := benchEvents(e, b.N)
-	r := outbox.NewRelay(e.pool, e.pub, outbox.RelayConfig{Namespace: e.ns})
+	r := outbox.NewRelay(e.pool, pub, outbox.RelayConfig{Namespace: e.ns})
 	warmUp(b, e)
 	if n, err := r.PublishPending(ctx); err != nil || n != 1 { // connects the publisher
 		b.Fatalf("warm-up pass: published %d: %v", n, err)
@@ -102,15 +113,22 @@ func BenchmarkAddAndPublish(b *testing.B) {
 	b.StopTimer()
 	report(b, trips, "events/s")
 	expectRows(b, e, b.N+1, 0)
-	expectQueued(b, e, b.N+1)
+	expectPublished(b, published, b.N+1)
 }
 
 // BenchmarkPublishBatch is the relay working a backlog: b.N events are added first (not
 // timed), then relay passes of Batch 100 publish them all. ns/op is per event. A pass
 // publishes its events one at a time, each waiting for its confirm; the batch shares
-// the pass's query and transaction.
+// the pass's query and transaction. Per transport (see transports): rabbitmq, kafka.
 func BenchmarkPublishBatch(b *testing.B) {
+	for _, transport := range transports {
+		b.Run(transport, func(b *testing.B) { benchPublishBatch(b, transport) })
+	}
+}
+
+func benchPublishBatch(b *testing.B, transport string) {
 	e, trips := benchEnv(b)
+	pub, published := benchPublisher(b, &e, transport)
 	ctx := context.Background()
 	events := benchEvents(e, b.N)
 	for i := 0; i < len(events); i += 1000 {
@@ -128,10 +146,10 @@ func BenchmarkPublishBatch(b *testing.B) {
 	}
 	// Connects the publisher and the pool: publishes a probe through the same broker
 	// connection, not counted.
-	if err := e.pub.Publish(ctx, e.event("warm-up", "")); err != nil {
+	if err := pub.Publish(ctx, e.event("warm-up", "")); err != nil {
 		b.Fatal(err)
 	}
-	r := outbox.NewRelay(e.pool, e.pub, outbox.RelayConfig{Namespace: e.ns, Batch: 100})
+	r := outbox.NewRelay(e.pool, pub, outbox.RelayConfig{Namespace: e.ns, Batch: 100})
 	trips.Store(0)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -151,7 +169,7 @@ func BenchmarkPublishBatch(b *testing.B) {
 	report(b, trips, "events/s")
 	b.ReportMetric(float64(passes), "passes")
 	expectRows(b, e, b.N, 0)
-	expectQueued(b, e, b.N+1)
+	expectPublished(b, published, b.N+1)
 }
 
 // benchEnv is newEnv for a benchmark: a migrated database, a fresh namespace, a queue of
@@ -210,15 +228,61 @@ func expectRows(b *testing.B, e env, rows, unpublished int) {
 	}
 }
 
-// expectQueued checks, after the timer, that the broker holds n messages in the queue.
-func expectQueued(b *testing.B, e env, n int) {
+// transports are the publishers the relay benchmarks run with, side by side:
+//
+//   - rabbitmq: outbox.AMQPPublisher, persistent, to a queue of the run's own through the
+//     default exchange, waiting for each publisher confirm;
+//   - kafka: outbox.KafkaPublisher to a topic of the run's own on the shared broker (3
+//     partitions, one replica), waiting for each acknowledgement (acks=all, idempotent).
+var transports = []string{"rabbitmq", "kafka"}
+
+// benchPublisher is the publisher of transport for e (for kafka, e's events go to a topic
+// of its own) and a count of the messages it has put on the queue or topic.
+func benchPublisher(b *testing.B, e *env, transport string) (outbox.Publisher, func() int) {
 	b.Helper()
-	q, err := e.ch.QueueDeclarePassive(e.queue, false, true, true, false, nil)
+	if transport == "rabbitmq" {
+		return e.pub, func() int {
+			q, err := e.ch.QueueDeclarePassive(e.queue, false, true, true, false, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return q.Messages
+		}
+	}
+	brokers := []string{testenv.Kafka(b)}
+	e.queue = testenv.Unique("bench-topic") // e.event's RoutingKey: the topic
+	pub, err := outbox.NewKafkaPublisher(brokers)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if q.Messages != n {
-		b.Fatalf("the queue holds %d messages, want %d", q.Messages, n)
+	b.Cleanup(func() { _ = pub.Close() })
+	return pub, func() int {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, e.queue)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		ends.Each(func(o kadm.ListedOffset) { n += int(o.Offset) })
+		return n
+	}
+}
+
+// expectPublished checks, after the timer, that the broker holds n messages in the queue
+// or on the topic.
+func expectPublished(b *testing.B, published func() int, n int) {
+	b.Helper()
+	if got := published(); got != n {
+		b.Fatalf("the broker holds %d messages, want %d", got, n)
 	}
 }
 
