@@ -79,14 +79,9 @@ func (t *tap) runKafka(ctx context.Context) {
 const groupWatchEvery = 200 * time.Millisecond
 
 // watchGroup describes the workers' consumer group every groupWatchEvery until ctx ends
-// and counts its rebalances as it can see them: each change of the stable group's
-// members (a worker joining after a start, one evicted after its SIGKILL, one leaving at
-// its SIGTERM) is one. The first stable membership is the baseline; rebalances that end
-// with the members they began with, or follow each other faster than the polling, are
-// not seen: the count is a lower bound.
+// and counts its rebalances as it can see them (rebalanceCounter).
 func (t *tap) watchGroup(ctx context.Context, adm *kadm.Client) {
-	var last string
-	seen := false
+	var rc rebalanceCounter
 	tick := time.NewTicker(groupWatchEvery)
 	defer tick.Stop()
 	for {
@@ -99,16 +94,46 @@ func (t *tap) watchGroup(ctx context.Context, adm *kadm.Client) {
 		gs, err := adm.DescribeGroups(dctx, shippingGroup)
 		cancel()
 		g, ok := gs[shippingGroup]
-		if err != nil || !ok || g.Err != nil || g.State != "Stable" {
+		if err != nil || !ok || g.Err != nil {
 			continue
 		}
-		if members := groupMembers(g); !seen {
-			last, seen = members, true
-		} else if members != last {
-			last = members
+		if rc.observe(g.State, groupMembers(g)) {
 			t.rebalances.Add(1)
 		}
 	}
+}
+
+// rebalanceCounter counts a classic consumer group's rebalances from its described
+// states: one each time the group is seen rebalancing (PreparingRebalance or
+// CompletingRebalance) after it was seen settled (Stable or Empty), and one each time its
+// stable members differ from the last stable members seen with no rebalance seen between
+// (one that began and ended between two looks). Rebalances that follow each other
+// between two looks and end with the members they began with are not seen: the count is
+// a lower bound. The first look is the baseline.
+type rebalanceCounter struct {
+	looked      bool
+	rebalancing bool   // the last look saw the group rebalancing
+	stable      string // the members at the last stable look
+}
+
+// observe takes one look at the group, its state and its members; it reports whether a
+// rebalance is counted.
+func (c *rebalanceCounter) observe(state, members string) bool {
+	first := !c.looked
+	c.looked = true
+	switch state {
+	case "PreparingRebalance", "CompletingRebalance":
+		counted := !c.rebalancing && !first
+		c.rebalancing = true
+		return counted
+	case "Stable":
+		counted := !c.rebalancing && !first && members != c.stable
+		c.rebalancing, c.stable = false, members
+		return counted
+	case "Empty":
+		c.rebalancing, c.stable = false, ""
+	}
+	return false
 }
 
 // groupMembers is the group's member ids, sorted and joined: its membership.
