@@ -215,13 +215,13 @@ func TestKafkaBrokerKilledMidBatch(t *testing.T) {
 		t.Fatalf("the consumer did not decide %d messages within a minute", holdAt)
 	}
 	node.Kill(t)
-	close(resume) // the held message acts, and its commit meets a dead broker
 	settledWhileDown := k.rowStates(t)[inbox.StateProcessed]
+	close(resume) // the held message acts, and its commit meets a dead broker
 	node.Restart(t)
 
 	k.actedOnce(t, s)
 	st := c.Stats()
-	t.Logf("%d messages; %d processed while the broker was down; received %d, started %d, correlated %d, duplicates %d, retried %d",
+	t.Logf("%d messages; %d processed when the broker died; received %d, started %d, correlated %d, duplicates %d, retried %d",
 		len(s.msgs), settledWhileDown, st.Received.Load(), st.Started.Load(), st.Correlated.Load(), st.Duplicates.Load(), st.Retried.Load())
 	assert.Less(t, settledWhileDown, len(s.msgs), "the broker died mid-stream, with messages left")
 	assert.Equal(t, int64(len(s.starts)), st.Started.Load(), "starts")
