@@ -54,6 +54,10 @@ type KafkaConfig struct {
 	Options []kgo.Opt
 }
 
+// commitTimeout bounds a commit of offsets: one that does not finish leaves its records
+// to come again, which the inbox knows.
+const commitTimeout = 10 * time.Second
+
 // KafkaSource is the inbox source of messages from topic, for a consumer configured with
 // source: the topic is part of the message's identity, so that ids from two channels
 // cannot collide.
@@ -164,7 +168,9 @@ func (c *KafkaConsumer) partition(ctx context.Context, cl *kgo.Client, topic str
 	if settled == nil {
 		return
 	}
-	if err := cl.CommitRecords(context.WithoutCancel(ctx), settled); err != nil {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := cl.CommitRecords(cctx, settled); err != nil {
 		// Lost the partition, or the group coordinator: the records come again, and the
 		// inbox knows them.
 		c.cfg.Logger.Warn("inbox: committing Kafka offsets failed; the records come again and the inbox knows them",
@@ -212,7 +218,21 @@ func (c *KafkaConsumer) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Reco
 // copyTo writes a copy of r to topic, with r's key, value and headers, extra replacing
 // any of the same name, and waits for the broker's acknowledgement.
 func (c *KafkaConsumer) copyTo(ctx context.Context, cl *kgo.Client, topic string, r *kgo.Record, extra map[string]string) error {
-	return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, extra)}).FirstErr()
+	return produce(ctx, cl, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, extra)})
+}
+
+// produce writes r and waits for the broker's acknowledgement, or for ctx to end (the
+// idempotent producer alone waits out a broker's outage, whatever ctx says). A copy
+// given up on may still be written: the inbox knows a copy it sees twice.
+func produce(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
+	done := make(chan error, 1)
+	cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // withHeaders is hs with extra's values replacing (or added to) those of the same key;

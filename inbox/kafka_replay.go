@@ -83,7 +83,7 @@ func replayRecord(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, topic
 		return nil
 	}
 	drop := map[string]string{HeaderReason: "", HeaderDigest: "", HeaderAttempt: "", HeaderDue: ""}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, drop)}).FirstErr(); err != nil {
+	if err := produce(ctx, cl, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, drop)}); err != nil {
 		return fmt.Errorf("inbox: replay %s: %w", id, err)
 	}
 	rep.Replayed = append(rep.Replayed, id)

@@ -64,10 +64,26 @@ func (p *KafkaPublisher) Publish(ctx context.Context, e Event) error {
 	for k, v := range w3c(ctx) {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+	if err := produce(ctx, p.cl, r); err != nil {
 		return fmt.Errorf("outbox: publish %s: %w", e.MessageID, err)
 	}
 	return nil
+}
+
+// produce writes r and waits for the broker's acknowledgement, or for ctx to end: the
+// idempotent producer does not give up on a record it has sent until it learns what
+// became of it (the broker may have written it), so ProduceSync would wait out a broker's
+// outage whatever ctx says. A record given up on here may still be written, ahead of
+// anything later on its partition; the relay publishes the event again, with its id.
+func produce(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
+	done := make(chan error, 1)
+	cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (p *KafkaPublisher) messagingSystem() string { return "kafka" }
