@@ -36,7 +36,7 @@ func (a *App) ConsumeKafka(cfg inbox.Config, group string, decide inbox.Decide) 
 		return a.configError(err)
 	}
 	c, err := inbox.NewKafkaConsumer(pool, admin.New(a.client), decide, cfg, inbox.KafkaConfig{Brokers: a.cfg.KafkaBrokers,
-		Group: group, Replay: a.cfg.KafkaReplay, Options: a.cfg.KafkaOptions()})
+		Group: group, Replay: a.cfg.KafkaReplay, SessionTimeout: a.cfg.KafkaSessionTimeout, Options: a.cfg.KafkaOptions()})
 	if err != nil {
 		pool.Close()
 		return a.configError(err)

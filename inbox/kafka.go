@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,9 +51,19 @@ type KafkaConfig struct {
 	// position): every message is a historical replay (Message.Replay), which correlates
 	// at most once and never starts a process.
 	Replay bool
+	// SessionTimeout is how long the group waits for a consumer that stopped
+	// heartbeating (a process that died) before its partitions go to the others: until
+	// then, their records wait. Default DefaultKafkaSessionTimeout; the broker bounds it
+	// (group.min.session.timeout.ms, 6s by default).
+	SessionTimeout time.Duration
 	// Options are further franz-go options (TLS, SASL, client id), applied last.
 	Options []kgo.Opt
 }
+
+// DefaultKafkaSessionTimeout is KafkaConfig.SessionTimeout's default: 10s, shorter than
+// the Kafka client's 45s, so that a dead worker's partitions are taken over within
+// seconds, as RabbitMQ redelivers a dead consumer's messages at once.
+const DefaultKafkaSessionTimeout = 10 * time.Second
 
 // commitTimeout bounds a commit of offsets: one that does not finish leaves its records
 // to come again, which the inbox knows.
@@ -106,6 +117,8 @@ func (c *KafkaConsumer) Run(ctx context.Context) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AllowAutoTopicCreation(),
+		kgo.SessionTimeout(cmp.Or(c.kc.SessionTimeout, DefaultKafkaSessionTimeout)),
+		kgo.HeartbeatInterval(cmp.Or(c.kc.SessionTimeout, DefaultKafkaSessionTimeout) / 5),
 	}, c.kc.Options...)...)
 	if err != nil {
 		return fmt.Errorf("inbox: Kafka client: %w", err)

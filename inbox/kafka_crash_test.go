@@ -50,16 +50,21 @@ func kafkaChild(ctx context.Context, pool *pgxpool.Pool, mode string) error {
 		defer pub.Close()
 		return outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: os.Getenv(childEnv + "_NS"), PollInterval: 50 * time.Millisecond}).Run(ctx)
 	}
-	// The quick client of the test's consumers, so that a dead attempt's request cannot
-	// land after the in-flight window of the consumer that takes over.
-	ec, err := camunda7.New(camunda7.Config{BaseURL: testenv.EngineURL(), Timeout: quickTimeout, LongPollMargin: quickTimeout})
+	// The short tier: the quick client of the test's consumers, so that a dead attempt's
+	// request cannot land after the in-flight window of the consumer that takes over, and
+	// a short session. The defaults tier: the shipped settings throughout.
+	ccfg, cfg := camunda7.Config{BaseURL: testenv.EngineURL(), Timeout: quickTimeout, LongPollMargin: quickTimeout},
+		inbox.Config{Source: os.Getenv(childEnv + "_SOURCE"), Queue: os.Getenv(childEnv + "_QUEUE"), InFlightWindow: quickWindow}
+	kc := inbox.KafkaConfig{Brokers: brokers, Group: os.Getenv(childEnv + "_GROUP"), Options: kafkaChildOptions}
+	if os.Getenv(childEnv+"_TIER") == "defaults" {
+		ccfg, cfg.InFlightWindow, kc.Options = camunda7.Config{BaseURL: testenv.EngineURL()}, 0, nil
+	}
+	ec, err := camunda7.New(ccfg)
 	if err != nil {
 		return err
 	}
 	e := env{ship: os.Getenv(childEnv + "_SHIP"), wait: os.Getenv(childEnv + "_WAIT"), paid: os.Getenv(childEnv + "_PAID")}
-	c, err := inbox.NewKafkaConsumer(pool, admin.New(ec), e.decide,
-		inbox.Config{Source: os.Getenv(childEnv + "_SOURCE"), Queue: os.Getenv(childEnv + "_QUEUE"), InFlightWindow: quickWindow},
-		inbox.KafkaConfig{Brokers: brokers, Group: os.Getenv(childEnv + "_GROUP"), Options: kafkaChildOptions})
+	c, err := inbox.NewKafkaConsumer(pool, admin.New(ec), e.decide, cfg, kc)
 	if err != nil {
 		return err
 	}
@@ -146,32 +151,29 @@ func runKafka(t *testing.T, c *inbox.KafkaConsumer) {
 // engine, answers the second from the inbox, and acts on the rest. Nothing is lost, no
 // process is started twice, no message is correlated twice.
 func TestKafkaConsumerKilled(t *testing.T) {
-	for _, point := range []string{failpoint.InboxAfterEngine, failpoint.InboxAfterAck} {
-		t.Run(point, func(t *testing.T) {
+	for _, tc := range []struct{ tier, point string }{
+		{"defaults", failpoint.InboxAfterEngine}, {"short", failpoint.InboxAfterEngine}, {"short", failpoint.InboxAfterAck},
+	} {
+		t.Run(tc.tier+"/"+tc.point, func(t *testing.T) {
 			k := newKafkaEnv(t)
 			group := testenv.Unique("group")
 			s := k.stream(t, "kc", 3)
 			k.publish(t, s.msgs...)
-			killedAt(t, "kafka-consume", point, k.childVars(group)...)
+			killedAt(t, "kafka-consume", tc.point, append(k.childVars(group), childEnv+"_TIER="+tc.tier)...)
 
 			left := k.rowStates(t)
 			t.Logf("inbox rows the dead consumer left: %v", left)
-			if point == failpoint.InboxAfterEngine {
+			if tc.point == failpoint.InboxAfterEngine {
 				assert.Positive(t, left[inbox.StateProcessing], "the row of the message the engine acted on is not settled")
 			} else {
 				assert.Positive(t, left[inbox.StateProcessed], "the row of the message at the failpoint is settled")
 			}
-
-			c, err := inbox.NewKafkaConsumer(k.pool, admin.New(quickClient(t, testenv.EngineURL(), quickTimeout)), k.decide,
-				inbox.Config{Source: k.source, Queue: k.topic, InFlightWindow: quickWindow, BackoffInitial: 200 * time.Millisecond, BackoffMax: time.Second},
-				inbox.KafkaConfig{Brokers: k.brokers, Group: group})
-			require.NoError(t, err)
-			runKafka(t, c)
+			c := k.takeOver(t, group, tc.tier)
 			k.actedOnce(t, s)
 			st := c.Stats()
 			t.Logf("the consumer that took over: received %d, started %d, correlated %d, reconciled %d, duplicates %d, retried %d",
 				st.Received.Load(), st.Started.Load(), st.Correlated.Load(), st.Reconciled.Load(), st.Duplicates.Load(), st.Retried.Load())
-			if point == failpoint.InboxAfterEngine {
+			if tc.point == failpoint.InboxAfterEngine {
 				assert.GreaterOrEqual(t, st.Reconciled.Load(), int64(1), "the dead attempt's action found in the engine")
 			} else {
 				assert.GreaterOrEqual(t, st.Duplicates.Load(), int64(1), "the settled, uncommitted record delivered again and answered from the inbox")
@@ -180,6 +182,22 @@ func TestKafkaConsumerKilled(t *testing.T) {
 			assert.Zero(t, st.Parked.Load())
 		})
 	}
+}
+
+// takeOver runs a consumer of the group that takes over from a dead one: at the shipped
+// settings (the defaults tier: it waits out the dead member's session, 10s, and the
+// in-flight window, 1m), or the short tier's.
+func (k kafkaEnv) takeOver(t *testing.T, group, tier string) *inbox.KafkaConsumer {
+	t.Helper()
+	engine, cfg := admin.New(quickClient(t, testenv.EngineURL(), quickTimeout)),
+		inbox.Config{Source: k.source, Queue: k.topic, InFlightWindow: quickWindow, BackoffInitial: 200 * time.Millisecond, BackoffMax: time.Second}
+	if tier == "defaults" {
+		engine, cfg = k.engine, inbox.Config{Source: k.source, Queue: k.topic}
+	}
+	c, err := inbox.NewKafkaConsumer(k.pool, engine, k.decide, cfg, inbox.KafkaConfig{Brokers: k.brokers, Group: group})
+	require.NoError(t, err)
+	runKafka(t, c)
+	return c
 }
 
 // TestKafkaBrokerKilledMidBatch: the broker (a private one) is SIGKILLed while a consumer

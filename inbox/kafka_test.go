@@ -59,7 +59,7 @@ func (k kafkaEnv) publish(t *testing.T, ms ...inbox.Message) {
 func (k kafkaEnv) state(t *testing.T, id string, want inbox.State) inbox.Record {
 	t.Helper()
 	var r inbox.Record
-	testenv.Eventually(t, time.Minute, "inbox row "+id+" "+string(want), func() (bool, error) {
+	testenv.Eventually(t, 3*time.Minute, "inbox row "+id+" "+string(want), func() (bool, error) {
 		rows, err := inbox.List(testenv.Context(t, 10*time.Second), k.pool, inbox.Filter{Source: inbox.KafkaSource(k.source, k.topic), MessageID: id})
 		if err != nil || len(rows) == 0 {
 			return false, err

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -45,6 +46,9 @@ func (c Config) channelProblems() []error {
 			errs = append(errs, fmt.Errorf("EXTWORKER_KAFKA_BROKERS %q: events would travel in clear to a host that is not loopback: "+
 				"set EXTWORKER_KAFKA_TLS=true, or EXTWORKER_KAFKA_ALLOW_PLAINTEXT=true", b))
 		}
+	}
+	if len(c.KafkaBrokers) > 0 && (c.KafkaSessionTimeout < 6*time.Second || c.KafkaSessionTimeout > 5*time.Minute) {
+		errs = append(errs, fmt.Errorf("EXTWORKER_KAFKA_SESSION_TIMEOUT %v: want 6s (the broker's least, by default) to 5m", c.KafkaSessionTimeout))
 	}
 	switch c.OutboxBroker {
 	case "":

@@ -102,6 +102,9 @@ type Config struct {
 	// group's offsets were reset): every message is a historical replay, which
 	// correlates at most once and never starts a process (inbox.KafkaConfig.Replay).
 	KafkaReplay bool `envconfig:"KAFKA_REPLAY"`
+	// KafkaSessionTimeout is how long a Kafka consumer group waits for a member that
+	// died before its partitions go to the others (inbox.KafkaConfig.SessionTimeout).
+	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s"`
 	// OutboxBroker is where the outbox relay publishes: amqp or kafka. Empty: amqp with
 	// AMQPURL, else kafka with KafkaBrokers, else no relay runs in this process.
 	OutboxBroker string `envconfig:"OUTBOX_BROKER"`
