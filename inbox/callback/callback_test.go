@@ -95,8 +95,13 @@ func newEnv(t *testing.T) *env {
 // restarted has: nothing of the old one's memory is left.
 func (e *env) restart(t *testing.T) {
 	t.Helper()
-	h, err := inbox.NewHandler(e.pool, e.engine, e.decide, inbox.Config{Source: e.source,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	e.restartWith(t, inbox.Config{Source: e.source, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+}
+
+// restartWith is restart with the inbox settings cfg.
+func (e *env) restartWith(t *testing.T, cfg inbox.Config) {
+	t.Helper()
+	h, err := inbox.NewHandler(e.pool, e.engine, e.decide, cfg)
 	require.NoError(t, err)
 	e.srv, err = callback.New(e.pool, []callback.Source{{Handler: h, Secrets: []string{e.oldText, e.newText}}},
 		callback.Config{PollInterval: 50 * time.Millisecond})
