@@ -199,7 +199,8 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./...
 
-# The production packages build for Windows and macOS, and go.mod is tidy (CI runs both).
+# The production packages build for Windows and macOS, and go.mod is tidy, the model user
+# module's (examples/courier) too (CI runs both).
 PROD_PKGS = . ./camunda7/... ./lockext/... ./tasks/... ./idempotency/... ./failure/... ./migrations/... ./metrics/... ./outbox/... ./inbox/... ./internal/failpoint/... ./cmd/extworker/
 .PHONY: cross tidy-check
 cross:
@@ -207,6 +208,7 @@ cross:
 	GOOS=darwin GOARCH=arm64 $(GO) build $(PROD_PKGS)
 tidy-check:
 	$(GO) mod tidy -diff
+	cd examples/courier && $(GO) mod tidy -diff
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
