@@ -56,7 +56,7 @@ func (a *App) Callback(cfg inbox.Config, decide inbox.Decide) error {
 	if a.cfg.CallbackAddr == "" {
 		return a.configError(fmt.Errorf("the callbacks of %s need EXTWORKER_CALLBACK_ADDR, their listener", cfg.Source))
 	}
-	secrets, err := daemon.CallbackSecrets(cfg.Source)
+	secrets, err := a.callbackSecrets(cfg.Source)
 	if err != nil {
 		return a.configError(err)
 	}
@@ -78,6 +78,30 @@ func (a *App) Callback(cfg inbox.Config, decide inbox.Decide) error {
 		a.callbackPool = pool
 	}
 	return nil
+}
+
+// callbackSecrets reads and checks the secrets of a callback source, which must have a
+// name of its own (no channel's source, and a secrets variable no other source reads).
+func (a *App) callbackSecrets(source string) ([]string, error) {
+	if inbox.ReservedSource(source) {
+		return nil, fmt.Errorf("callback source %q: a name with %q is a Kafka topic's source (inbox.KafkaSource)", source, inbox.KafkaSource("", ""))
+	}
+	name := daemon.CallbackSecretsVar(source)
+	for _, other := range a.callbacks {
+		if o := other.Handler.Config().Source; daemon.CallbackSecretsVar(o) == name {
+			return nil, fmt.Errorf("callback sources %q and %q would share the secrets of %s: name them apart", o, source, name)
+		}
+	}
+	secrets, err := daemon.CallbackSecrets(source)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range secrets {
+		if _, err := callback.ParseSecret(s); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return secrets, nil
 }
 
 // configError records err as a configuration error, for Run to return too.
@@ -125,16 +149,18 @@ func (a *App) consumes() bool {
 // runChannels starts the consumers, the callbacks' listener and the outbox relay on
 // background, for as long as ctx lasts.
 func (a *App) runChannels(ctx context.Context, background *sync.WaitGroup) error {
+	// The callbacks' listener first: an address it cannot take fails Run before anything
+	// else has started.
+	if len(a.callbacks) > 0 {
+		if err := a.serveCallbacks(ctx, background); err != nil {
+			return err
+		}
+	}
 	for _, c := range a.consumers {
 		background.Go(func() { _ = c.Run(ctx) })
 	}
 	for _, run := range a.runners {
 		background.Go(func() { _ = run(ctx) })
-	}
-	if len(a.callbacks) > 0 {
-		if err := a.serveCallbacks(ctx, background); err != nil {
-			return err
-		}
 	}
 	if a.relay != nil {
 		background.Go(func() {

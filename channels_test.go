@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -154,4 +155,67 @@ func header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// newChannelsApp is an App configured by the environment for the channel tests.
+func newChannelsApp(t *testing.T, vars map[string]string) *extworker.App {
+	t.Helper()
+	testenv.Engine(t)
+	pool := testenv.DB(t)
+	ctx := testenv.Context(t, time.Minute)
+	_, err := migrations.Up(ctx, stdlib.OpenDBFromPool(pool))
+	require.NoError(t, err)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	t.Setenv("EXTWORKER_HTTP_ADDR", "off")
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+	app, err := extworker.New(ctx, extworker.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	return app
+}
+
+// A callbacks' listener that cannot take its address fails Run at once with a
+// configuration error, whatever else the App runs (with a Kafka consumer beside it, the
+// process ran on without callbacks, /readyz ready, until SIGTERM).
+func TestAppCallbackListenerTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a key of thirty-two bytes, or so"))
+	app := newChannelsApp(t, map[string]string{"EXTWORKER_KAFKA_BROKERS": testenv.Kafka(t), "EXTWORKER_CALLBACK_ADDR": taken.Addr().String(),
+		daemon.CallbackSecretsVar("psp"): secret})
+	ignore := func(inbox.Message) (inbox.Action, error) { return inbox.Action{Ignore: "test"}, nil }
+	require.NoError(t, app.ConsumeKafka(inbox.Config{Source: "psp", Queue: testenv.Unique("t")}, testenv.Unique("g"), ignore))
+	require.NoError(t, app.Callback(inbox.Config{Source: "psp"}, ignore))
+	done := make(chan error, 1)
+	go func() { done <- app.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.True(t, extworker.IsConfigError(err), "a configuration error: %v", err)
+		assert.Contains(t, err.Error(), "EXTWORKER_CALLBACK_ADDR")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run went on without its callbacks' listener")
+	}
+}
+
+// Callback sources are told apart: two whose names share a secrets variable, a name
+// KafkaSource makes, and a secret that is not one are configuration errors at
+// registration.
+func TestAppCallbackSourcesApart(t *testing.T) {
+	good := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a key of thirty-two bytes, or so"))
+	app := newChannelsApp(t, map[string]string{"EXTWORKER_CALLBACK_ADDR": freeAddr(t),
+		daemon.CallbackSecretsVar("a-b"): good, daemon.CallbackSecretsVar("short"): "whsec_c2hvcnQ=",
+		daemon.CallbackSecretsVar("x@kafka:t"): good})
+	ignore := func(inbox.Message) (inbox.Action, error) { return inbox.Action{Ignore: "test"}, nil }
+	require.NoError(t, app.Callback(inbox.Config{Source: "a-b"}, ignore))
+	for source, want := range map[string]string{"a_b": "would share the secrets of", "short": daemon.CallbackSecretsVar("short"),
+		"x@kafka:t": "Kafka topic's source"} {
+		err := app.Callback(inbox.Config{Source: source}, ignore)
+		assert.True(t, extworker.IsConfigError(err), "%s: %v", source, err)
+		assert.ErrorContains(t, err, want, source)
+	}
 }

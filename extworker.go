@@ -298,6 +298,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	var background sync.WaitGroup
 	defer background.Wait()
+	// What Run started in the background ends with it, on an error too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if err := a.runChannels(ctx, &background); err != nil {
 		return err
 	}

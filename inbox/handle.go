@@ -174,7 +174,9 @@ func (c *Handler) act(ctx context.Context, r *row, fa facts) (Handling, error) {
 		fa.park = ParkUnreadable
 		return c.finish(ctx, r, classify(fa), "the consumer could not read the message: "+err.Error(), "")
 	}
-	a = replayed(r.m, a)
+	if r.m.Replay && a.Start != nil {
+		return c.replayedStart(ctx, r, a.Start.ProcessKey)
+	}
 	r.action, r.businessKey = actionText(a), businessKeyOf(a)
 	kind, reason := checkAction(a)
 	fa.park, fa.action = kind, kindOf(a)
@@ -193,13 +195,18 @@ func (c *Handler) act(ctx context.Context, r *row, fa facts) (Handling, error) {
 	return c.finish(ctx, r, s, reason, "")
 }
 
-// replayed is the action for m: a, unless m is a historical replay and a starts a
-// process, which a replay never does.
-func replayed(m Message, a Action) Action {
-	if !m.Replay || a.Start == nil {
-		return a
+// replayedStart answers a historical replay of a start, which never starts a process:
+// it leaves no trace, so that the live channel, which may not have delivered the message
+// yet, still acts on it. A row this delivery made is deleted; one of the live channel's
+// is left as it is.
+func (c *Handler) replayedStart(ctx context.Context, r *row, process string) (Handling, error) {
+	if r.deliveries == 1 {
+		if err := r.forget(ctx); err != nil {
+			return Handling{}, err
+		}
 	}
-	return Action{Ignore: "a historical replay never starts a process (start " + a.Start.ProcessKey + " not sent)"}
+	return Handling{Disposition: Ack, State: r.state, Class: ClassIgnored,
+		Reason: "a historical replay never starts a process (start " + process + " not sent; the message left as the live channel has it)"}, nil
 }
 
 // actionText is what the row's action column says of a.

@@ -390,6 +390,9 @@ func NewConsumer(pool *pgxpool.Pool, engine Engine, amqpURL string, decide Decid
 	if cfg.Queue == "" {
 		return nil, errors.New("inbox: Config needs Source and Queue")
 	}
+	if ReservedSource(cfg.Source) {
+		return nil, fmt.Errorf("inbox: Config.Source %q holds %q, which KafkaSource adds: a RabbitMQ consumer's messages would share a Kafka topic's ids", cfg.Source, kafkaMark)
+	}
 	h, err := NewHandler(pool, engine, decide, cfg)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +73,15 @@ const commitTimeout = 10 * time.Second
 // KafkaSource is the inbox source of messages from topic, for a consumer configured with
 // source: the topic is part of the message's identity, so that ids from two channels
 // cannot collide.
-func KafkaSource(source, topic string) string { return source + "@kafka:" + topic }
+func KafkaSource(source, topic string) string { return source + kafkaMark + topic }
+
+// kafkaMark joins a source and a topic in KafkaSource.
+const kafkaMark = "@kafka:"
+
+// ReservedSource reports whether source is a name KafkaSource makes (it holds "@kafka:"):
+// no channel but a KafkaConsumer records messages under it, so that two channels' ids
+// cannot collide.
+func ReservedSource(source string) bool { return strings.Contains(source, kafkaMark) }
 
 // KafkaConsumer consumes one Kafka topic into the inbox and the engine, with the same
 // states, classification and guarantees as Consumer. Its companions are the topics
@@ -95,6 +104,9 @@ type KafkaConsumer struct {
 func NewKafkaConsumer(pool *pgxpool.Pool, engine Engine, decide Decide, cfg Config, kc KafkaConfig) (*KafkaConsumer, error) {
 	if cfg.Queue == "" || cfg.Source == "" || len(kc.Brokers) == 0 || kc.Group == "" {
 		return nil, errors.New("inbox: a Kafka consumer needs Config.Source, Config.Queue (the topic), KafkaConfig.Brokers and KafkaConfig.Group")
+	}
+	if ReservedSource(cfg.Source) {
+		return nil, fmt.Errorf("inbox: Config.Source %q holds %q, which KafkaSource adds", cfg.Source, kafkaMark)
 	}
 	topic := cfg.Queue
 	cfg.Source = KafkaSource(cfg.Source, topic)

@@ -117,21 +117,31 @@ func TestKafkaConsumer(t *testing.T) {
 	assert.Empty(t, rows, "the topic is part of the source: a RabbitMQ consumer of source %s does not see it", k.source)
 }
 
-// TestKafkaReplayNeverStarts: a group reading history (KafkaConfig.Replay), or a record
-// marked as a replay, correlates but never starts a process, even one whose inbox row was
-// pruned long ago.
+// TestKafkaReplayNeverStarts: a group reading history (KafkaConfig.Replay) correlates
+// but never starts a process, and leaves no trace of the start it skipped: a live group
+// that has not read the message yet still starts it, once (the replay recorded it as
+// processed, and the live delivery was then suppressed as its duplicate).
 func TestKafkaReplayNeverStarts(t *testing.T) {
 	k := newKafkaEnv(t)
 	bk, bkWait := testenv.Unique("INV"), testenv.Unique("INV")
 	k.startWaiting(t, bkWait)
 	k.publish(t, msg("r-start", payload{Do: "start", BusinessKey: bk}), msg("r-corr", payload{Do: "correlate", BusinessKey: bkWait}))
-	k.consumer(t, testenv.Unique("replay"), true, inbox.Config{})
+	replay := k.consumer(t, testenv.Unique("replay"), true, inbox.Config{})
 
-	r := k.state(t, "r-start", inbox.StateProcessed)
-	assert.Contains(t, r.Reason, "historical replay never starts a process")
 	k.state(t, "r-corr", inbox.StateProcessed)
+	testenv.Eventually(t, time.Minute, "the replay handled both", func() (bool, error) {
+		return replay.Stats().Received.Load() == 2, nil
+	})
+	rows, err := inbox.List(testenv.Context(t, 10*time.Second), k.pool, inbox.Filter{Source: inbox.KafkaSource(k.source, k.topic), MessageID: "r-start"})
+	require.NoError(t, err)
+	assert.Empty(t, rows, "a replayed start leaves no row")
 	assert.Equal(t, 0, k.instances(t, k.ship, bk), "a replay started a process")
 	assert.Equal(t, 1, k.correlations(t, bkWait), "a replay still correlates, once")
+
+	k.consumer(t, testenv.Unique("live"), false, inbox.Config{})
+	k.state(t, "r-start", inbox.StateProcessed)
+	assert.Equal(t, 1, k.instances(t, k.ship, bk), "the live group starts it, once")
+	assert.Equal(t, 1, k.correlations(t, bkWait), "and does not correlate again")
 }
 
 // TestKafkaRebalanceMidMessage: a second consumer joins the group while the first holds

@@ -18,6 +18,7 @@ type row struct {
 	// id is the stored message id (StoredID).
 	id             string
 	state          State
+	deliveries     int // this one included: 1 for a row this delivery made
 	attempts       int
 	engineFailures int
 	// unresolved: an attempt's outcome at the engine is unknown (the row's
@@ -62,12 +63,12 @@ func (r *row) upsert(ctx context.Context, f recorded, queue string, slack time.D
 				OR extworker_inbox.state IN ('processed', 'ignored_duplicate', 'failed_final')
 				OR ($7 AND extworker_inbox.state IN ('failed_retryable', 'unknown')
 					AND extworker_inbox.retry_due_at + $8::bigint * interval '1 microsecond' > now()) THEN extworker_inbox.queue ELSE EXCLUDED.queue END
-		RETURNING state, body_digest, attempts, engine_failures, must_reconcile,
+		RETURNING state, body_digest, attempts, engine_failures, must_reconcile, deliveries,
 			extract(epoch FROM now() - received_at)::float8,
 			coalesce(extract(epoch FROM now() - attempt_started_at), 0)::float8,
 			coalesce($7 AND state IN ('failed_retryable', 'unknown') AND retry_due_at + $8::bigint * interval '1 microsecond' > now(), false)`,
 		r.source, r.id, f.typ, f.digest, f.corr, queue, r.m.chained && r.m.fresh, slack.Microseconds()).Scan(
-		&r.state, &stored, &r.attempts, &r.engineFailures, &mustReconcile, &sinceReceived, &sinceAttempt, &r.suppressed)
+		&r.state, &stored, &r.attempts, &r.engineFailures, &mustReconcile, &r.deliveries, &sinceReceived, &sinceAttempt, &r.suppressed)
 	if err != nil {
 		return "", fmt.Errorf("inbox: record %q: %w", r.id, err)
 	}
@@ -196,6 +197,16 @@ func (r *row) resolveClaim(ctx context.Context, k startKey, instance string) err
 		WHERE process_key = $1 AND business_key = $2`, k.process, k.business, instance)
 	if err != nil {
 		return fmt.Errorf("inbox: record the start of %s: %w", k.business, err)
+	}
+	return nil
+}
+
+// forget deletes the row this delivery made: a message that must leave no trace (a
+// historical replay of a start, which the live channel may still deliver).
+func (r *row) forget(ctx context.Context) error {
+	if _, err := r.conn.Exec(ctx, `DELETE FROM extworker_inbox WHERE source = $1 AND message_id = $2 AND deliveries = 1 AND state = 'received'`,
+		r.source, r.id); err != nil {
+		return fmt.Errorf("inbox: forget %q: %w", r.id, err)
 	}
 	return nil
 }

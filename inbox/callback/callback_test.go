@@ -386,3 +386,19 @@ func TestParked(t *testing.T) {
 	assert.NotEmpty(t, rows[0].Reason, "the row says why")
 	assert.Zero(t, e.held(t, id))
 }
+
+// TestUnstorableIDIsParked: a webhook-id PostgreSQL cannot store (not UTF-8) is the
+// callback's fault, never an outage: parked, escaped, and answered 200 failed_final
+// every time (it was answered 503 on every copy: letting go of its held body, which it
+// never had, failed on the raw id).
+func TestUnstorableIDIsParked(t *testing.T) {
+	e := newEnv(t)
+	id, b := "cb-\xff-"+testenv.Unique("x"), body(event{Type: "ping"})
+	first := e.send(t, id, b)
+	assert.Equal(t, http.StatusOK, first.status, first.body)
+	assert.Contains(t, first.body, `"state":"failed_final"`)
+	assert.Equal(t, first, e.send(t, id, b), "the same answer again")
+	rows := e.rows(t, inbox.StoredID(id))
+	require.Len(t, rows, 1)
+	assert.Equal(t, inbox.StateFailedFinal, rows[0].State)
+}

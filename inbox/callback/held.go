@@ -3,8 +3,10 @@ package callback
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/extworker/extworker/inbox"
 )
@@ -51,8 +53,13 @@ func (s *Server) hold(ctx context.Context, name string, m inbox.Message, delay t
 	return nil
 }
 
-// release deletes a held body: its row has settled.
+// release deletes a held body: its row has settled. A callback whose id PostgreSQL
+// cannot store as text was parked at once and never held: there is nothing to delete (and
+// the raw id in a query would be refused).
 func (s *Server) release(ctx context.Context, name, id string) error {
+	if !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return nil
+	}
 	if _, err := s.pool.Exec(ctx, `DELETE FROM extworker_inbox_callbacks WHERE source = $1 AND message_id = $2`, name, id); err != nil {
 		return fmt.Errorf("callback: release %s: %w", inbox.StoredID(id), err)
 	}
