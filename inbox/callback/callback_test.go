@@ -402,3 +402,30 @@ func TestUnstorableIDIsParked(t *testing.T) {
 	require.Len(t, rows, 1)
 	assert.Equal(t, inbox.StateFailedFinal, rows[0].State)
 }
+
+// TestManyEarlyCopiesDoNotDelayIt: twenty copies of an early callback at once, at the
+// shipped backoff (1s doubling to 1m): once the instance waits, it is correlated within
+// seconds (the copies had pushed its next try a minute away), once.
+func TestManyEarlyCopiesDoNotDelayIt(t *testing.T) {
+	e := newEnv(t)
+	e.restartWith(t, inbox.Config{Source: e.source})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = e.srv.Run(ctx) }()
+	invoice := testenv.Unique("INV")
+	id, b := "evt-"+invoice, body(event{Type: "payment.captured", Invoice: invoice})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { assert.Equal(t, http.StatusAccepted, e.send(t, id, b).status) })
+	}
+	wg.Wait()
+	e.startWaiting(t, invoice)
+	began := time.Now()
+	testenv.Eventually(t, 90*time.Second, "the early callback correlated", func() (bool, error) {
+		rs := e.rows(t, id)
+		return len(rs) == 1 && rs[0].State == inbox.StateProcessed, nil
+	})
+	t.Logf("correlated %v after the instance began waiting", time.Since(began).Round(100*time.Millisecond))
+	assert.Less(t, time.Since(began), 10*time.Second, "its next try stayed within the backoff of Run's own takes")
+	assert.Equal(t, 1, e.correlations(t, invoice))
+}

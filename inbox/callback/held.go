@@ -23,13 +23,20 @@ func (s *Server) keep(ctx context.Context, src *source, m inbox.Message, h inbox
 	case settled(h.State):
 		return s.release(ctx, name, m.ID)
 	}
-	return s.hold(ctx, name, m, nextDue(h.Delay, taken, src.h.Config()))
+	delay := h.Delay
+	if h.Class == inbox.ClassEarly {
+		// The inbox's delay grows with its row's attempts, which every copy the provider
+		// sends adds to (50 copies at once put the next try a minute away): an early
+		// callback's own backoff counts the times Run took it.
+		delay = 0
+	}
+	return s.hold(ctx, name, m, nextDue(delay, taken, src.h.Config()), taken == 0)
 }
 
 // nextDue is how long a held callback waits before Run takes it again, after the
-// taken-th time: the inbox's Handling.Delay, or the backoff for the times Run took it
-// (doubling from cfg.BackoffInitial up to cfg.BackoffMax), whichever is longer. (The
-// inbox's Delay for an early message does not grow: its row counts engine attempts.)
+// taken-th time: the inbox's delay (an in-flight window to wait out, say), or the
+// backoff for the times Run took it (doubling from cfg.BackoffInitial up to
+// cfg.BackoffMax), whichever is longer.
 func nextDue(delay time.Duration, taken int, cfg inbox.Config) time.Duration {
 	backoff := cfg.BackoffInitial
 	for i := 1; i < taken && backoff < cfg.BackoffMax; i++ {
@@ -39,14 +46,16 @@ func nextDue(delay time.Duration, taken int, cfg inbox.Config) time.Duration {
 }
 
 // hold records the body of a callback whose row waits, due again after delay: only while
-// the row still waits (a Run that settled it meanwhile has let go of it).
-func (s *Server) hold(ctx context.Context, name string, m inbox.Message, delay time.Duration) error {
+// the row still waits (a Run that settled it meanwhile has let go of it). A copy the
+// provider sent (delivery) never puts a held callback's next try later than it was.
+func (s *Server) hold(ctx context.Context, name string, m inbox.Message, delay time.Duration, delivery bool) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO extworker_inbox_callbacks (source, message_id, type, body, due_at)
 		SELECT $1, $2, $3, $4, now() + $5::bigint * interval '1 microsecond'
 		WHERE EXISTS (SELECT FROM extworker_inbox WHERE source = $1 AND message_id = $6
 			AND state NOT IN ('processed', 'ignored_duplicate', 'failed_final'))
-		ON CONFLICT (source, message_id) DO UPDATE SET due_at = EXCLUDED.due_at`,
-		name, m.ID, m.Type, m.Body, delay.Microseconds(), inbox.StoredID(m.ID))
+		ON CONFLICT (source, message_id) DO UPDATE SET due_at = CASE WHEN $7
+			THEN least(extworker_inbox_callbacks.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END`,
+		name, m.ID, m.Type, m.Body, delay.Microseconds(), inbox.StoredID(m.ID), delivery)
 	if err != nil {
 		return fmt.Errorf("callback: hold %s: %w", inbox.StoredID(m.ID), err)
 	}
