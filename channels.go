@@ -192,7 +192,7 @@ func (a *App) serveCallbacks(ctx context.Context, background *sync.WaitGroup) er
 		return daemon.ConfigError{Err: fmt.Errorf("EXTWORKER_CALLBACK_ADDR %s: %w", a.cfg.CallbackAddr, err)}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /callbacks/{source}", srv)
+	mux.Handle("/callbacks/{source}", srv) // the server answers another method itself (405, JSON)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	a.logger.Info("provider callbacks listening", slog.String("addr", ln.Addr().String()))
 	background.Go(func() {

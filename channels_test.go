@@ -96,6 +96,12 @@ func TestAppKafkaAndCallbacks(t *testing.T) {
 		answers[i] = postCallback(t, "http://"+addr+"/callbacks/"+source, secret, "cb-"+bkHTTP, []byte(bkHTTP))
 	}
 	assert.Equal(t, answers[0], answers[1], "the same callback twice: the same answer")
+	res, err := http.Get("http://" + addr + "/callbacks/" + source)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+	assert.JSONEq(t, `{"error":"POST only"}`, string(b), "the server's own answer, not the mux's text")
 	assert.Contains(t, answers[0], "200 ")
 
 	testenv.Eventually(t, time.Minute, "both instances correlated", func() (bool, error) {

@@ -643,7 +643,7 @@ func (c *inboxCmd) printReplay(queue string, rep inbox.ReplayReport) {
 			fmt.Fprintf(w, "  %s\n", messageIDText(id))
 		}
 	}
-	fmt.Fprintf(w, "kept %d other message(s) in %s (not selected)\n", rep.Kept, dlq)
+	fmt.Fprintf(w, "kept %d other message(s) in %s (not selected, or, in a Kafka topic, no longer parked)\n", rep.Kept, dlq)
 }
 
 // messageIDText prints a message id as list does; a message that came without one says so.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -39,9 +40,10 @@ func (c Config) channelProblems() []error {
 	var errs []error
 	for _, b := range c.KafkaBrokers {
 		host, port, err := net.SplitHostPort(b)
+		n, perr := strconv.Atoi(port)
 		switch {
-		case err != nil || host == "" || port == "":
-			errs = append(errs, fmt.Errorf("EXTWORKER_KAFKA_BROKERS %q: want host:port", b))
+		case err != nil || host == "" || perr != nil || n < 1 || n > 65535:
+			errs = append(errs, fmt.Errorf("EXTWORKER_KAFKA_BROKERS %q: want host:port, the port 1 to 65535", b))
 		case !c.KafkaTLS && !c.KafkaAllowPlaintext && !loopbackHost(host):
 			errs = append(errs, fmt.Errorf("EXTWORKER_KAFKA_BROKERS %q: events would travel in clear to a host that is not loopback: "+
 				"set EXTWORKER_KAFKA_TLS=true, or EXTWORKER_KAFKA_ALLOW_PLAINTEXT=true", b))
@@ -67,8 +69,9 @@ func (c Config) channelProblems() []error {
 		if _, _, err := net.SplitHostPort(c.CallbackAddr); err != nil {
 			errs = append(errs, fmt.Errorf("EXTWORKER_CALLBACK_ADDR %q: want host:port: %w", c.CallbackAddr, err))
 		}
-		if c.CallbackTolerance <= 0 || c.CallbackMaxBody <= 0 {
-			errs = append(errs, errors.New("EXTWORKER_CALLBACK_TOLERANCE and EXTWORKER_CALLBACK_MAX_BODY must be positive"))
+		if c.CallbackTolerance <= 0 || c.CallbackTolerance > time.Hour || c.CallbackMaxBody <= 0 {
+			errs = append(errs, fmt.Errorf("EXTWORKER_CALLBACK_TOLERANCE %v and EXTWORKER_CALLBACK_MAX_BODY %d: the tolerance from 1s to 1h "+
+				"(beyond, a captured callback could be sent again long after: the scheme suggests 5m), the body cap positive", c.CallbackTolerance, c.CallbackMaxBody))
 		}
 	}
 	return errs

@@ -198,6 +198,9 @@ func LoadConfig() (Config, error) {
 		c.ShutdownTimeout = c.ShutdownGrace + defaultShutdownSlack
 	}
 	errs = append(errs, c.readSecretFiles(os.LookupEnv)...)
+	for i, b := range c.KafkaBrokers {
+		c.KafkaBrokers[i] = strings.TrimSpace(b) // "a:9092, b:9092" as written
+	}
 	errs = append(errs, c.problems()...)
 	// The operations endpoint's variables are read again by `run` (loadOpsConfig); their
 	// problems are listed here too, so that one start shows every problem.
