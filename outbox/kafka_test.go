@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
@@ -122,8 +120,8 @@ func TestKafkaBrokerKilledMidPublish(t *testing.T) {
 		t.Fatal("the relay's Run did not return within 10s of its context's end (a publish hangs?)")
 	}
 
-	got := kafkaRecords(t, []string{node.Addr()}, topic)
-	lost, misordered, dups := kafkaOrder(events, got)
+	got := testenv.KafkaRecords(t, []string{node.Addr()}, topic)
+	lost, misordered, dups := testenv.KafkaOrder(added(events), got, outbox.KafkaHeaderMessageID)
 	assert.Empty(t, lost, "events lost")
 	assert.Empty(t, misordered, "first occurrences out of their key's order")
 	for _, a := range rec.overlapping(k.At, up) {
@@ -137,74 +135,11 @@ func TestKafkaBrokerKilledMidPublish(t *testing.T) {
 		total, len(got), len(dups), dups, publishedBefore, obs.failed.Load(), recovered.Round(time.Millisecond))
 }
 
-// kafkaRecords reads topic from its start to its end offsets (as they are when it is
-// called): every record on it, each partition's in order.
-func kafkaRecords(t *testing.T, brokers []string, topic string) []*kgo.Record {
-	t.Helper()
-	ctx := testenv.Context(t, time.Minute)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	require.NoError(t, err)
-	require.NoError(t, ends.Error())
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	var out []*kgo.Record
-	for len(left) > 0 {
-		f := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "reading %s: partitions not read to their end: %v", topic, left)
-		f.EachRecord(func(r *kgo.Record) {
-			out = append(out, r)
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-		})
+// added is the events as testenv.KafkaOrder takes them.
+func added(events []outbox.Event) []testenv.Added {
+	out := make([]testenv.Added, len(events))
+	for i, e := range events {
+		out[i] = testenv.Added{ID: e.MessageID, Key: e.OrderingKey}
 	}
 	return out
-}
-
-// kafkaOrder compares the records on a topic (each partition's in order) with the events
-// in the order they were added: the events whose message id is on no record, the
-// records whose event came first before an earlier event of its ordering key did (or
-// that are no event's), and the ids that came more than once.
-func kafkaOrder(events []outbox.Event, recs []*kgo.Record) (lost, misordered, dups []string) {
-	index := map[string]int{}
-	for i, ev := range events {
-		index[ev.MessageID] = i
-	}
-	seen := map[string]int{}
-	last := map[string]int{} // per ordering key, the index of the last first occurrence
-	for _, r := range recs {
-		id := ""
-		for _, h := range r.Headers {
-			if h.Key == outbox.KafkaHeaderMessageID {
-				id = string(h.Value)
-			}
-		}
-		i, ok := index[id]
-		if !ok {
-			misordered = append(misordered, "unknown id "+id)
-			continue
-		}
-		if seen[id]++; seen[id] > 1 {
-			dups = append(dups, id)
-			continue
-		}
-		key := events[i].OrderingKey
-		if prev, ok := last[key]; ok && prev > i {
-			misordered = append(misordered, fmt.Sprintf("%s after %s", id, events[prev].MessageID))
-		}
-		last[key] = i
-	}
-	for _, ev := range events {
-		if seen[ev.MessageID] == 0 {
-			lost = append(lost, ev.MessageID)
-		}
-	}
-	return lost, misordered, dups
 }
