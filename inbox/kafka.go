@@ -108,6 +108,9 @@ func NewKafkaConsumer(pool *pgxpool.Pool, engine Engine, decide Decide, cfg Conf
 	if ReservedSource(cfg.Source) {
 		return nil, fmt.Errorf("inbox: Config.Source %q holds %q, which KafkaSource adds", cfg.Source, kafkaMark)
 	}
+	if err := checkTopic(cfg.Queue); err != nil {
+		return nil, err
+	}
 	topic := cfg.Queue
 	cfg.Source = KafkaSource(cfg.Source, topic)
 	h, err := NewHandler(pool, engine, decide, cfg)
@@ -116,6 +119,20 @@ func NewKafkaConsumer(pool *pgxpool.Pool, engine Engine, decide Decide, cfg Conf
 	}
 	h.system = "kafka"
 	return &KafkaConsumer{Handler: h, kc: kc, topic: topic, retry: RetryQueue(topic), dead: DeadLetterQueue(topic)}, nil
+}
+
+// checkTopic refuses a topic Kafka would not take, with its retry and dead-letter
+// companions: letters, digits, '.', '_' and '-', at most 249 characters in all.
+func checkTopic(topic string) error {
+	long := RetryQueue(topic)
+	ok := len(long) <= 249 && topic != "." && topic != ".." && strings.IndexFunc(topic, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) < 0
+	if !ok {
+		return fmt.Errorf("inbox: Config.Queue %q is not a Kafka topic name, or too long for its retry topic %q: "+
+			"letters, digits, '.', '_' and '-', at most %d characters", topic, long, 249-len(".retry"))
+	}
+	return nil
 }
 
 // Run consumes until ctx ends. On return, the records in hand have been settled and
