@@ -693,19 +693,33 @@ func DatabaseTLSWarning(dsn string, pcfg *pgxpool.Config) string {
 func NewLogger(c Config, w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.LogLevel))
+	terminal := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			terminal = true
+		}
+	}
 	format := c.LogFormat
 	if format == "auto" {
 		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
+		if terminal {
+			format = "text"
 		}
 	}
 	if format == "text" {
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly}))
+		// Colours only on a terminal: in a file they are escape sequences.
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal}))
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationText}))
+}
+
+// durationText writes a time.Duration as Go writes it ("20s", "1m30s"), not as the
+// nanoseconds slog's JSON handler gives it.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func NewClient(c Config, logger *slog.Logger) (*camunda7.Client, error) {
