@@ -118,7 +118,9 @@ func StartOps(ctx context.Context, cfg OpsConfig, gatherer prometheus.Gatherer, 
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
-		return "", nil, fmt.Errorf("EXTWORKER_HTTP_ADDR %s: %w (set another address, or off)", cfg.HTTPAddr, err)
+		// A second worker on one host meets the first one's default address here.
+		return "", nil, fmt.Errorf("operations endpoint on EXTWORKER_HTTP_ADDR=%s: %w: set EXTWORKER_HTTP_ADDR to a free address "+
+			"(one per worker on a host), or EXTWORKER_HTTP_ADDR=off to serve no /metrics, /healthz and /readyz", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context {
 		return context.WithoutCancel(ctx)
