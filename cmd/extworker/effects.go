@@ -18,6 +18,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/console"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/operate"
 	"github.com/extworker/extworker/internal/termsafe"
@@ -1003,21 +1004,9 @@ func strOf(s *string) string {
 
 func fmtTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05 MST") }
 
-// ageOf says how long ago t was, e.g. "3m12s ago", "5h4m ago", "3d2h ago".
-func ageOf(now, t time.Time) string {
-	d := now.Sub(t)
-	if d < time.Second {
-		return "just now"
-	}
-	switch {
-	case d < time.Hour:
-		d = d.Truncate(time.Second)
-		return d.String() + " ago"
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%dm ago", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%dh ago", int(d.Hours())/24, int(d.Hours())%24)
-}
+// ageOf says how long ago t was, short: "12s ago", "26m ago", "2h5m ago", "3d ago"
+// (the console's Ago, so both print an age alike).
+var ageOf = console.Ago
 
 // keyValues is a repeatable NAME=VALUE flag.
 type keyValues map[string]any

@@ -98,7 +98,12 @@ func age(d time.Duration) string {
 	return two(d/(24*time.Hour), "d", d%(24*time.Hour)/time.Hour, "h")
 }
 
-// ago says when t was from now: "26m ago", "in 5s", or "just now".
+// Ago says when t was from now, rounded down to its two largest units without a zero
+// one: "12s ago", "26m ago", "2h5m ago", "3d ago", "in 5s", or "just now". It is how the
+// console and the extworker command print an age.
+func Ago(now, t time.Time) string { return ago(now, t) }
+
+// ago is Ago.
 func ago(now, t time.Time) string {
 	switch d := now.Sub(t); {
 	case d >= time.Second:

@@ -89,3 +89,15 @@ func TestShorten(t *testing.T) {
 	assert.Equal(t, "abc", shorten("abc", 3))
 	assert.Equal(t, "ab […]", shorten("ab€x", 3), "cut at a character's start")
 }
+
+// Ages are short and rounded down: no zero units, no fractions.
+func TestAgo(t *testing.T) {
+	now := time.Now()
+	for d, want := range map[time.Duration]string{
+		12*time.Second + 700*time.Millisecond: "12s ago", 26 * time.Minute: "26m ago", 26*time.Minute + 400*time.Millisecond: "26m ago",
+		2*time.Hour + 5*time.Minute + 59*time.Second: "2h5m ago", 3 * 24 * time.Hour: "3d ago", 3*24*time.Hour + 59*time.Minute: "3d ago",
+		500 * time.Millisecond: "just now", -5 * time.Second: "in 5s",
+	} {
+		assert.Equal(t, want, Ago(now, now.Add(-d)), d.String())
+	}
+}
