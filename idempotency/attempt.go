@@ -203,7 +203,8 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Receipt, err
 	case d.rec.kind == reconHold:
 		return false, Receipt{}, a.hold(ctx, how+": "+d.rec.reason, ErrUnknownOutcome)
 	case d.hold:
-		return false, Receipt{}, a.hold(ctx, d.reason, ErrUnknownOutcome)
+		// The reconciliation that reached the limit counts, as the reason says.
+		return false, Receipt{}, a.holdChange(ctx, d.reason, ErrUnknownOutcome, change{reconciled: true})
 	}
 	if err := a.l.store.inconclusive(ctx, a, d.counted); err != nil {
 		cfg.Hooks.Observer.DatabaseError("ledger-write", err)
@@ -355,9 +356,15 @@ func (a *attempt) rejected(rej *Rejection) error {
 
 // hold parks the intent for an operator and returns the incident for the handler.
 func (a *attempt) hold(ctx context.Context, why string, cause error) error {
+	return a.holdChange(ctx, why, cause, change{})
+}
+
+// holdChange is hold that also records ch (its errorMessage is why).
+func (a *attempt) holdChange(ctx context.Context, why string, cause error, ch change) error {
 	ctx, span := a.startStep(ctx, spanHold)
 	why = storable(why)
-	err := a.move(ctx, a.row.State, StateOperatorHold, "operator hold: "+why, change{errorMessage: &why})
+	ch.errorMessage = &why
+	err := a.move(ctx, a.row.State, StateOperatorHold, "operator hold: "+why, ch)
 	if err != nil {
 		err = failure.Retryable(err)
 	} else {

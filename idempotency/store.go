@@ -39,6 +39,9 @@ type change struct {
 	errorCode, errorMessage *string
 	// result, when set, records a confirmed effect's result.
 	result *storedResult
+	// reconciled counts an inconclusive reconciliation: reconciliations + 1 (the one
+	// that reached MaxReconciliations and holds the intent).
+	reconciled bool
 }
 
 // storedResult is a Result as a confirm records it: the provider's reference and the

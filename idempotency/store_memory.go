@@ -173,6 +173,9 @@ func (m *memStore) apply(ctx context.Context, it *memIntent, a *attempt, to Stat
 	if res := ch.result; res != nil {
 		r.ProviderRef, r.Result = nz(res.providerRef), res.values
 	}
+	if ch.reconciled {
+		r.Reconciliations++
+	}
 	it.event(a, from, to, reason, now)
 	a.row.State = to
 	a.transitioned(ctx, from, to)

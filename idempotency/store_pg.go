@@ -232,6 +232,9 @@ func (ch change) sql() (sets string, args []any) {
 		args = append(args, *ch.errorMessage)
 		sets += fmt.Sprintf(", error_message = $%d", 4+len(args))
 	}
+	if ch.reconciled {
+		sets += ", reconciliations = reconciliations + 1"
+	}
 	if r := ch.result; r != nil {
 		args = append(args, nz(r.providerRef), r.values)
 		sets += fmt.Sprintf(", provider_ref = $%d, result = $%d", 3+len(args), 4+len(args))
