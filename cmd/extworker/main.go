@@ -6,7 +6,7 @@
 //	extworker effects list|show|resolve|resolutions|approve|reject|prune   inspect and settle side effects
 //	extworker operators list|add|remove   the people the two-person rule tells apart
 //	extworker inbox list|show|replay   inspect consumed messages, replay parked ones
-//	extworker version print the engine's version (a connectivity check)
+//	extworker version print its own version and the engine's (a connectivity check)
 //	extworker config  print the effective configuration, secrets masked (--json)
 //	extworker console hash-password NAME   a line for the operator console's operators file
 //
@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/internal/termsafe"
@@ -45,7 +46,7 @@ commands:
   operators list | add NAME [--login LOGIN] | remove NAME: the people the two-person rule
             tells apart, one name each across the console and this tool (docs/operators.md)
   inbox     list [--parked] | show SOURCE MESSAGE_ID | replay --queue Q (--all | MESSAGE_ID...)
-  version   print the engine's version
+  version   print this program's version (module, VCS revision) and the engine's
   config    print the effective configuration, secrets masked [--json]
   console   hash-password NAME: read a password on standard input, print NAME:bcrypt-hash
             for EXTWORKER_CONSOLE_OPERATORS_FILE (docs/console.md)
@@ -72,6 +73,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			// Message ids, types, business keys and reasons come from outside, likewise.
 			return runInbox(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 		case "version":
+			// The program's own first: it prints even when the engine does not answer.
+			bi, _ := debug.ReadBuildInfo()
+			fmt.Fprintln(stdout, programVersion(bi))
 			c, err := daemon.NewClient(cfg, logger)
 			if err != nil {
 				return err
@@ -80,11 +84,48 @@ func run(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("engine at %s: %w", daemon.RedactURL(cfg.EngineURL), err)
 			}
-			fmt.Fprintln(stdout, v)
+			fmt.Fprintln(stdout, "engine "+v)
 			return nil
 		case "run", "demo":
 			return fmt.Errorf("%q is not an extworker command any more: workers are programs of their own, built on package extworker; the demo is examples/invoice (make demo)\n%s", args[0], usage)
 		}
 		return errors.New("unknown command " + fmt.Sprintf("%q", args[0]) + "\n" + usage)
 	})
+}
+
+// programVersion is `extworker version`'s first line: the module's version and the VCS
+// revision (in full) it was built from, with its commit time, and "modified" when the
+// tree had uncommitted changes, e.g. "extworker v1.4.0 (revision 3f2c…, 2025-03-04T10:12:30Z)"
+// or "extworker (devel) (revision 3f2c…, 2025-03-04T10:12:30Z, modified)".
+func programVersion(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "extworker (no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "extworker " + v + " (no VCS revision)"
+	}
+	details := "revision " + rev
+	if at != "" {
+		details += ", " + at
+	}
+	if modified {
+		details += ", modified"
+	}
+	return "extworker " + v + " (" + details + ")"
 }

@@ -41,7 +41,7 @@ func TestVersionCommand(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
-	assert.Regexp(t, `^\d+\.\d+\.\d+`, out.String())
+	assert.Regexp(t, `^extworker .*\nengine \d+\.\d+\.\d+\n$`, out.String())
 
 	t.Setenv("EXTWORKER_ENGINE_URL", "http://user:hunter2@127.0.0.1:1/engine-rest")
 	err := run([]string{"version"}, &bytes.Buffer{}, &bytes.Buffer{})
@@ -135,7 +135,7 @@ func TestOAuthClientCredentials(t *testing.T) {
 	for range 3 {
 		out.Reset()
 		require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
-		assert.Equal(t, "7.24.0\n", out.String())
+		assert.Regexp(t, `\nengine 7\.24\.0\n$`, out.String())
 	}
 	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
