@@ -409,9 +409,21 @@ func (a *attempt) move(ctx context.Context, from, to State, reason string, ch ch
 	return err
 }
 
+// holdError is the incident: what to check, and the command that settles the intent
+// (with --scope: a key may be in several scopes), in words a shell keeps whole.
 func (a *attempt) holdError(why string, cause error) error {
-	return failure.UnknownOutcome(fmt.Errorf("%w: %s; check the provider for idempotency key %s (scope %s, intent %s), then run `extworker effects resolve %s --as confirmed|rejected|retry`",
-		cause, why, a.row.ProviderKey, a.in.Scope, a.in.Key, a.in.Key))
+	return failure.UnknownOutcome(fmt.Errorf("%w: %s; check the provider for idempotency key %s (scope %s, intent %s), then run "+
+		"`extworker effects resolve %s --scope %s --as VERDICT --reason TEXT` (VERDICT: confirmed --provider-ref REF, rejected, or retry)",
+		cause, why, a.row.ProviderKey, a.in.Scope, a.in.Key, shellWord(a.in.Key), shellWord(a.in.Scope)))
+}
+
+// shellWord is s as one shell word: as it is when it holds nothing a shell would read,
+// else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@%+=,-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func (a *attempt) outcome(replayed bool) (Receipt, error) {
