@@ -41,7 +41,7 @@ func TestAuthEngineRightCredentials(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
-	assert.Regexp(t, `^\d+\.\d+\.\d+`, out.String())
+	assert.Regexp(t, `^extworker .*\nengine \d+\.\d+\.\d+\n$`, out.String())
 }
 
 // A wrong password is an answer the client classifies: ErrUnauthorized, on every endpoint.
