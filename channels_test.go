@@ -24,6 +24,7 @@ import (
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/inbox/callback"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/kafkarec"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/migrations"
 	"github.com/extworker/extworker/outbox"
@@ -57,7 +58,7 @@ func TestAppKafkaAndCallbacks(t *testing.T) {
 	require.NoError(t, err)
 	topic, events, source, ns := testenv.Unique("payments"), testenv.Unique("events"), testenv.Unique("psp"), testenv.Unique("ns")
 	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a key of thirty-two bytes, or so"))
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
 	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
 	t.Setenv("EXTWORKER_LEDGER_NAMESPACE", ns)
@@ -110,7 +111,7 @@ func TestAppKafkaAndCallbacks(t *testing.T) {
 	})
 	require.NoError(t, outbox.Add(ctx, app.Pool(), ns, outbox.Event{MessageID: "ev-" + bkKafka, Type: "announced", RoutingKey: events, Body: []byte(`{}`)}))
 	rec := firstRecord(t, brokers, events)
-	assert.Equal(t, "ev-"+bkKafka, header(rec, outbox.KafkaHeaderMessageID), "the relay published the event to Kafka")
+	assert.Equal(t, "ev-"+bkKafka, kafkarec.Header(rec, outbox.KafkaHeaderMessageID), "the relay published the event to Kafka")
 }
 
 // postCallback posts a signed callback and returns "status body".
@@ -152,15 +153,6 @@ func firstRecord(t *testing.T, brokers, topic string) *kgo.Record {
 	}
 	t.Fatalf("nothing published to %s", topic)
 	return nil
-}
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // newChannelsApp is an App configured by the environment for the channel tests.
@@ -213,7 +205,7 @@ func TestAppCallbackListenerTaken(t *testing.T) {
 // registration.
 func TestAppCallbackSourcesApart(t *testing.T) {
 	good := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a key of thirty-two bytes, or so"))
-	app := newChannelsApp(t, map[string]string{"EXTWORKER_CALLBACK_ADDR": freeAddr(t),
+	app := newChannelsApp(t, map[string]string{"EXTWORKER_CALLBACK_ADDR": testenv.FreeAddr(t),
 		daemon.CallbackSecretsVar("a-b"): good, daemon.CallbackSecretsVar("short"): "whsec_c2hvcnQ=",
 		daemon.CallbackSecretsVar("x@kafka:t"): good})
 	ignore := func(inbox.Message) (inbox.Action, error) { return inbox.Action{Ignore: "test"}, nil }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -107,15 +106,6 @@ func buildUserModule(t *testing.T) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 // A user's own module, with one ledger-backed handler, one inbox consumer and a short
 // main, serves its topic and its queue through the entry point against the real engine,
 // PostgreSQL and RabbitMQ: every shipment booked once (a twin delivery of one shipment
@@ -162,7 +152,7 @@ func TestUserModule(t *testing.T) {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 	})
-	addr, consoleAddr := freeAddr(t), freeAddr(t)
+	addr, consoleAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	// The operator console, on through the entry point as a user turns it on: an operators
 	// file and the console's own database login (docs/console.md).
 	hash, err := bcrypt.GenerateFromPassword([]byte("courier-ops-password"), bcrypt.DefaultCost) // the console refuses costs under 10

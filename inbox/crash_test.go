@@ -87,12 +87,7 @@ func child(mode string) int {
 // killed it.
 func killedAt(t *testing.T, mode, point string, vars ...string) {
 	t.Helper()
-	if !failpoint.Enabled {
-		if testenv.InCI() {
-			t.Fatal("the crash rows need a build with -tags failpoints (make test)")
-		}
-		t.Skip("the crash rows need a build with -tags failpoints (make test)")
-	}
+	testenv.NeedFailpoints(t)
 	cmd := startChild(t, mode, append(vars, failpoint.Env+"="+point)...)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

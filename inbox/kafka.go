@@ -18,6 +18,7 @@ import (
 
 	"github.com/extworker/extworker/internal/digest"
 	"github.com/extworker/extworker/internal/failpoint"
+	"github.com/extworker/extworker/internal/kafkarec"
 )
 
 // The headers of a Kafka record the inbox reads (the outbox's KafkaPublisher writes
@@ -138,6 +139,7 @@ func checkTopic(topic string) error {
 // Run consumes until ctx ends. On return, the records in hand have been settled and
 // committed (within HandleTimeout), or are left uncommitted, to be delivered again.
 func (c *KafkaConsumer) Run(ctx context.Context) error {
+	session := cmp.Or(c.kc.SessionTimeout, DefaultKafkaSessionTimeout)
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(c.kc.Brokers...),
 		kgo.ConsumerGroup(c.kc.Group),
@@ -146,8 +148,8 @@ func (c *KafkaConsumer) Run(ctx context.Context) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AllowAutoTopicCreation(),
-		kgo.SessionTimeout(cmp.Or(c.kc.SessionTimeout, DefaultKafkaSessionTimeout)),
-		kgo.HeartbeatInterval(cmp.Or(c.kc.SessionTimeout, DefaultKafkaSessionTimeout) / 5),
+		kgo.SessionTimeout(session),
+		kgo.HeartbeatInterval(session / 5),
 	}, c.kc.Options...)...)
 	if err != nil {
 		return fmt.Errorf("inbox: Kafka client: %w", err)
@@ -260,21 +262,7 @@ func (c *KafkaConsumer) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Reco
 // copyTo writes a copy of r to topic, with r's key, value and headers, extra replacing
 // any of the same name, and waits for the broker's acknowledgement.
 func (c *KafkaConsumer) copyTo(ctx context.Context, cl *kgo.Client, topic string, r *kgo.Record, extra map[string]string) error {
-	return produce(ctx, cl, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, extra)})
-}
-
-// produce writes r and waits for the broker's acknowledgement, or for ctx to end (the
-// idempotent producer alone waits out a broker's outage, whatever ctx says). A copy
-// given up on may still be written: the inbox knows a copy it sees twice.
-func produce(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
-	done := make(chan error, 1)
-	cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return kafkarec.Produce(ctx, cl, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, extra)})
 }
 
 // withHeaders is hs with extra's values replacing (or added to) those of the same key;
@@ -294,28 +282,17 @@ func withHeaders(hs []kgo.RecordHeader, extra map[string]string) []kgo.RecordHea
 	return out
 }
 
-// header is the value of r's last header named key ("" without one).
-func header(r *kgo.Record, key string) string {
-	v := ""
-	for _, h := range r.Headers {
-		if h.Key == key {
-			v = string(h.Value)
-		}
-	}
-	return v
-}
-
 // kafkaMessage is the message a record carries. The consumer keeps no retry chain (a
 // record consumed again after a crash cannot be told from a fresh one): every copy is
 // handled, and the inbox's row decides.
 func kafkaMessage(r *kgo.Record, replay bool) Message {
-	return Message{ID: header(r, HeaderMessageID), Type: header(r, HeaderType), CorrelationID: header(r, HeaderCorrelationID),
-		Body: r.Value, SchemaVersion: header(r, HeaderSchemaVersion), Replay: replay || header(r, HeaderReplay) == "true"}
+	return Message{ID: kafkarec.Header(r, HeaderMessageID), Type: kafkarec.Header(r, HeaderType), CorrelationID: kafkarec.Header(r, HeaderCorrelationID),
+		Body: r.Value, SchemaVersion: kafkarec.Header(r, HeaderSchemaVersion), Replay: replay || kafkarec.Header(r, HeaderReplay) == "true"}
 }
 
 // attempts is how many times the record went through the retry topic.
 func attempts(r *kgo.Record) int {
-	n, err := strconv.Atoi(header(r, HeaderAttempt))
+	n, err := strconv.Atoi(kafkarec.Header(r, HeaderAttempt))
 	if err != nil {
 		return 0
 	}
@@ -324,7 +301,7 @@ func attempts(r *kgo.Record) int {
 
 // dueIn is how long until a retry copy is due (0 or less: due, as is any other record).
 func dueIn(r *kgo.Record, now time.Time) time.Duration {
-	ms, err := strconv.ParseInt(header(r, HeaderDue), 10, 64)
+	ms, err := strconv.ParseInt(kafkarec.Header(r, HeaderDue), 10, 64)
 	if err != nil {
 		return 0
 	}
@@ -335,9 +312,9 @@ func dueIn(r *kgo.Record, now time.Time) time.Duration {
 // context as the remote parent, or no span at all.
 func recordContext(ctx context.Context, r *kgo.Record) context.Context {
 	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
-	tp := header(r, HeaderTraceparent)
+	tp := kafkarec.Header(r, HeaderTraceparent)
 	if tp == "" {
 		return ctx
 	}
-	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier{HeaderTraceparent: tp, HeaderTracestate: header(r, HeaderTracestate)})
+	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier{HeaderTraceparent: tp, HeaderTracestate: kafkarec.Header(r, HeaderTracestate)})
 }

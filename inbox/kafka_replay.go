@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/extworker/extworker/internal/digest"
+	"github.com/extworker/extworker/internal/kafkarec"
 )
 
 // ReplayKafka sends parked messages from topic's dead-letter topic back to topic: those
@@ -74,7 +75,7 @@ func replayRecord(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, topic
 		rep.Unreplayable = append(rep.Unreplayable, id)
 		return nil
 	}
-	reopened, err := reopen(ctx, pool, header(r, HeaderSource), id, digest.Bytes(r.Value))
+	reopened, err := reopen(ctx, pool, kafkarec.Header(r, HeaderSource), id, digest.Bytes(r.Value))
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func replayRecord(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, topic
 		return nil
 	}
 	drop := map[string]string{HeaderReason: "", HeaderDigest: "", HeaderAttempt: "", HeaderDue: ""}
-	if err := produce(ctx, cl, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, drop)}); err != nil {
+	if err := kafkarec.Produce(ctx, cl, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withHeaders(r.Headers, drop)}); err != nil {
 		return fmt.Errorf("inbox: replay %s: %w", id, err)
 	}
 	rep.Replayed = append(rep.Replayed, id)

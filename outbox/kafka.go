@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/extworker/extworker/internal/kafkarec"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -47,7 +48,8 @@ func NewKafkaPublisher(brokers []string, opts ...kgo.Opt) (*KafkaPublisher, erro
 	return &KafkaPublisher{cl: cl}, nil
 }
 
-// Publish sends e and waits for the broker's acknowledgement.
+// Publish sends e and waits for the broker's acknowledgement, or for ctx to end: a record
+// given up on may still be written, and the relay publishes the event again, with its id.
 func (p *KafkaPublisher) Publish(ctx context.Context, e Event) error {
 	if e.RoutingKey == "" {
 		return fmt.Errorf("outbox: publish %s: no topic (Event.RoutingKey)", e.MessageID)
@@ -64,26 +66,10 @@ func (p *KafkaPublisher) Publish(ctx context.Context, e Event) error {
 	for k, v := range w3c(ctx) {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	if err := produce(ctx, p.cl, r); err != nil {
+	if err := kafkarec.Produce(ctx, p.cl, r); err != nil {
 		return fmt.Errorf("outbox: publish %s: %w", e.MessageID, err)
 	}
 	return nil
-}
-
-// produce writes r and waits for the broker's acknowledgement, or for ctx to end: the
-// idempotent producer does not give up on a record it has sent until it learns what
-// became of it (the broker may have written it), so ProduceSync would wait out a broker's
-// outage whatever ctx says. A record given up on here may still be written, ahead of
-// anything later on its partition; the relay publishes the event again, with its id.
-func produce(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
-	done := make(chan error, 1)
-	cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (p *KafkaPublisher) messagingSystem() string { return "kafka" }

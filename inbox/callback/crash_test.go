@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,18 +84,13 @@ func child() int {
 // processed. In the defaults tier the copy sent at once is held (202) until the engine
 // client's in-flight window has passed, then reconciled.
 func TestServerKilledAfterTheEngineActed(t *testing.T) {
-	if !failpoint.Enabled {
-		if testenv.InCI() {
-			t.Fatal("the crash rows need a build with -tags failpoints (make test)")
-		}
-		t.Skip("the crash rows need a build with -tags failpoints (make test)")
-	}
+	testenv.NeedFailpoints(t)
 	for _, tier := range []string{"defaults", "short"} {
 		t.Run(tier, func(t *testing.T) {
 			e := newEnv(t)
 			invoice := testenv.Unique("INV")
 			e.startWaiting(t, invoice)
-			addr := freeAddr(t)
+			addr := testenv.FreeAddr(t)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), childEnv+"=serve", childEnv+"_SOURCE="+e.source, childEnv+"_WAIT="+e.wait, childEnv+"_PAID="+e.paid,
 				childEnv+"_SECRET="+e.newText, childEnv+"_ADDR="+addr, childEnv+"_TIER="+tier, failpoint.Env+"="+failpoint.InboxAfterEngine)
@@ -174,13 +168,4 @@ func states(rs []inbox.Record) []inbox.State {
 		out = append(out, r.State)
 	}
 	return out
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }

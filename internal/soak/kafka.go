@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/kafkarec"
 )
 
 // newKafkaTap is the tap on Kafka at brokers (host:port): it reads the topic invoice.paid
@@ -64,13 +65,7 @@ func (t *tap) runKafka(ctx context.Context) {
 			return
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			id := ""
-			for _, h := range r.Headers {
-				if h.Key == inbox.HeaderMessageID {
-					id = string(h.Value)
-				}
-			}
-			t.record(id, r.Value)
+			t.record(kafkarec.Header(r, inbox.HeaderMessageID), r.Value)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extworker/extworker/internal/kafkarec"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,12 +57,7 @@ func KafkaOrder(added []Added, recs []*kgo.Record, idHeader string) (lost, misor
 	seen := map[string]int{}
 	last := map[string]int{} // per ordering key, the index of the last first occurrence
 	for _, r := range recs {
-		id := ""
-		for _, h := range r.Headers {
-			if h.Key == idHeader {
-				id = string(h.Value)
-			}
-		}
+		id := kafkarec.Header(r, idHeader)
 		i, ok := index[id]
 		if !ok {
 			misordered = append(misordered, "unknown id "+id)
