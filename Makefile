@@ -2,7 +2,8 @@
 #   make up     PostgreSQL, RabbitMQ and the engines under test (installed, built and started when needed)
 #   make check  no services: go vet, then the unit tests (-race -short); the quick loop
 #   make test   make up, then the whole Go suite with the race detector
-#   make demo   make up, then the demo (examples/invoice): invoices paid, declined (BPMN error) and one incident
+#   make demo   what the demo uses (make demo-up), then the demo (examples/invoice): invoices paid, declined
+#               (BPMN error) and incidents, with a progress line; the worker's logs go to a file it names
 #   make down   stop the engines and PostgreSQL
 #   make engines-check  the conformance suite and the defaults-tier soak on each older Camunda 7 release CI checks,
 #               each in a lane of its own (services/lane.sh), side by side; the main engines are left alone
@@ -29,7 +30,7 @@ GOTESTFLAGS ?=
 NEEDS ?= up
 SOAK_NEEDS ?= up bin/invoice
 
-.PHONY: up down pg-up rabbit-up engine-up tools-up kafka-up check test demo vet fmt soak soak-short conformance engines-check lane-soaks
+.PHONY: up down pg-up rabbit-up engine-up tools-up kafka-up check test demo demo-up demo-engine-up vet fmt soak soak-short conformance engines-check lane-soaks
 
 up: pg-up rabbit-up engine-up tools-up kafka-up
 
@@ -94,20 +95,29 @@ check:
 # SIGKILLs at random and at the ledger's crash points (the soak harness, small and
 # without database restarts), then the oracle's verdict over every invoice.
 KILLER ?=
-# The demo's invoice.paid events go to the broker make up starts (rabbit-up); set
+# The demo's invoice.paid events go to the broker demo-up starts (rabbit-up); set
 # EXTWORKER_AMQP_URL= (empty) to run it without events. make demo EVENTS=kafka routes them
-# through make up's Kafka broker instead (kafka-up; EXTWORKER_DEMO_EVENTS=kafka, the
+# through the Kafka broker demo-up then starts (kafka-up; EXTWORKER_DEMO_EVENTS=kafka, the
 # relay to Kafka), and KILLER=1 EVENTS=kafka runs the killer's soak with -kafka.
 EXTWORKER_AMQP_URL ?= amqp://extworker:extworker@127.0.0.1:5672/extworker
 EVENTS ?=
 EXTWORKER_KAFKA_BROKERS ?= 127.0.0.1:9092
 DEMO_EVENTS_ENV = $(if $(filter kafka,$(EVENTS)),EXTWORKER_DEMO_EVENTS=kafka EXTWORKER_OUTBOX_BROKER=kafka EXTWORKER_KAFKA_BROKERS='$(EXTWORKER_KAFKA_BROKERS)' )
-demo: up
+# make demo brings up only what the demo uses (demo-up): PostgreSQL, RabbitMQ and one engine
+# on 8080 (engine-up.sh's defaults), Kafka only with EVENTS=kafka; each is left alone when it
+# already answers (an engine only when it is ENGINE's version). Not the other engines, the
+# tools (promtool, Chromium, Jaeger) nor, without EVENTS=kafka, Kafka: make up starts those
+# for the tests. DEMO_NEEDS= skips it. The recipe is quiet: the demo prints its own progress.
+DEMO_NEEDS ?= demo-up
+demo-up: pg-up rabbit-up demo-engine-up $(if $(filter kafka,$(EVENTS)),kafka-up)
+demo-engine-up: pg-up
+	@bash services/engine-up.sh
+demo: $(DEMO_NEEDS)
 ifeq ($(KILLER),)
-	$(DEMO_EVENTS_ENV)EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo
+	@$(DEMO_EVENTS_ENV)EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo
 else
-	$(MAKE) bin/invoice
-	$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -broker -broker-restarts 1 $(if $(filter kafka,$(EVENTS)),-kafka )-timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
+	@$(MAKE) --no-print-directory bin/invoice
+	@$(GO) run ./cmd/extworker-soak -bin bin/invoice -instances 200 -workers 3 -min-kills 10 -kill-every 1s -pg-restarts 0 -broker -broker-restarts 1 $(if $(filter kafka,$(EVENTS)),-kafka )-timeout 5m -seed $(SOAK_SEED) -logs $$(mktemp -d)
 endif
 
 # The seeded SIGKILL soak (internal/soak): real worker processes killed at random and at
