@@ -66,6 +66,15 @@ down:
 	@rabbitmqctl -q shutdown 2>/dev/null || true
 	@bash services/kafka-down.sh
 
+# An engine cluster: two nodes on one database (camunda_cluster) behind HAProxy at
+# 127.0.0.1:8099 (services/cluster-up.sh, docs/testing.md). Not part of up: the tests that
+# kill nodes start clusters of their own (internal/testenv.StartCluster).
+.PHONY: cluster-up cluster-down
+cluster-up: pg-up
+	@bash services/cluster-up.sh
+cluster-down:
+	@bash services/cluster-down.sh
+
 # -timeout: examples/invoice runs the fault tiers at the shipped defaults (20s locks and long
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
 # -tags failpoints: the crash tests' worker binaries and the failpoint package's own tests
