@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # engine-up.sh: build (when needed) and start an engine under test, then wait until
-# GET /engine-rest/version answers, and print where its Cockpit is (/camunda/app/cockpit/).
-# Idempotent: an engine that already answers is left alone.
+# GET /engine-rest/version answers with the version asked for, and print one line: the
+# engine ready, and where its Cockpit is (/camunda/app/cockpit/).
+# Idempotent: an engine that already answers with the version asked for is left alone. One
+# of this checkout's engines (its pid in services/.run) that answers with another version
+# is stopped and the right one started; a port held by any other process (another
+# checkout's engine, a leftover server) is not touched: the script names the holder, says
+# how to stop it, and exits 1.
 # Several engines run side by side, one per port (make up starts four: 8080 without
 # authentication, 8081 with HTTP basic authentication on /engine-rest, 8082 without
 # authentication on database camunda_faults, for the tests that SIGKILL and restart it,
@@ -28,6 +33,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/port-holder.sh"
 ENGINE="${ENGINE:-camunda7}"
 ENGINE_PORT="${ENGINE_PORT:-8080}"
 ENGINE_DB="${ENGINE_DB:-camunda}"
@@ -62,28 +68,44 @@ if [ "$ENGINE_REST_AUTH" = true ]; then
 fi
 answers() { curl -fsS -m 2 "${auth[@]}" "$url" 2>/dev/null; }
 
-# cockpit prints where the engine's Cockpit is and how to log in: demo / demo (a demo
-# credential of these local engines, application.yaml), or with REST authentication the
-# REST administrator, who replaces the demo user there (application-rest-auth.yaml). An
-# engine started from a build without the webapps has none: it says how to restart it.
+# cockpit is where the engine's Cockpit is and how to log in, for the ready line: demo /
+# demo (a demo credential of these local engines, application.yaml), or with REST
+# authentication the REST administrator, who replaces the demo user there
+# (application-rest-auth.yaml). An engine started from a build without the webapps has
+# none: it says how to restart it.
 cockpit() {
   local at="http://127.0.0.1:${ENGINE_PORT}/camunda/app/cockpit/default/" login="demo / demo"
   [ "$ENGINE_REST_AUTH" = true ] && login="$ENGINE_ADMIN_USER, the REST administrator"
   if curl -fsS -m 5 -o /dev/null "$at" 2>/dev/null; then
-    echo "engine-up: Cockpit: $at (login $login)"
+    echo "Cockpit $at (login $login)"
   else
-    echo "engine-up: no Cockpit on port $ENGINE_PORT (an engine started before the webapps were added): ENGINE_PORT=$ENGINE_PORT bash services/engine-down.sh, then make up"
+    echo "no Cockpit (an engine started before the webapps were added: ENGINE_PORT=$ENGINE_PORT bash services/engine-down.sh, then make up)"
   fi
+}
+is_wanted() { [[ "$1" == *"\"version\":\"$want\""* ]]; }
+# foreign: the port is held by a process this checkout did not start; it says so (with
+# what answers there, if anything) and exits 1.
+stop_hint="ENGINE_PORT=$ENGINE_PORT bash <dir>/services/engine-down.sh"
+foreign() {
+  local why
+  why=$(refuse_foreign_holder engine-up "$ENGINE_PORT" "$pidfile" "$stop_hint" 2>&1) && return 0
+  if [ -n "${1:-}" ]; then
+    echo "engine-up: the engine on port $ENGINE_PORT answers $1, not $ENGINE's $want, and is not this checkout's to stop" >&2
+  fi
+  echo "$why" >&2
+  exit 1
 }
 
 if v=$(answers); then
-  if [[ "$v" == *"\"$want\""* ]]; then
-    echo "engine-up: engine already answering at $url: $v"
-    cockpit
+  if is_wanted "$v"; then
+    echo "engine-up: $ENGINE $want already running at http://127.0.0.1:$ENGINE_PORT/engine-rest; $(cockpit)"
     exit 0
   fi
+  foreign "$v"
   echo "engine-up: the engine on port $ENGINE_PORT is $v, not $ENGINE's $want: stopping it"
   ENGINE_PORT="$ENGINE_PORT" "$here/engine-down.sh" --quiet || true
+else
+  foreign
 fi
 
 need_pkgs=()
@@ -113,6 +135,7 @@ jar="$build/engine-under-test.jar"
 ) 9>"$run/build.lock"
 
 ENGINE_PORT="$ENGINE_PORT" "$here/engine-down.sh" --quiet || true
+foreign # while it built
 cp "$jar" "$run/$name.jar.tmp" && mv -f "$run/$name.jar.tmp" "$run/$name.jar"
 echo "engine-up: starting $ENGINE on port $ENGINE_PORT, database $ENGINE_DB, REST authentication $ENGINE_REST_AUTH (log: $log)"
 t0=$(date +%s)
@@ -122,17 +145,18 @@ ENGINE_DB_URL="${ENGINE_DB_URL:-jdbc:postgresql://127.0.0.1:${PG_PORT:-5432}/$EN
   -jar "$run/$name.jar" >"$log" 2>&1 < /dev/null &
 echo $! > "$pidfile"
 
+# Ready: it answers with the version asked for (an answer with another one is not this
+# engine's: it fails to bind, and exits).
 deadline=$(( t0 + ENGINE_START_TIMEOUT ))
-until answers >/dev/null; do
+until v=$(answers) && is_wanted "$v"; do
   if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "engine-up: the engine on port $ENGINE_PORT exited during start-up; last log lines:" >&2
     tail -40 "$log" >&2; exit 1
   fi
   if [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "engine-up: no answer from $url after ${ENGINE_START_TIMEOUT}s; last log lines:" >&2
+    echo "engine-up: no answer with version $want from $url after ${ENGINE_START_TIMEOUT}s${v:+ (it answers $v)}; last log lines:" >&2
     tail -40 "$log" >&2; exit 1
   fi
   sleep 1
 done
-echo "engine-up: $ENGINE $(answers) ready in $(( $(date +%s) - t0 ))s at http://127.0.0.1:$ENGINE_PORT/engine-rest (REST authentication $ENGINE_REST_AUTH)"
-cockpit
+echo "engine-up: $ENGINE $want ready in $(( $(date +%s) - t0 ))s at http://127.0.0.1:$ENGINE_PORT/engine-rest (REST authentication $ENGINE_REST_AUTH); $(cockpit)"

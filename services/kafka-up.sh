@@ -89,6 +89,13 @@ if answers "$KAFKA_PORT"; then
   exit 0
 fi
 
+# A port held by a process this checkout did not start (another checkout's broker, a
+# leftover server) is named, with how to stop it, and left alone.
+. "$here/port-holder.sh"
+for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+  refuse_foreign_holder kafka-up "$p" "$pidfile" "KAFKA_PORT=$KAFKA_PORT bash <dir>/services/kafka-down.sh" || exit 1
+done
+
 resolve_classpath
 cp=$(cat "$cpfile")
 # A broker of ours that runs but does not answer (hung, or left from a failed start) goes.
