@@ -20,7 +20,7 @@ var stdin io.Reader = os.Stdin
 
 const consoleUsage = `usage: extworker console hash-password NAME < password
   reads a password (one line) on standard input and prints NAME:bcrypt-hash, a line for
-  EXTWORKER_CONSOLE_OPERATORS_FILE (htpasswd -nB NAME writes the same form)`
+  EXTWORKER_CONSOLE_OPERATORS_FILE (htpasswd -nBC 10 NAME writes the same form)`
 
 func runConsole(args []string, in io.Reader, stdout io.Writer) error {
 	if len(args) != 2 || args[0] != "hash-password" {

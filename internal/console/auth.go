@@ -33,7 +33,7 @@ import (
 var operatorName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`)
 
 // ReadOperators reads an operators file: one name:bcrypt-hash per line (what
-// `extworker console hash-password` prints, and htpasswd -B writes), blank lines and
+// `extworker console hash-password` prints, and htpasswd -nBC 10 writes), blank lines and
 // lines starting with # ignored. A line that is not one is an error naming its number,
 // never its content.
 func ReadOperators(path string) (map[string][]byte, error) {

@@ -141,7 +141,7 @@ type Config struct {
 	// set, on a listener of its own, never the operations endpoint's.
 	ConsoleAddr string `envconfig:"CONSOLE_ADDR"`
 	// ConsoleOperatorsFile lists the operators who log in with a password, one
-	// name:bcrypt-hash per line (`extworker console hash-password`, or htpasswd -B).
+	// name:bcrypt-hash per line (`extworker console hash-password`, or htpasswd -nBC 10).
 	ConsoleOperatorsFile string `envconfig:"CONSOLE_OPERATORS_FILE"`
 	// ConsoleAuthHeader instead trusts a reverse proxy that authenticated the operator to
 	// name them in this header (X-Forwarded-User, say); the console must then be reachable
