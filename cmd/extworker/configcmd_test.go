@@ -122,3 +122,26 @@ func TestConfigCommandShowsTraces(t *testing.T) {
 	assert.True(t, errors.As(err, &ce), "exit status 78")
 	assert.Contains(t, out.String(), "traces: invalid: ")
 }
+
+// `config` shows the Cockpit URL the console links to when EXTWORKER_CONSOLE_COCKPIT_URL
+// is unset, marked as derived from the engine's URL (without its credentials), and the
+// variable's own value when set.
+func TestConfigCommandShowsDerivedCockpitURL(t *testing.T) {
+	testenv.ClearConfigEnv(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", "https://ops:url-s3cret@bpm.example.com/engine-rest")
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"config"}, &out, io.Discard))
+	assert.NotContains(t, out.String(), "s3cret")
+	assert.Regexp(t, `EXTWORKER_CONSOLE_COCKPIT_URL\s+https://bpm.example.com/camunda\s+derived from EXTWORKER_ENGINE_URL\n`, out.String())
+
+	out.Reset()
+	require.NoError(t, run([]string{"config", "--json"}, &out, io.Discard))
+	var m map[string]string
+	require.NoError(t, json.Unmarshal(out.Bytes(), &m))
+	assert.Equal(t, "https://bpm.example.com/camunda", m["EXTWORKER_CONSOLE_COCKPIT_URL"])
+
+	t.Setenv("EXTWORKER_CONSOLE_COCKPIT_URL", "https://cockpit.example.com/camunda")
+	out.Reset()
+	require.NoError(t, run([]string{"config"}, &out, io.Discard))
+	assert.Regexp(t, `EXTWORKER_CONSOLE_COCKPIT_URL\s+https://cockpit.example.com/camunda\s+env\n`, out.String())
+}

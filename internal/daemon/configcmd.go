@@ -40,7 +40,7 @@ func ConfigCommand(args []string, stdout, stderr io.Writer, specs ...any) error 
 		return err
 	}
 	ops, opsInvalid, _ := ReadOpsConfig() // its problems are in err already
-	sets := []VarSet{{Vars: c.vars(), FromFile: c.fromFile, Invalid: c.invalid}, {Vars: SpecVars(&ops), Invalid: opsInvalid}}
+	sets := []VarSet{{Vars: c.vars(), FromFile: c.fromFile, Invalid: c.invalid, Derived: c.derived()}, {Vars: SpecVars(&ops), Invalid: opsInvalid}}
 	for _, spec := range specs {
 		sets = append(sets, VarSet{Vars: SpecVars(spec)})
 	}
@@ -57,11 +57,13 @@ func ConfigCommand(args []string, stdout, stderr io.Writer, specs ...any) error 
 }
 
 // VarSet is the variables of one configuration struct (config, opsConfig) with the
-// secrets read from files and the values that did not parse.
+// secrets read from files, the values that did not parse, and the values derived from
+// other variables for those left unset.
 type VarSet struct {
 	Vars     []ConfigVar
 	FromFile map[string]string
 	Invalid  map[string]string
+	Derived  map[string]Derived
 }
 
 // Effective is one variable as `extworker config` shows it.
@@ -70,8 +72,9 @@ type Effective struct {
 }
 
 // EffectiveConfig lists the variables with their masked values and sources: "env",
-// "file PATH", "default", or "env (invalid)" for a value that did not parse (shown as
-// given, unless it is a secret).
+// "file PATH", "default", "derived from VARIABLE" for an unset variable whose value the
+// program derives, or "env (invalid)" for a value that did not parse (shown as given,
+// unless it is a secret).
 func EffectiveConfig(sets []VarSet, lookup func(string) (string, bool)) []Effective {
 	var out []Effective
 	for _, set := range sets {
@@ -82,6 +85,9 @@ func EffectiveConfig(sets []VarSet, lookup func(string) (string, bool)) []Effect
 			}
 			if path, ok := set.FromFile[cv.Name]; ok {
 				e.Source = "file " + path
+			}
+			if d, ok := set.Derived[cv.Name]; ok && e.Value == "" && e.Source == "default" {
+				e.Value, e.Source = d.Value, "derived from "+d.From
 			}
 			if raw, ok := set.Invalid[cv.Name]; ok {
 				e.Value, e.Source = raw, "env (invalid)"

@@ -78,6 +78,21 @@ func (c Config) ConsoleDatabase() string {
 	return c.DatabaseURL
 }
 
+// Derived is a value the program derives for a variable left unset, and the variable it
+// derives it from, as `extworker config` shows it.
+type Derived struct {
+	Value, From string
+}
+
+// derived is what `extworker config` shows for the variables whose default is derived
+// from another one: EXTWORKER_CONSOLE_COCKPIT_URL from the engine's URL.
+func (c Config) derived() map[string]Derived {
+	if c.ConsoleCockpitURL != "" {
+		return nil
+	}
+	return map[string]Derived{"EXTWORKER_CONSOLE_COCKPIT_URL": {Value: c.CockpitURL(), From: "EXTWORKER_ENGINE_URL"}}
+}
+
 // CockpitURL is where the console links into Cockpit: EXTWORKER_CONSOLE_COCKPIT_URL, or
 // the engine's address with /camunda in place of /engine-rest (the distribution's
 // layout), without credentials.
