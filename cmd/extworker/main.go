@@ -7,6 +7,7 @@
 //	extworker operators list|add|remove   the people the two-person rule tells apart
 //	extworker inbox list|show|replay   inspect consumed messages, replay parked ones
 //	extworker version print its own version and the engine's (a connectivity check)
+//	extworker doctor  check this host's engine, database, brokers, clocks and configuration
 //	extworker config  print the effective configuration, secrets masked (--json)
 //	extworker console hash-password NAME   a line for the operator console's operators file
 //
@@ -47,6 +48,8 @@ commands:
             tells apart, one name each across the console and this tool (docs/operators.md)
   inbox     list [--parked] | show SOURCE MESSAGE_ID | replay --queue Q (--all | MESSAGE_ID...)
   version   print this program's version (module, VCS revision) and the engine's
+  doctor    check what a worker on this host needs, with a fix for each failure
+            [--queue Q]... (docs/doctor.md)
   config    print the effective configuration, secrets masked [--json]
   console   hash-password NAME: read a password on standard input, print NAME:bcrypt-hash
             for EXTWORKER_CONSOLE_OPERATORS_FILE (docs/console.md)
@@ -58,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "console" {
 		// It needs no configuration: it only hashes a password.
 		return runConsole(args[1:], stdin, stdout)
+	}
+	if len(args) > 0 && args[0] == "doctor" {
+		return runDoctor(args[1:], stdout, stderr) // it reports an unreadable configuration itself
 	}
 	return daemon.Command(args, usage, stdout, stderr, func(ctx context.Context, cfg daemon.Config, logger *slog.Logger) error {
 		switch args[0] {

@@ -1,0 +1,308 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/migrations"
+)
+
+// Check names, as printed.
+const (
+	NameEngineReachable  = "engine reachable"
+	NameEngineVersion    = "engine version"
+	NameEngineCreds      = "engine credentials"
+	NameClock            = "clock skew"
+	NameDatabase         = "database reachable"
+	NameDatabaseTLS      = "database TLS"
+	NameMigrated         = "ledger migrated"
+	NameRoles            = "ledger roles"
+	NameLogin            = "database login"
+	NameGrants           = "worker role grants"
+	NamePublicConnect    = "database CONNECT"
+	NameAMQP             = "broker reachable"
+	NameKafka            = "kafka reachable"
+	NameLockLongPoll     = "lock vs long poll"
+	NameShutdownLongPoll = "shutdown vs long poll"
+)
+
+// NameQueue is the check of one queue the inbox consumes from.
+func NameQueue(q string) string { return "queue " + q }
+
+// NameAddress is the check of a listening address's variable.
+func NameAddress(variable string) string { return "address " + variable }
+
+// testedEngines are the Camunda 7 minor releases CI runs against (docs/engine-facts.md).
+var testedEngines = []int{20, 22, 24}
+
+// EngineVersion judges the engine's version: a Camunda 7 release older than the oldest
+// one tested is a warning; the forks (Operaton, CIB seven), which number their releases
+// anew below 7, are taken as newer.
+func EngineVersion(v string) Check {
+	major, minor, read := majorMinor(v)
+	switch {
+	case !read:
+		return warn(NameEngineVersion, fmt.Sprintf("%q is not a version this tool reads", v),
+			"check that EXTWORKER_ENGINE_URL is a Camunda 7 engine's REST root (…/engine-rest)")
+	case major == 7 && minor < testedEngines[0]:
+		return warn(NameEngineVersion, v+": older than every release extworker is tested against (7.20, 7.22, 7.24)",
+			"upgrade the engine to Camunda 7.20 or later")
+	}
+	return ok(NameEngineVersion, v)
+}
+
+func majorMinor(v string) (int, int, bool) {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return major, minor, err1 == nil && err2 == nil
+}
+
+// Clock skew thresholds: the engine's Date header has a resolution of a second, so
+// below WarnSkew nothing is said; from FailSkew on the clocks are not synchronised at all.
+const (
+	WarnSkew = 2 * time.Second
+	FailSkew = time.Minute
+)
+
+// ClockSkew judges how far the engine's and the database's clocks are from this host's
+// (each nil when it could not be read). The ledger's leases run on the database's clock
+// and the locks on the engine's, so skew breaks no guarantee; it makes the times in logs,
+// Cockpit and the ledger disagree, and a callback's signed timestamp
+// (EXTWORKER_CALLBACK_TOLERANCE) is judged on this host's clock.
+func ClockSkew(engine, database *time.Duration) Check {
+	var parts []string
+	worst := time.Duration(0)
+	note := func(what string, d time.Duration) {
+		parts = append(parts, fmt.Sprintf("%s %+.1fs", what, d.Seconds()))
+		worst = max(worst, d.Abs())
+	}
+	if engine != nil {
+		note("engine", *engine)
+	}
+	if database != nil {
+		note("database", *database)
+	}
+	if engine != nil && database != nil {
+		note("engine-database", *engine-*database)
+	}
+	if len(parts) == 0 {
+		return skipped(NameClock, NameEngineReachable+" or "+NameDatabase)
+	}
+	found := strings.Join(parts, ", ") + " (against this host)"
+	fix := "synchronise the clocks of this host, the engine's and the database's hosts with NTP (chrony, systemd-timesyncd)"
+	switch {
+	case worst >= FailSkew:
+		return fail(NameClock, found, fix)
+	case worst >= WarnSkew:
+		return warn(NameClock, found, fix)
+	}
+	return ok(NameClock, found)
+}
+
+// Relations judges the relations between durations that the configuration accepts but
+// that cost something (the ones that cannot be safe are refused by daemon.LoadConfig).
+func Relations(c daemon.Config) []Check {
+	var out []Check
+	ext := c.LockDuration / 3
+	found := fmt.Sprintf("EXTWORKER_LOCK_DURATION %v (extended every %v), EXTWORKER_LONG_POLL %v", c.LockDuration, ext.Round(time.Millisecond), c.LongPoll)
+	if c.LongPoll > c.LockDuration {
+		out = append(out, warn(NameLockLongPoll, found+": a task the engine locks late in a long poll arrives with its lock "+
+			"short or run out, and must be extended (or locked again) at once",
+			fmt.Sprintf("set EXTWORKER_LOCK_DURATION to at least EXTWORKER_LONG_POLL (%v), or shorten the long poll", c.LongPoll)))
+	} else {
+		out = append(out, ok(NameLockLongPoll, found))
+	}
+	found = fmt.Sprintf("EXTWORKER_SHUTDOWN_TIMEOUT %v, EXTWORKER_SHUTDOWN_GRACE %v, EXTWORKER_LONG_POLL %v, EXTWORKER_LEDGER_LEASE %v",
+		c.ShutdownTimeout, c.ShutdownGrace, c.LongPoll, c.LedgerLease)
+	if c.LongPoll > 0 && c.ShutdownTimeout <= c.LongPoll {
+		out = append(out, warn(NameShutdownLongPoll, found+": a stopping worker gives up its pending long poll, "+
+			"for which the engine may still lock tasks that then wait out a whole lock",
+			fmt.Sprintf("set EXTWORKER_SHUTDOWN_TIMEOUT longer than EXTWORKER_LONG_POLL (%v), or shorten the long poll", c.LongPoll)))
+	} else {
+		out = append(out, ok(NameShutdownLongPoll, found))
+	}
+	return out
+}
+
+// RoleFacts is what the database says of the ledger's roles.
+type RoleFacts struct {
+	Ledger     migrations.Roles // the names the ledger records (migrations.ReadRoles)
+	Configured migrations.Roles // migrations.RolesFor(EXTWORKER_DATABASE_ROLE_PREFIX)
+	Exists     map[string]bool  // role name -> present in the cluster
+	Console    bool             // the operator console is configured (EXTWORKER_CONSOLE_ADDR)
+}
+
+// Roles judges whether the ledger's roles are the configured ones and exist: the worker's
+// and the operators' must; the console's only when the console runs.
+func Roles(f RoleFacts) Check {
+	found := fmt.Sprintf("%s, %s, %s", f.Ledger.Worker, f.Ledger.Operator, f.Ledger.Console)
+	if f.Ledger != f.Configured {
+		return fail(NameRoles, "the ledger names its roles "+found+", EXTWORKER_DATABASE_ROLE_PREFIX names "+
+			fmt.Sprintf("%s, %s, %s", f.Configured.Worker, f.Configured.Operator, f.Configured.Console),
+			"run `extworker migrate` with this EXTWORKER_DATABASE_ROLE_PREFIX as the ledger's owner, or set the prefix the ledger uses")
+	}
+	var missing []string
+	for _, r := range []string{f.Ledger.Worker, f.Ledger.Operator} {
+		if !f.Exists[r] {
+			missing = append(missing, r)
+		}
+	}
+	consoleMissing := !f.Exists[f.Ledger.Console]
+	if consoleMissing && f.Console {
+		missing = append(missing, f.Ledger.Console)
+	}
+	create := func(names []string) string {
+		return "as a role with CREATEROLE: CREATE ROLE " + strings.Join(names, " NOLOGIN; CREATE ROLE ") +
+			" NOLOGIN; then `extworker migrate` as the ledger's owner grants them their rights (docs/operators.md#database-roles)"
+	}
+	switch {
+	case len(missing) > 0:
+		return fail(NameRoles, "missing: "+strings.Join(missing, ", "), create(missing))
+	case consoleMissing:
+		return ok(NameRoles, found+" ("+f.Ledger.Console+" absent: needed only with the operator console)")
+	}
+	return ok(NameRoles, found+" present")
+}
+
+// LoginFacts is who the configured database login is.
+type LoginFacts struct {
+	Login      string // current_user
+	Owner      bool   // owns the ledger's tables
+	WorkerRole string
+	Member     bool // a member of WorkerRole
+}
+
+// Login judges the configured login: a member of the worker role is right; the owner
+// works but may do what the worker's role may not (take an intent out of operator hold,
+// change events); any other login cannot run a worker.
+func Login(f LoginFacts) Check {
+	switch {
+	case f.Member && !f.Owner:
+		return ok(NameLogin, f.Login+" is in role "+f.WorkerRole)
+	case f.Owner:
+		return warn(NameLogin, f.Login+" owns the ledger's tables: a worker running as the owner may do what "+f.WorkerRole+" may not",
+			"run workers as a login IN ROLE "+f.WorkerRole+" (docs/operators.md#database-roles); keep the owner for `extworker migrate`")
+	}
+	return fail(NameLogin, f.Login+" is not in role "+f.WorkerRole,
+		"as a role with CREATEROLE: GRANT "+f.WorkerRole+" TO "+f.Login)
+}
+
+// Grant is one right the worker's role needs: a privilege on a table, or EXECUTE on a
+// function (Object with its argument types).
+type Grant struct {
+	Object, Privilege string
+}
+
+func (g Grant) String() string { return g.Privilege + " ON " + g.Object }
+
+// WorkerGrants are the rights `extworker migrate` gives the worker's role
+// (migrations/00009's extworker_apply_grants and its outbox and inbox companions; the
+// table in docs/operators.md#database-roles). A worker lacking one fails at the first
+// statement that needs it.
+var WorkerGrants = func() []Grant {
+	var g []Grant
+	add := func(object string, privs ...string) {
+		for _, p := range privs {
+			g = append(g, Grant{object, p})
+		}
+	}
+	add("extworker_intents", "SELECT", "INSERT", "UPDATE")
+	add("extworker_intent_events", "SELECT", "INSERT")
+	for _, t := range []string{"extworker_intent_tombstones", "extworker_schema_migrations", "extworker_ledger_roles", "extworker_ledger_settings"} {
+		add(t, "SELECT")
+	}
+	for _, t := range []string{"extworker_outbox", "extworker_inbox", "extworker_inbox_conflicts", "extworker_inbox_starts", "extworker_inbox_callbacks"} {
+		add(t, "SELECT", "INSERT", "UPDATE", "DELETE")
+	}
+	add("extworker_prune(text, interval, integer)", "EXECUTE")
+	return g
+}()
+
+// Grants judges the worker role's rights: held maps each of want to whether the role has it.
+func Grants(role string, want []Grant, held map[Grant]bool) Check {
+	var missing []string
+	for _, g := range want {
+		if !held[g] {
+			missing = append(missing, g.String())
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fail(NameGrants, role+" lacks "+strings.Join(missing, ", "),
+			"run `extworker migrate` as the ledger's owner: it grants the ledger's roles their rights on every run")
+	}
+	return ok(NameGrants, fmt.Sprintf("%s has the %d rights a worker needs", role, len(want)))
+}
+
+// PublicConnect judges who may connect: PUBLIC (every login of the cluster) is a warning,
+// as `extworker migrate` gives it.
+func PublicConnect(database string, public bool, roles migrations.Roles) Check {
+	if public {
+		return warn(NamePublicConnect, "every login of the cluster may connect to database "+database+" (PUBLIC has CONNECT)",
+			fmt.Sprintf("REVOKE CONNECT ON DATABASE %s FROM PUBLIC; GRANT CONNECT ON DATABASE %s TO %s, %s (docs/operators.md#database-roles)",
+				database, database, roles.Worker, roles.Operator))
+	}
+	return ok(NamePublicConnect, "only granted roles may connect to database "+database)
+}
+
+// QueueFacts is what the broker says of a queue and its companions (nil: absent).
+type QueueFacts struct {
+	Queue               string
+	Main, Retry, Parked *int // messages in each; nil when the queue does not exist
+}
+
+// Queue judges one inbox queue: it and its retry and dead-letter queues must exist
+// (the consumer declares them at start, so absent ones mean it never ran against this
+// broker or virtual host); parked messages are a warning.
+func Queue(f QueueFacts, retry, dlq string) Check {
+	name := NameQueue(f.Queue)
+	var missing []string
+	for _, q := range []struct {
+		name string
+		n    *int
+	}{{f.Queue, f.Main}, {retry, f.Retry}, {dlq, f.Parked}} {
+		if q.n == nil {
+			missing = append(missing, q.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fail(name, "absent: "+strings.Join(missing, ", "),
+			"start the worker that consumes "+f.Queue+" once (it declares its queues), or check the virtual host in EXTWORKER_AMQP_URL")
+	}
+	found := fmt.Sprintf("%d ready, %d waiting to retry, %d parked", *f.Main, *f.Retry, *f.Parked)
+	if *f.Parked > 0 {
+		return warn(name, found, "see `extworker inbox list --parked`; replay with `extworker inbox replay --queue "+f.Queue+"` (docs/operators.md)")
+	}
+	return ok(name, found)
+}
+
+// Address judges a listening address: err is what binding it gave.
+func Address(variable, addr string, err error) Check {
+	name := NameAddress(variable)
+	if err != nil {
+		return fail(name, addr+": "+err.Error(),
+			"set "+variable+" to a free address (one per worker on a host), or stop what listens there (ss -ltnp)")
+	}
+	return ok(name, addr+" is free")
+}
+
+// NameConfig is the first check: the configuration itself.
+const NameConfig = "configuration"
+
+// Configuration judges daemon.LoadConfig's result: with problems nothing else is checked
+// (ExitConfig), and the problems themselves follow on standard error.
+func Configuration(err error) Check {
+	if err != nil {
+		return fail(NameConfig, "cannot be read: the problems are listed below",
+			"correct each variable named below (docs/configuration.md); `extworker config` shows every value and where it came from")
+	}
+	return ok(NameConfig, "EXTWORKER_* variables read, every value in range")
+}

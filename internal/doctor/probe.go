@@ -1,0 +1,370 @@
+package doctor
+
+import (
+	"context"
+	"crypto/tls"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/migrations"
+)
+
+// Options are what the configuration does not say.
+type Options struct {
+	// Timeout bounds each probe (one service). Default 5s.
+	Timeout time.Duration
+	// Queues are the RabbitMQ queues this host's inbox consumers read (their retry and
+	// dead-letter companions are checked too).
+	Queues []string
+}
+
+// Run runs every check against cfg and ops and returns them in a fixed order. The
+// engine, the database, the brokers and the addresses are probed concurrently, each
+// within opts.Timeout; a probe that fails makes the checks that need it skipped.
+func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Options) []Check {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	probe := func(f func(context.Context)) func() {
+		return func() {
+			pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+			defer cancel()
+			f(pctx)
+		}
+	}
+	var (
+		eng   engineFacts
+		db    []Check
+		dbAt  *time.Duration
+		amqpC []Check
+		kafka []Check
+		addrs []Check
+		wg    sync.WaitGroup
+	)
+	wg.Go(probe(func(ctx context.Context) { eng = probeEngine(ctx, cfg) }))
+	wg.Go(probe(func(ctx context.Context) { db, dbAt = probeDatabase(ctx, cfg) }))
+	wg.Go(probe(func(ctx context.Context) { amqpC = probeAMQP(ctx, cfg, opts.Queues) }))
+	wg.Go(probe(func(ctx context.Context) { kafka = probeKafka(ctx, cfg) }))
+	wg.Go(func() { addrs = probeAddresses(ctx, cfg, ops) })
+	wg.Wait()
+
+	out := eng.checks(cfg)
+	out = append(out, db...)
+	out = append(out, ClockSkew(eng.offset, dbAt))
+	out = append(out, amqpC...)
+	out = append(out, kafka...)
+	out = append(out, Relations(cfg)...)
+	out = append(out, addrs...)
+	// Errors from the services may quote what they were given: no secret of the
+	// configuration is printed.
+	for i := range out {
+		out[i].Found = scrub(&cfg, out[i].Found)
+		out[i].Fix = scrub(&cfg, out[i].Fix)
+	}
+	return out
+}
+
+func scrub(cfg *daemon.Config, s string) string {
+	if s == "" {
+		return s
+	}
+	return cfg.ScrubError(errors.New(s)).Error()
+}
+
+// engineFacts is what the engine answered.
+type engineFacts struct {
+	where   string
+	version string
+	err     error          // the version call's
+	creds   error          // daemon.CheckClient's verdict on err, when the engine answered
+	offset  *time.Duration // the engine's clock against this host's
+}
+
+func probeEngine(ctx context.Context, cfg daemon.Config) engineFacts {
+	f := engineFacts{where: daemon.RedactURL(cfg.EngineURL)}
+	quiet := slog.New(slog.DiscardHandler)
+	client, err := daemon.NewClient(cfg, quiet)
+	if err != nil {
+		f.err = err
+		return f
+	}
+	defer client.CloseIdleConnections()
+	f.version, f.err = client.Version(ctx)
+	if f.err != nil && !unreachable(f.err) {
+		f.creds = daemon.CheckClient(ctx, cfg, client, quiet)
+	}
+	if !unreachable(f.err) {
+		f.offset = engineClock(ctx, cfg)
+	}
+	return f
+}
+
+// unreachable reports whether a call never got an answer.
+func unreachable(err error) bool {
+	return errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrUnknownOutcome)
+}
+
+func (f engineFacts) checks(cfg daemon.Config) []Check {
+	if f.err != nil && unreachable(f.err) || f.err != nil && f.creds == nil {
+		found := f.where + ": " + f.err.Error()
+		fix := "check EXTWORKER_ENGINE_URL (scheme, host, port, the path …/engine-rest) and that the engine runs: curl " + f.where + "/version"
+		return []Check{fail(NameEngineReachable, found, fix),
+			skipped(NameEngineVersion, NameEngineReachable), skipped(NameEngineCreds, NameEngineReachable)}
+	}
+	if f.err != nil {
+		return []Check{ok(NameEngineReachable, f.where+" answers"), skipped(NameEngineVersion, NameEngineCreds),
+			fail(NameEngineCreds, "refused", f.creds.Error())}
+	}
+	creds := "none configured; the engine asks for none"
+	switch {
+	case cfg.EngineUser != "":
+		creds = "accepted (basic, user " + cfg.EngineUser + ")"
+	case cfg.EngineToken != "":
+		creds = "accepted (bearer token)"
+	case cfg.EngineOAuthTokenURL != "":
+		creds = "accepted (OAuth2 client " + cfg.EngineOAuthClientID + ")"
+	}
+	return []Check{ok(NameEngineReachable, f.where+" answers"), EngineVersion(f.version), ok(NameEngineCreds, creds)}
+}
+
+// engineClock reads the engine's clock from the Date header of an unauthenticated
+// GET /version (any answer carries one), against the middle of the request on this
+// host's clock. The header has a resolution of a second: its middle is taken.
+func engineClock(ctx context.Context, cfg daemon.Config) *time.Duration {
+	tc, err := cfg.EngineTLS()
+	if err != nil {
+		return nil
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cfg.EngineURL, "/")+"/version", nil)
+	if err != nil {
+		return nil
+	}
+	sent := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil
+	}
+	received := time.Now()
+	_ = resp.Body.Close()
+	at, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		return nil
+	}
+	d := at.Add(500 * time.Millisecond).Sub(sent.Add(received.Sub(sent) / 2))
+	return &d
+}
+
+// probeDatabase checks the ledger's database and returns its clock against this host's.
+func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, *time.Duration) {
+	where := daemon.RedactURL(cfg.DatabaseURL)
+	needDB := func(names ...string) []Check {
+		var out []Check
+		for _, n := range names {
+			out = append(out, skipped(n, NameDatabase))
+		}
+		return out
+	}
+	dependents := []string{NameMigrated, NameRoles, NameLogin, NameGrants, NamePublicConnect}
+	pcfg, err := daemon.DatabaseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return append([]Check{fail(NameDatabase, where+": "+err.Error(), "correct EXTWORKER_DATABASE_URL")}, needDB(dependents...)...), nil
+	}
+	pcfg.MaxConns, pcfg.MinConns = 1, 0
+	var out []Check
+	if w := daemon.DatabaseTLSWarning(cfg.DatabaseURL, pcfg); w != "" {
+		out = append(out, warn(NameDatabaseTLS, w, "set sslmode=verify-full in EXTWORKER_DATABASE_URL (sslrootcert= for a private CA)"))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err == nil {
+		defer pool.Close()
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		found := where + ": " + err.Error()
+		fix := "check EXTWORKER_DATABASE_URL (host, port, database, user, password, sslmode) and that PostgreSQL runs and accepts this host (pg_hba.conf)"
+		return append(append(out, fail(NameDatabase, found, fix)), needDB(dependents...)...), nil
+	}
+	var dbNow time.Time
+	sent := time.Now()
+	err = pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow)
+	received := time.Now()
+	var offset *time.Duration
+	if err == nil {
+		d := dbNow.Sub(sent.Add(received.Sub(sent) / 2))
+		offset = &d
+	}
+	out = append([]Check{ok(NameDatabase, where+" answers")}, out...)
+
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Check(ctx, db); err != nil {
+		out = append(out, fail(NameMigrated, err.Error(), "run `extworker migrate` with EXTWORKER_DATABASE_URL naming the ledger's owner"))
+		for _, n := range dependents[1:] {
+			out = append(out, skipped(n, NameMigrated))
+		}
+		return out, offset
+	}
+	out = append(out, ok(NameMigrated, fmt.Sprintf("at version %d", migrations.Versions()[len(migrations.Versions())-1])))
+	return append(out, roleChecks(ctx, db, cfg)...), offset
+}
+
+// roleChecks checks the ledger's roles, the login, the worker role's grants and who may
+// connect, on a migrated ledger.
+func roleChecks(ctx context.Context, db *sql.DB, cfg daemon.Config) []Check {
+	roles, err := migrations.ReadRoles(ctx, db)
+	if err != nil {
+		return []Check{fail(NameRoles, err.Error(), "run `extworker migrate` as the ledger's owner"),
+			skipped(NameLogin, NameRoles), skipped(NameGrants, NameRoles), publicCheck(ctx, db, roles)}
+	}
+	facts := RoleFacts{Ledger: roles, Configured: migrations.RolesFor(cfg.DatabaseRolePrefix), Exists: map[string]bool{}, Console: cfg.ConsoleAddr != ""}
+	for _, r := range []string{roles.Worker, roles.Operator, roles.Console} {
+		var exists bool
+		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)`, r).Scan(&exists); err != nil {
+			return []Check{fail(NameRoles, err.Error(), "check that the login may read pg_roles"),
+				skipped(NameLogin, NameRoles), skipped(NameGrants, NameRoles), publicCheck(ctx, db, roles)}
+		}
+		facts.Exists[r] = exists
+	}
+	out := []Check{Roles(facts)}
+	if !facts.Exists[roles.Worker] {
+		return append(out, skipped(NameLogin, roles.Worker), skipped(NameGrants, roles.Worker), publicCheck(ctx, db, roles))
+	}
+	login := LoginFacts{WorkerRole: roles.Worker}
+	err = db.QueryRowContext(ctx, `SELECT current_user, pg_has_role(current_user, $1, 'MEMBER'),
+			EXISTS (SELECT FROM pg_class WHERE oid = to_regclass('extworker_intents') AND pg_has_role(current_user, relowner, 'USAGE'))`,
+		roles.Worker).Scan(&login.Login, &login.Member, &login.Owner)
+	if err != nil {
+		out = append(out, fail(NameLogin, err.Error(), "check EXTWORKER_DATABASE_URL's user"))
+	} else {
+		out = append(out, Login(login))
+	}
+	out = append(out, grantsCheck(ctx, db, roles.Worker))
+	return append(out, publicCheck(ctx, db, roles))
+}
+
+func grantsCheck(ctx context.Context, db *sql.DB, role string) Check {
+	held := map[Grant]bool{}
+	for _, g := range WorkerGrants {
+		q := `SELECT has_table_privilege($1, $2, $3)`
+		if g.Privilege == "EXECUTE" {
+			q = `SELECT has_function_privilege($1, $2, $3)`
+		}
+		var has bool
+		if err := db.QueryRowContext(ctx, q, role, g.Object, g.Privilege).Scan(&has); err != nil {
+			return fail(NameGrants, g.String()+": "+err.Error(), "run `extworker migrate` as the ledger's owner")
+		}
+		held[g] = has
+	}
+	return Grants(role, WorkerGrants, held)
+}
+
+func publicCheck(ctx context.Context, db *sql.DB, roles migrations.Roles) Check {
+	public, name, err := migrations.PublicCanConnect(ctx, db)
+	if err != nil {
+		return fail(NamePublicConnect, err.Error(), "check that the login may read pg_database")
+	}
+	return PublicConnect(name, public, roles)
+}
+
+// probeAMQP checks the RabbitMQ broker, when one is configured, and the queues named.
+func probeAMQP(ctx context.Context, cfg daemon.Config, queues []string) []Check {
+	if cfg.AMQPURL == "" {
+		if len(queues) > 0 {
+			return []Check{fail(NameAMQP, "EXTWORKER_AMQP_URL is not set, but queues were named", "set EXTWORKER_AMQP_URL to the broker the inbox consumes from")}
+		}
+		return nil
+	}
+	where := daemon.RedactURL(cfg.AMQPURL)
+	deadline, _ := ctx.Deadline()
+	conn, err := amqp.DialConfig(cfg.AMQPURL, amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+		return (&net.Dialer{Deadline: deadline}).DialContext(ctx, network, addr)
+	}, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		out := []Check{fail(NameAMQP, where+": "+err.Error(),
+			"check EXTWORKER_AMQP_URL (host, port, user, password, virtual host) and that RabbitMQ runs")}
+		for _, q := range queues {
+			out = append(out, skipped(NameQueue(q), NameAMQP))
+		}
+		return out
+	}
+	defer conn.Close()
+	out := []Check{ok(NameAMQP, where+" answers")}
+	for _, q := range queues {
+		f := QueueFacts{Queue: q}
+		f.Main, f.Retry, f.Parked = queueDepth(conn, q), queueDepth(conn, inbox.RetryQueue(q)), queueDepth(conn, inbox.DeadLetterQueue(q))
+		out = append(out, Queue(f, inbox.RetryQueue(q), inbox.DeadLetterQueue(q)))
+	}
+	return out
+}
+
+// queueDepth declares q passively on a channel of its own (a queue that does not exist
+// closes the channel) and returns its message count, or nil when it does not exist.
+func queueDepth(conn *amqp.Connection, q string) *int {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil
+	}
+	defer ch.Close()
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		return nil
+	}
+	return &st.Messages
+}
+
+// probeKafka checks the Kafka brokers, when configured.
+func probeKafka(ctx context.Context, cfg daemon.Config) []Check {
+	if len(cfg.KafkaBrokers) == 0 {
+		return nil
+	}
+	brokers := strings.Join(cfg.KafkaBrokers, ",")
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}, cfg.KafkaOptions()...)...)
+	if err == nil {
+		defer cl.Close()
+		err = cl.Ping(ctx)
+	}
+	if err != nil {
+		return []Check{fail(NameKafka, brokers+": "+err.Error(),
+			"check EXTWORKER_KAFKA_BROKERS (host:port of each), EXTWORKER_KAFKA_TLS, and that the brokers run")}
+	}
+	return []Check{ok(NameKafka, brokers+" answer")}
+}
+
+// probeAddresses binds each address this host's worker would listen on, and lets it go.
+func probeAddresses(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig) []Check {
+	var out []Check
+	for _, a := range []struct{ variable, addr string }{
+		{"EXTWORKER_HTTP_ADDR", ops.HTTPAddr}, {"EXTWORKER_CALLBACK_ADDR", cfg.CallbackAddr}, {"EXTWORKER_CONSOLE_ADDR", cfg.ConsoleAddr},
+	} {
+		switch a.addr {
+		case "":
+			continue
+		case "off":
+			out = append(out, ok(NameAddress(a.variable), "off"))
+			continue
+		}
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", a.addr)
+		if err == nil {
+			_ = ln.Close()
+		}
+		out = append(out, Address(a.variable, a.addr, err))
+	}
+	return out
+}
