@@ -1,0 +1,82 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The pair streams (synchronously when asked), and a pool on its multi-host URL, opened
+// before the failover, writes to the promoted standby after the primary's SIGKILL with
+// no change of configuration and no new pool: its broken connections are dropped and new
+// ones skip the dead host.
+func TestPGPairFailover(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		name := "async"
+		if sync {
+			name = "sync"
+		}
+		t.Run(name, func(t *testing.T) {
+			p := StartPGPair(t, sync)
+			ctx := Context(t, 3*time.Minute)
+			state, syncState, err := p.Replication(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, "streaming", state)
+			if sync {
+				assert.Equal(t, "sync", syncState)
+			} else {
+				assert.Equal(t, "async", syncState)
+			}
+
+			pool, err := pgxpool.New(ctx, p.URL())
+			require.NoError(t, err)
+			defer pool.Close()
+			require.NoError(t, pool.Ping(ctx))
+			var port int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port))
+			assert.Equal(t, PGPairPrimaryPort, port, "the multi-host URL reaches the primary first")
+			_, err = pool.Exec(ctx, "CREATE TABLE t (n int PRIMARY KEY)")
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, "INSERT INTO t VALUES (1)")
+			require.NoError(t, err)
+
+			standby, err := pgxpool.New(ctx, p.StandbyURL())
+			require.NoError(t, err)
+			defer standby.Close()
+			Eventually(t, 30*time.Second, "the row on the standby", func() (bool, error) {
+				var n int
+				err := standby.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
+				return n == 1, err
+			})
+			_, err = standby.Exec(ctx, "INSERT INTO t VALUES (2)")
+			assert.Error(t, err, "the standby refuses writes before its promotion")
+
+			p.KillPrimary()
+			killed := time.Now()
+			_, err = pool.Exec(ctx, "INSERT INTO t VALUES (3)")
+			assert.Error(t, err, "no server accepts writes while the primary is down and the standby not promoted")
+			took := p.Promote()
+			var first error
+			Eventually(t, 30*time.Second, "a write through the pool opened before the failover", func() (bool, error) {
+				_, err := pool.Exec(ctx, "INSERT INTO t VALUES (4) ON CONFLICT DO NOTHING")
+				if first == nil && err != nil {
+					first = err
+				}
+				return err == nil, err
+			})
+			t.Logf("kill -> first write on the new primary: %v (promotion %v); first error after promotion: %v",
+				time.Since(killed).Round(time.Millisecond), took.Round(time.Millisecond), first)
+			require.NoError(t, pool.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port))
+			assert.Equal(t, PGPairStandbyPort, port, "the pool now reaches the promoted standby")
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM t WHERE n IN (1, 4)").Scan(&n))
+			assert.Equal(t, 2, n, "the replicated row and the new one")
+			assert.False(t, errors.Is(first, context.DeadlineExceeded))
+		})
+	}
+}
