@@ -155,6 +155,9 @@ type handover struct {
 	// quietBeforeNotify after the task became fetchable; otherwise nothing does until the
 	// poll's timeout.
 	notify bool
+	// wake makes the notification a wake (Client.WakeLongPolls) from yet another worker
+	// instead of a new task.
+	wake bool
 }
 
 // run runs one attempt: a task becomes fetchable while another worker's long poll is
@@ -199,8 +202,12 @@ func (h handover) run(t *testing.T) *disturbance {
 		case <-time.After(quietBeforeNotify):
 		}
 		nudged = time.Now()
-		_, err := e.c.StartProcess(e.ctx, notifier.Key, admin.StartProcessRequest{})
-		require.NoError(t, err)
+		if h.wake {
+			require.NoError(t, e.c.WakeLongPolls(e.ctx, e.worker+"-waker"))
+		} else {
+			_, err := e.c.StartProcess(e.ctx, notifier.Key, admin.StartProcessRequest{})
+			require.NoError(t, err)
+		}
 		nudgedAfter = time.Now()
 	}
 
@@ -236,7 +243,7 @@ func (h handover) run(t *testing.T) *disturbance {
 			return &disturbance{why: fmt.Sprintf("the poll answered %v before the notification", nudged.Sub(r.at))}
 		}
 		assert.Less(t, r.at.Sub(nudgedAfter), time.Second, "the notification wakes the poll at once")
-		t.Logf("a task created elsewhere woke the poll: it answered %v after the start call returned", r.at.Sub(nudgedAfter))
+		t.Logf("%s woke the poll: it answered %v after the call returned", map[bool]string{false: "a task created elsewhere", true: "a wake"}[h.wake], r.at.Sub(nudgedAfter))
 		return nil
 	}
 	if took := r.at.Sub(sent); took < pollTimeout-100*time.Millisecond {
@@ -283,6 +290,51 @@ func TestConformanceRetryTimeoutEndHandedToPendingPoll(t *testing.T) {
 	t.Run("at the poll's timeout", func(t *testing.T) {
 		untilUndisturbed(t, handover{fetchLock: time.Minute, block: failWithRetryTimeout}.run)
 	})
+}
+
+// A wake (fetchAndLock for maxTasks 0 that has to wait a millisecond) is accepted, locks
+// nothing, answers at once, and makes the engine fetch again for a pending long poll: the
+// task whose lock or retry timeout ran out is handed over at once (tasks.Worker sends one
+// when it knows such a moment).
+func TestConformanceWakeHandsOverToPendingPoll(t *testing.T) {
+	t.Run("an expired lock", func(t *testing.T) {
+		untilUndisturbed(t, handover{fetchLock: unfetchableFor, notify: true, wake: true}.run)
+	})
+	t.Run("the end of a retry timeout", func(t *testing.T) {
+		untilUndisturbed(t, handover{fetchLock: time.Minute, block: failWithRetryTimeout, notify: true, wake: true}.run)
+	})
+	t.Run("alone it locks nothing and answers at once", func(t *testing.T) {
+		e := newEnv(t, testenv.ModelOptions{})
+		e.start("", nil)
+		sent := time.Now()
+		require.NoError(t, e.c.WakeLongPolls(e.ctx, e.worker))
+		assert.Less(t, time.Since(sent), 2*time.Second, "a wake does not wait")
+		locked, err := e.c.ExternalTasks(e.ctx, camunda7.ExternalTaskQuery{WorkerID: e.worker})
+		require.NoError(t, err)
+		assert.Empty(t, locked, "a wake locks no task")
+		assert.Len(t, e.fetch(e.worker, 1), 1, "the task is still fetchable")
+	})
+}
+
+// The lock-watch query (tasks.Worker: the earliest lock on a topic) is honoured: a lock
+// ending after lockExpirationBefore is left out, a task never locked has no lock end, and
+// the result is sorted by lock end.
+func TestConformanceLockExpirationQuery(t *testing.T) {
+	e := newEnv(t, testenv.ModelOptions{})
+	tasks := e.startLocked(time.Minute, "a", "b")
+	require.NoError(t, e.c.ExtendLock(e.ctx, tasks[0].ID, e.worker, 2*time.Minute))
+	e.start("never-locked", nil)
+	q := camunda7.ExternalTaskQuery{TopicName: e.m.Topic, Active: true, WithRetriesLeft: true, ByLockExpiration: true,
+		LockExpirationBefore: time.Now().Add(90 * time.Second)}
+	got, err := e.c.ExternalTasks(e.ctx, q)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "only the lock ending within 90 s; the never-locked task has no lock end")
+	assert.Equal(t, tasks[1].ID, got[0].ID)
+	q.LockExpirationBefore = time.Now().Add(5 * time.Minute)
+	got, err = e.c.ExternalTasks(e.ctx, q)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, []string{tasks[1].ID, tasks[0].ID}, []string{got[0].ID, got[1].ID}, "earliest lock end first")
 }
 
 // startLocked starts one instance per business key and locks their tasks for e.worker

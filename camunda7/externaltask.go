@@ -387,6 +387,13 @@ type ExternalTaskQuery struct {
 	NotLocked            bool
 	WithRetriesLeft      bool
 	NoRetriesLeft        bool
+	// Active leaves out the tasks of suspended process instances.
+	Active bool
+	// LockExpirationBefore, if set, keeps only tasks whose lock ends (or ended) before
+	// it: tasks never locked, or unlocked, have no lock end and are left out.
+	LockExpirationBefore time.Time
+	// ByLockExpiration sorts the result by lock end, earliest first.
+	ByLockExpiration bool
 	// MaxResults caps the result; 0 means the engine's default (all).
 	MaxResults int
 }
@@ -413,6 +420,14 @@ func (q ExternalTaskQuery) values() url.Values {
 	flag("notLocked", q.NotLocked)
 	flag("withRetriesLeft", q.WithRetriesLeft)
 	flag("noRetriesLeft", q.NoRetriesLeft)
+	flag("active", q.Active)
+	if !q.LockExpirationBefore.IsZero() {
+		v.Set("lockExpirationBefore", FormatDate(q.LockExpirationBefore))
+	}
+	if q.ByLockExpiration {
+		v.Set("sortBy", "lockExpirationTime")
+		v.Set("sortOrder", "asc")
+	}
 	if q.MaxResults > 0 {
 		v.Set("maxResults", strconv.Itoa(q.MaxResults))
 	}
@@ -424,6 +439,30 @@ func (c *Client) ExternalTasks(ctx context.Context, q ExternalTaskQuery) ([]Exte
 	var out []ExternalTask
 	err := c.do(ctx, call{op: "query external tasks", method: http.MethodGet, path: "/external-task", query: q.values(), out: &out})
 	return out, err
+}
+
+// WakeLongPolls wakes the engine's long-poll handler, which then fetches again for every
+// long poll pending on it, of every client. A task whose lock or retry timeout ran out
+// wakes nothing on the engine (docs/engine-facts.md): without a wake it waits for the
+// next poll to end. The wake is a fetchAndLock for no task (maxTasks 0) that has to
+// wait a millisecond: it locks nothing and answers at once. Only the engine node that
+// receives it is woken.
+func (c *Client) WakeLongPolls(ctx context.Context, workerID string) error {
+	const op = "wake long polls"
+	if workerID == "" {
+		return invalid(op, "WorkerID is empty")
+	}
+	var out []LockedExternalTask
+	return c.do(ctx, call{op: op, method: http.MethodPost, path: "/external-task/fetchAndLock",
+		body: wakeDto{WorkerID: workerID, AsyncResponseTimeout: 1, Topics: []fetchTopicDto{}}, out: &out})
+}
+
+// wakeDto is WakeLongPolls' body: maxTasks 0 is written, not left out.
+type wakeDto struct {
+	WorkerID             string          `json:"workerId"`
+	MaxTasks             int             `json:"maxTasks"`
+	AsyncResponseTimeout int64           `json:"asyncResponseTimeout"`
+	Topics               []fetchTopicDto `json:"topics"`
 }
 
 // checkTask rejects a per-task call missing its identifiers before anything is sent.

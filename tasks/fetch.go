@@ -35,7 +35,9 @@ func (w *Worker) fetchLoop(ctx, pollCtx, workCtx context.Context, stopRun contex
 			st.sweepAt = time.Time{}
 		}
 		sentAt := time.Now()
+		w.polling.begin()
 		got, err := w.c.FetchAndLock(pollCtx, req)
+		w.polling.end()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return pendingUntil(err, sentAt, req.AsyncResponseTimeout)

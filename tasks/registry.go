@@ -157,5 +157,14 @@ func (r *Registry) Register(name string, h Handler, opts TopicOptions) error {
 	return nil
 }
 
+// lockDurations lists the topics' lock durations.
+func (r *Registry) lockDurations() []time.Duration {
+	out := make([]time.Duration, 0, len(r.topics))
+	for _, t := range r.topics {
+		out = append(out, t.opts.LockDuration)
+	}
+	return out
+}
+
 // Topics lists the registered topic names, sorted.
 func (r *Registry) Topics() []string { return append(make([]string, 0, len(r.names)), r.names...) }

@@ -164,6 +164,7 @@ func (w *Worker) send(ctx context.Context, t *topic, task *Task, p reportPlan, v
 	err := w.deliver(ctx, id, call, log)
 	if p.holds() {
 		w.holdForRetry(id, p.retryTimeout)
+		w.wakes.add(time.Now().Add(p.retryTimeout + wakeMargin)) // the engine wakes no poll then
 	}
 	return err
 }

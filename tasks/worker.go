@@ -73,6 +73,16 @@ type Config struct {
 	// is not run again here. It is what lets a report outlast an engine restart.
 	// Default 5m.
 	ReportRetryFor time.Duration
+	// LockWatch is how often, while a long poll is pending, the worker asks the engine
+	// when the earliest lock another worker holds on its topics ends (one query per
+	// topic), to wake its poll then: the engine does not hand a task whose lock ran out to
+	// a pending poll until the poll ends (docs/engine-facts.md), so a dead peer's task
+	// would wait up to AsyncResponseTimeout after its lock. The end of a retry timeout
+	// the worker reported itself wakes its poll without a query. Default: the long poll
+	// or the shortest lock of the topics, whichever is shorter (at defaults 20s: 3
+	// queries a minute per topic while idle, none while every slot is busy); negative: no
+	// watch.
+	LockWatch time.Duration
 	// IdlePollInterval is the least time between the starts of two fetches when the first
 	// one came back empty: with NoLongPoll, or an engine that
 	// answers a long poll early, idle polls wait instead of running back to back.
@@ -241,6 +251,8 @@ type Worker struct {
 	reporting   chan struct{}        // one element per task reporting its result (ReportConcurrency)
 	handlers    sync.WaitGroup
 
+	wakes   *wakeSchedule // when to wake the pending long poll (wake.go)
+	polling *pollState    // whether a long poll is pending
 	stats   Stats
 	changes atomic.Int64 // reports and unlocks sent: each may wake an abandoned long poll
 }
@@ -257,6 +269,9 @@ type Stats struct {
 	// Redelivered counts tasks the engine handed back to this worker while their handler
 	// was still running here (after an unlock, say): they are not run twice.
 	Redelivered atomic.Int64
+	// Wakes counts the wakes sent to the engine when a task the worker knew of became
+	// fetchable during its long poll; LockWatches the queries for other workers' locks.
+	Wakes, LockWatches atomic.Int64
 	// MaxInFlight is the highest number of handlers that ran at once.
 	MaxInFlight atomic.Int64
 }
@@ -273,7 +288,7 @@ func New(c Engine, reg *Registry, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{c: c, reg: reg, cfg: cfg, log: cfg.Logger.With(slog.String("worker_id", cfg.WorkerID)), obs: cfg.Observer,
 		perTopic: map[string]int{}, active: map[string]bool{}, held: map[string]time.Time{}, freed: make(chan struct{}, 1),
-		reporting: make(chan struct{}, cfg.ReportConcurrency)}
+		reporting: make(chan struct{}, cfg.ReportConcurrency), wakes: newWakeSchedule(), polling: newPollState()}
 	return w, nil
 }
 
@@ -346,6 +361,9 @@ func (w *Worker) Run(parent context.Context) error {
 	sd := w.watchShutdown(ctx, stopWork, cancelPoll)
 	defer sd.close()
 
+	wakeDone := make(chan struct{})
+	go func() { defer close(wakeDone); w.wakeLoop(ctx) }()
+	defer func() { <-wakeDone }()
 	pollEnd := w.fetchLoop(ctx, pollCtx, workCtx, stopRun)
 	<-sd.stopping
 	if err := w.drain(pollEnd, sd.hardOver); err != nil {

@@ -1,0 +1,242 @@
+package tasks
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/extworker/extworker/camunda7"
+)
+
+// Waking the worker's own long poll when a task becomes fetchable. The engine wakes its
+// pending long polls for a new task or an unlock, but not when a lock or a failure's
+// retry timeout runs out (docs/engine-facts.md): such a task would wait until the poll
+// ends, up to AsyncResponseTimeout. The worker knows two such moments and sends the
+// engine a wake at each (camunda7.Client.WakeLongPolls, which locks nothing): the end of
+// a retry timeout it reported itself (wakeAt from send), and the earliest lock held by
+// another worker on its topics, which the lock watch learns with one query per topic
+// per LockWatch while a poll is pending (watchLocks). wakeLoop runs both.
+
+// wakeMargin is how long after a task's lock or retry timeout ends the wake is sent:
+// the engine compares the lock's end with its own clock.
+const wakeMargin = 100 * time.Millisecond
+
+// wakeSchedule is the set of moments a wake is due, earliest first. Moments closer than
+// wakeMargin to one already due are one wake.
+type wakeSchedule struct {
+	mu   sync.Mutex
+	due  []time.Time
+	kick chan struct{} // an earlier moment was added: the loop re-arms its timer
+}
+
+func newWakeSchedule() *wakeSchedule { return &wakeSchedule{kick: make(chan struct{}, 1)} }
+
+// add schedules a wake at at.
+func (s *wakeSchedule) add(at time.Time) {
+	s.mu.Lock()
+	due, earliest := scheduleWake(s.due, at)
+	s.due = due
+	s.mu.Unlock()
+	if earliest {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// next is the earliest moment due, zero if none.
+func (s *wakeSchedule) next() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.due) == 0 {
+		return time.Time{}
+	}
+	return s.due[0]
+}
+
+// take removes the moments at or before now and reports whether there were any.
+func (s *wakeSchedule) take(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := dueCount(s.due, now)
+	s.due = s.due[n:]
+	return n > 0
+}
+
+// scheduleWake inserts at into due (sorted), unless a moment within wakeMargin of it is
+// there already, and reports whether at is now the earliest.
+func scheduleWake(due []time.Time, at time.Time) ([]time.Time, bool) {
+	i, _ := slices.BinarySearchFunc(due, at, time.Time.Compare)
+	if (i > 0 && at.Sub(due[i-1]) < wakeMargin) || (i < len(due) && due[i].Sub(at) < wakeMargin) {
+		return due, false
+	}
+	return slices.Insert(due, i, at), i == 0
+}
+
+// dueCount is how many moments of due (sorted) are at or before now.
+func dueCount(due []time.Time, now time.Time) int {
+	n, _ := slices.BinarySearchFunc(due, now, func(d, now time.Time) int {
+		if d.After(now) {
+			return 1
+		}
+		return -1
+	})
+	return n
+}
+
+// lockWatchPeriod is how often the lock watch queries: Config.LockWatch, or by default the
+// long poll or the shortest lock of the topics, whichever is shorter (a lock taken just
+// after one query and shorter than the period could end before the next one sees it),
+// at least a second. 0: no watch (no long poll to wake, or LockWatch negative).
+func lockWatchPeriod(cfg Config, locks []time.Duration) time.Duration {
+	if cfg.AsyncResponseTimeout <= 0 || cfg.LockWatch < 0 {
+		return 0
+	}
+	if cfg.LockWatch > 0 {
+		return cfg.LockWatch
+	}
+	p := cfg.AsyncResponseTimeout
+	for _, l := range locks {
+		p = min(p, l)
+	}
+	return max(p, time.Second)
+}
+
+// foreignLockEnd is when the earliest lock of tasks (sorted by lock end) not held by self
+// ends; false if every one is ours (our running tasks' locks are kept alive, our retry
+// timeouts are scheduled by send).
+func foreignLockEnd(tasks []camunda7.ExternalTask, self string) (time.Time, bool) {
+	for _, t := range tasks {
+		if t.WorkerID != self && !t.LockExpirationTime.IsZero() {
+			return t.LockExpirationTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// wakeLoop sends the scheduled wakes and runs the lock watch until ctx ends. A wake or a
+// watch is only worth its request while a long poll is pending: a poll sent later tries
+// once at once, and gets the task then.
+func (w *Worker) wakeLoop(ctx context.Context) {
+	wk, ok := w.c.(waker)
+	if !ok || w.cfg.AsyncResponseTimeout <= 0 {
+		return
+	}
+	period := lockWatchPeriod(w.cfg, w.reg.lockDurations())
+	var watchAt time.Time // the next lock watch, once a poll is pending; zero: at once
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Stop()
+		if at, ok := nextWakeEvent(w.wakes.next(), watchAt, period > 0 && w.polling.pending(), time.Now()); ok {
+			timer.Reset(max(time.Until(at), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wakes.kick:
+			continue
+		case <-w.polling.started:
+			continue
+		case <-timer.C:
+		}
+		now := time.Now()
+		if period > 0 && !now.Before(watchAt) && w.polling.pending() {
+			w.watchLocks(ctx, now.Add(period))
+			watchAt = now.Add(period)
+		}
+		if w.wakes.take(time.Now()) && w.polling.pending() {
+			w.wake(ctx, wk)
+		}
+	}
+}
+
+// nextWakeEvent is when the wake loop acts next: the earliest wake due, or the lock
+// watch (at watchAt, zero: now) if it runs now (watching: a poll is pending); false if
+// neither.
+func nextWakeEvent(wake, watchAt time.Time, watching bool, now time.Time) (time.Time, bool) {
+	if watching {
+		if watchAt.IsZero() {
+			watchAt = now
+		}
+		if wake.IsZero() || watchAt.Before(wake) {
+			return watchAt, true
+		}
+	}
+	return wake, !wake.IsZero()
+}
+
+// watchLocks schedules a wake at the end of the earliest lock another worker holds on
+// each topic, of those ending before horizon (ended ones included: a wake at once).
+func (w *Worker) watchLocks(ctx context.Context, horizon time.Time) {
+	w.mu.Lock()
+	ours := len(w.active) + len(w.held)
+	w.mu.Unlock()
+	for _, name := range w.reg.names {
+		qctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+		tasks, err := w.c.ExternalTasks(qctx, camunda7.ExternalTaskQuery{TopicName: name, Active: true, WithRetriesLeft: true,
+			LockExpirationBefore: horizon, ByLockExpiration: true, MaxResults: min(ours+1, 200)})
+		cancel()
+		w.stats.LockWatches.Add(1)
+		if err != nil {
+			w.obs.EngineError("query", err)
+			w.log.Debug("watching other workers' locks failed; will try again", slog.String("topic", name), slog.Any("error", err))
+			continue
+		}
+		if end, ok := foreignLockEnd(tasks, w.cfg.WorkerID); ok {
+			w.wakes.add(end.Add(wakeMargin))
+		}
+	}
+}
+
+// waker is an Engine that can wake its pending long polls, as *camunda7.Client can; with
+// another Engine the worker sends no wakes and runs no lock watch.
+type waker interface {
+	WakeLongPolls(ctx context.Context, workerID string) error
+}
+
+// wake sends one wake to the engine.
+func (w *Worker) wake(ctx context.Context, wk waker) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+	defer cancel()
+	if err := wk.WakeLongPolls(ctx, w.cfg.WorkerID); err != nil {
+		w.obs.EngineError("wake", err)
+		w.log.Debug("waking the long poll failed", slog.Any("error", err))
+		return
+	}
+	w.stats.Wakes.Add(1)
+}
+
+// pollState says whether a long poll is pending, for the wake loop.
+type pollState struct {
+	mu      sync.Mutex
+	n       int
+	started chan struct{} // a poll was sent: the loop may watch now
+}
+
+func newPollState() *pollState { return &pollState{started: make(chan struct{}, 1)} }
+
+func (p *pollState) begin() {
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pollState) end() {
+	p.mu.Lock()
+	p.n--
+	p.mu.Unlock()
+}
+
+func (p *pollState) pending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n > 0
+}
