@@ -58,7 +58,7 @@ func TestForeignLockEnd(t *testing.T) {
 	assert.False(t, ok)
 	_, ok = foreignLockEnd([]camunda7.ExternalTask{task("me", t0), task("me", t0.Add(time.Second))}, "me")
 	assert.False(t, ok, "our own locks are kept alive or scheduled already")
-	end, ok := foreignLockEnd([]camunda7.ExternalTask{task("me", t0), task("peer", t0.Add(time.Second)), task("other", t0.Add(2 * time.Second))}, "me")
+	end, ok := foreignLockEnd([]camunda7.ExternalTask{task("me", t0), task("peer", t0.Add(time.Second)), task("other", t0.Add(2*time.Second))}, "me")
 	assert.True(t, ok)
 	assert.Equal(t, t0.Add(time.Second), end, "the earliest lock another worker holds")
 }
