@@ -1,0 +1,163 @@
+package doctor_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/doctor"
+	"github.com/extworker/extworker/migrations"
+)
+
+// assertStatus asserts c's status and, for a check that is not ok, that its fix says
+// fixHas.
+func assertStatus(t *testing.T, c doctor.Check, want doctor.Status, fixHas string) {
+	t.Helper()
+	assert.Equal(t, want, c.Status, "%s: %s", c.Name, c.Found)
+	if want == doctor.OK {
+		assert.Empty(t, c.Fix, c.Name)
+		return
+	}
+	assert.Contains(t, c.Fix, fixHas, c.Name)
+}
+
+func TestEngineVersion(t *testing.T) {
+	assertStatus(t, doctor.EngineVersion("7.24.0"), doctor.OK, "")
+	assertStatus(t, doctor.EngineVersion("7.20.0-ee"), doctor.OK, "")
+	assertStatus(t, doctor.EngineVersion("1.0.0"), doctor.OK, "") // Operaton numbers anew
+	assertStatus(t, doctor.EngineVersion("7.19.0"), doctor.Warn, "upgrade the engine")
+	assertStatus(t, doctor.EngineVersion("<html>"), doctor.Warn, "EXTWORKER_ENGINE_URL")
+}
+
+func ptr(d time.Duration) *time.Duration { return &d }
+
+func TestClockSkew(t *testing.T) {
+	assert.Equal(t, doctor.Skip, doctor.ClockSkew(nil, nil).Status)
+	assert.Contains(t, doctor.ClockSkew(nil, nil).Found, "skipped: needs")
+	assertStatus(t, doctor.ClockSkew(ptr(900*time.Millisecond), ptr(-200*time.Millisecond)), doctor.OK, "")
+	assertStatus(t, doctor.ClockSkew(nil, ptr(doctor.WarnSkew)), doctor.Warn, "NTP")
+	// Each clock is 40s off this host's, in opposite directions: 80s between them.
+	c := doctor.ClockSkew(ptr(40*time.Second), ptr(-40*time.Second))
+	assertStatus(t, c, doctor.Fail, "NTP")
+	assert.Contains(t, c.Found, "engine-database +80.0s")
+}
+
+func TestRelations(t *testing.T) {
+	base := daemon.Config{LockDuration: 20 * time.Second, LongPoll: 20 * time.Second, ShutdownGrace: 30 * time.Second,
+		ShutdownTimeout: 45 * time.Second, LedgerLease: 2 * time.Minute}
+	for _, c := range doctor.Relations(base) {
+		assertStatus(t, c, doctor.OK, "")
+	}
+
+	short := base
+	short.LockDuration = 10 * time.Second
+	c := doctor.Relations(short)[0]
+	assert.Equal(t, doctor.NameLockLongPoll, c.Name)
+	assertStatus(t, c, doctor.Warn, "EXTWORKER_LOCK_DURATION to at least EXTWORKER_LONG_POLL (20s)")
+
+	stop := base
+	stop.LongPoll, stop.LockDuration = time.Minute, time.Minute
+	c = doctor.Relations(stop)[1]
+	assert.Equal(t, doctor.NameShutdownLongPoll, c.Name)
+	assertStatus(t, c, doctor.Warn, "EXTWORKER_SHUTDOWN_TIMEOUT longer than EXTWORKER_LONG_POLL (1m0s)")
+
+	noPoll := stop
+	noPoll.LongPoll = 0 // no pending poll to wait for
+	assertStatus(t, doctor.Relations(noPoll)[1], doctor.OK, "")
+}
+
+func TestRoles(t *testing.T) {
+	r := migrations.RolesFor("extworker")
+	all := map[string]bool{r.Worker: true, r.Operator: true, r.Console: true}
+	assertStatus(t, doctor.Roles(doctor.RoleFacts{Ledger: r, Configured: r, Exists: all}), doctor.OK, "")
+
+	c := doctor.Roles(doctor.RoleFacts{Ledger: r, Configured: migrations.RolesFor("tenant_b"), Exists: all})
+	assertStatus(t, c, doctor.Fail, "EXTWORKER_DATABASE_ROLE_PREFIX")
+
+	noConsole := map[string]bool{r.Worker: true, r.Operator: true}
+	assertStatus(t, doctor.Roles(doctor.RoleFacts{Ledger: r, Configured: r, Exists: noConsole}), doctor.OK, "")
+	c = doctor.Roles(doctor.RoleFacts{Ledger: r, Configured: r, Exists: noConsole, Console: true})
+	assertStatus(t, c, doctor.Fail, "CREATE ROLE extworker_console NOLOGIN")
+
+	c = doctor.Roles(doctor.RoleFacts{Ledger: r, Configured: r, Exists: map[string]bool{r.Worker: true}})
+	assertStatus(t, c, doctor.Fail, "CREATE ROLE extworker_operator NOLOGIN")
+	assert.Equal(t, "missing: extworker_operator", c.Found)
+}
+
+func TestLogin(t *testing.T) {
+	assertStatus(t, doctor.Login(doctor.LoginFacts{Login: "app", WorkerRole: "w", Member: true}), doctor.OK, "")
+	assertStatus(t, doctor.Login(doctor.LoginFacts{Login: "owner", WorkerRole: "w", Member: true, Owner: true}), doctor.Warn, "IN ROLE w")
+	assertStatus(t, doctor.Login(doctor.LoginFacts{Login: "stranger", WorkerRole: "w"}), doctor.Fail, "GRANT w TO stranger")
+}
+
+func TestGrants(t *testing.T) {
+	held := map[doctor.Grant]bool{}
+	for _, g := range doctor.WorkerGrants {
+		held[g] = true
+	}
+	assertStatus(t, doctor.Grants("w", doctor.WorkerGrants, held), doctor.OK, "")
+	held[doctor.Grant{Object: "extworker_intent_events", Privilege: "INSERT"}] = false
+	held[doctor.Grant{Object: "extworker_prune(text, interval, integer)", Privilege: "EXECUTE"}] = false
+	c := doctor.Grants("w", doctor.WorkerGrants, held)
+	assertStatus(t, c, doctor.Fail, "extworker migrate")
+	assert.Equal(t, "w lacks EXECUTE ON extworker_prune(text, interval, integer), INSERT ON extworker_intent_events", c.Found)
+}
+
+func TestQueue(t *testing.T) {
+	n := func(i int) *int { return &i }
+	assertStatus(t, doctor.Queue(doctor.QueueFacts{Queue: "q", Main: n(1), Retry: n(0), Parked: n(0)}, "q.retry", "q.dlq"), doctor.OK, "")
+	c := doctor.Queue(doctor.QueueFacts{Queue: "q", Main: n(0), Retry: n(0), Parked: n(2)}, "q.retry", "q.dlq")
+	assertStatus(t, c, doctor.Warn, "extworker inbox replay --queue q")
+	c = doctor.Queue(doctor.QueueFacts{Queue: "q", Main: n(0)}, "q.retry", "q.dlq")
+	assertStatus(t, c, doctor.Fail, "start the worker that consumes q")
+	assert.Equal(t, "absent: q.retry, q.dlq", c.Found)
+}
+
+func TestAddress(t *testing.T) {
+	assertStatus(t, doctor.Address("EXTWORKER_HTTP_ADDR", "127.0.0.1:9464", nil), doctor.OK, "")
+	c := doctor.Address("EXTWORKER_HTTP_ADDR", "127.0.0.1:9464", errors.New("address already in use"))
+	assertStatus(t, c, doctor.Fail, "set EXTWORKER_HTTP_ADDR to a free address")
+}
+
+func TestConfiguration(t *testing.T) {
+	assertStatus(t, doctor.Configuration(nil), doctor.OK, "")
+	assertStatus(t, doctor.Configuration(errors.New("EXTWORKER_LOCK_DURATION")), doctor.Fail, "extworker config")
+}
+
+// TestWrite: one line per check, the fix indented under each that is not ok, the counts
+// last; plain words, or symbols for a terminal. The exit code follows the failures.
+func TestWrite(t *testing.T) {
+	checks := []doctor.Check{
+		doctor.Configuration(nil),
+		doctor.Address("EXTWORKER_HTTP_ADDR", "127.0.0.1:9464", errors.New("address already in use")),
+		doctor.ClockSkew(nil, ptr(3*time.Second)),
+		doctor.ClockSkew(nil, nil),
+	}
+	var plain bytes.Buffer
+	require.NoError(t, doctor.Write(&plain, checks, false))
+	lines := strings.Split(strings.TrimSuffix(plain.String(), "\n"), "\n")
+	require.Len(t, lines, 7)
+	assert.Regexp(t, `^OK    configuration +EXTWORKER_`, lines[0])
+	assert.Regexp(t, `^FAIL  address EXTWORKER_HTTP_ADDR +127\.0\.0\.1:9464: address already in use$`, lines[1])
+	assert.Regexp(t, `^      fix: set EXTWORKER_HTTP_ADDR`, lines[2])
+	assert.Regexp(t, `^WARN  clock skew +database \+3\.0s`, lines[3])
+	assert.Regexp(t, `^      fix: synchronise`, lines[4])
+	assert.Regexp(t, `^SKIP  clock skew +skipped: needs engine reachable or database reachable$`, lines[5])
+	assert.Equal(t, "4 checks: 1 ok, 1 warning, 1 failed, 1 skipped", lines[6])
+
+	var sym bytes.Buffer
+	require.NoError(t, doctor.Write(&sym, checks, true))
+	assert.Regexp(t, `^✓  configuration`, sym.String())
+	assert.Contains(t, sym.String(), "\n✗  address")
+	assert.Contains(t, sym.String(), "\n!  clock skew")
+
+	assert.Equal(t, doctor.ExitFailed, doctor.ExitCode(checks))
+	assert.Equal(t, doctor.ExitOK, doctor.ExitCode(checks[2:]), "warnings and skips do not fail")
+	assert.Equal(t, daemon.ExitConfig, doctor.ExitConfig)
+}

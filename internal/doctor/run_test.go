@@ -1,0 +1,265 @@
+package doctor_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/doctor"
+	"github.com/extworker/extworker/internal/testenv"
+	"github.com/extworker/extworker/migrations"
+)
+
+// healthy sets a configuration every check passes with against the services make up
+// starts: the engine on 8080, the migrated ledger as the worker's login, the broker, a
+// free operations address. The tests then inject one problem each.
+func healthy(t *testing.T) {
+	t.Helper()
+	testenv.Engine(t)
+	testenv.DBAs(t, testenv.WorkerLogin)
+	testenv.AMQP(t)
+	testenv.ClearConfigEnv(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURLAs(testenv.WorkerLogin))
+	t.Setenv("EXTWORKER_AMQP_URL", testenv.AMQPURL())
+	t.Setenv("EXTWORKER_HTTP_ADDR", testenv.FreeAddr(t))
+}
+
+// run loads the configuration from the environment and runs every check.
+func run(t *testing.T, opts doctor.Options) map[string]doctor.Check {
+	t.Helper()
+	cfg, err := daemon.LoadConfig()
+	require.NoError(t, err)
+	ops, _, errs := daemon.ReadOpsConfig()
+	require.Empty(t, errs)
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	checks := doctor.Run(testenv.Context(t, time.Minute), cfg, ops, opts)
+	byName := map[string]doctor.Check{}
+	for _, c := range checks {
+		require.NotContains(t, byName, c.Name, "one check per name")
+		byName[c.Name] = c
+	}
+	return byName
+}
+
+func requireCheck(t *testing.T, checks map[string]doctor.Check, name string) doctor.Check {
+	t.Helper()
+	c, found := checks[name]
+	require.True(t, found, "check %q ran", name)
+	return c
+}
+
+// queue declares an inbox queue with its companions, as its consumer does, deleted at
+// cleanup.
+func queue(t *testing.T) string {
+	t.Helper()
+	conn := testenv.AMQP(t)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q := testenv.Unique("doctor")
+	require.NoError(t, inbox.Declare(ch, inbox.Config{Queue: q}))
+	t.Cleanup(func() {
+		for _, name := range []string{q, inbox.RetryQueue(q), inbox.DeadLetterQueue(q)} {
+			_, _ = ch.QueueDelete(name, false, false, false)
+		}
+	})
+	return q
+}
+
+func TestHealthy(t *testing.T) {
+	healthy(t)
+	q := queue(t)
+	checks := run(t, doctor.Options{Queues: []string{q}})
+	for _, name := range []string{doctor.NameEngineReachable, doctor.NameEngineVersion, doctor.NameEngineCreds, doctor.NameClock,
+		doctor.NameDatabase, doctor.NameMigrated, doctor.NameRoles, doctor.NameLogin, doctor.NameGrants, doctor.NameAMQP,
+		doctor.NameQueue(q), doctor.NameLockLongPoll, doctor.NameShutdownLongPoll, doctor.NameAddress("EXTWORKER_HTTP_ADDR")} {
+		assertStatus(t, requireCheck(t, checks, name), doctor.OK, "")
+	}
+	// Whether PUBLIC may connect is the cluster's: it is never a failure.
+	assert.NotEqual(t, doctor.Fail, requireCheck(t, checks, doctor.NamePublicConnect).Status)
+}
+
+// An engine that does not answer fails its check, skips the two that need it, and stops
+// no other check.
+func TestEngineUnreachable(t *testing.T) {
+	healthy(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", "http://127.0.0.1:1/engine-rest")
+	checks := run(t, doctor.Options{})
+	assertStatus(t, requireCheck(t, checks, doctor.NameEngineReachable), doctor.Fail, "check EXTWORKER_ENGINE_URL")
+	for _, name := range []string{doctor.NameEngineVersion, doctor.NameEngineCreds} {
+		c := requireCheck(t, checks, name)
+		assert.Equal(t, doctor.Skip, c.Status, name)
+		assert.Equal(t, "skipped: needs "+doctor.NameEngineReachable, c.Found)
+	}
+	assertStatus(t, requireCheck(t, checks, doctor.NameDatabase), doctor.OK, "")
+	assertStatus(t, requireCheck(t, checks, doctor.NameGrants), doctor.OK, "")
+	assertStatus(t, requireCheck(t, checks, doctor.NameClock), doctor.OK, "") // the database's clock alone
+}
+
+// Credentials the engine refuses (the engine with REST authentication, on 8081) fail the
+// credentials check with daemon.CheckClient's fix, the password shown nowhere.
+func TestEngineCredentialsRefused(t *testing.T) {
+	testenv.AuthEngine(t)
+	healthy(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
+	t.Setenv("EXTWORKER_ENGINE_USER", testenv.AuthEngineUser)
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", "not-the-password")
+	checks := run(t, doctor.Options{})
+	assertStatus(t, requireCheck(t, checks, doctor.NameEngineReachable), doctor.OK, "")
+	c := requireCheck(t, checks, doctor.NameEngineCreds)
+	assertStatus(t, c, doctor.Fail, "check EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD")
+	assert.Equal(t, doctor.Skip, requireCheck(t, checks, doctor.NameEngineVersion).Status)
+	for _, c := range checks {
+		assert.NotContains(t, c.Found+c.Fix, "not-the-password")
+	}
+
+	t.Setenv("EXTWORKER_ENGINE_USER", "")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", "")
+	assertStatus(t, requireCheck(t, run(t, doctor.Options{}), doctor.NameEngineCreds), doctor.Fail, "requires authentication (401): set EXTWORKER_ENGINE_USER")
+
+	t.Setenv("EXTWORKER_ENGINE_USER", testenv.AuthEngineUser)
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", testenv.AuthEnginePassword)
+	c = requireCheck(t, run(t, doctor.Options{}), doctor.NameEngineCreds)
+	assertStatus(t, c, doctor.OK, "")
+	assert.Equal(t, "accepted (basic, user admin)", c.Found)
+}
+
+// scratchSchema returns the ledger database's URL (as its owner) with a new, empty
+// schema first on the search path, dropped at cleanup.
+func scratchSchema(t *testing.T) string {
+	t.Helper()
+	owner := testenv.DB(t)
+	schema := "doctor_" + strings.ReplaceAll(testenv.Unique("s")[2:], "-", "_")
+	_, err := owner.Exec(testenv.Context(t, 30*time.Second), `CREATE SCHEMA `+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = owner.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	return testenv.DBURL() + "?search_path=" + schema
+}
+
+func TestNotMigrated(t *testing.T) {
+	healthy(t)
+	t.Setenv("EXTWORKER_DATABASE_URL", scratchSchema(t))
+	checks := run(t, doctor.Options{})
+	assertStatus(t, requireCheck(t, checks, doctor.NameDatabase), doctor.OK, "")
+	assertStatus(t, requireCheck(t, checks, doctor.NameMigrated), doctor.Fail, "run `extworker migrate`")
+	for _, name := range []string{doctor.NameRoles, doctor.NameLogin, doctor.NameGrants, doctor.NamePublicConnect} {
+		c := requireCheck(t, checks, name)
+		assert.Equal(t, doctor.Skip, c.Status, name)
+		assert.Equal(t, "skipped: needs "+doctor.NameMigrated, c.Found)
+	}
+}
+
+// A grant the worker's role lost fails the grants check, naming it; roles the ledger
+// names that do not exist fail the roles check, with the CREATE ROLE to run.
+func TestMissingGrantAndRole(t *testing.T) {
+	healthy(t)
+	url := scratchSchema(t)
+	t.Setenv("EXTWORKER_DATABASE_URL", url)
+	ctx := testenv.Context(t, time.Minute)
+	cfg, err := daemon.LoadConfig()
+	require.NoError(t, err)
+	require.NoError(t, daemon.Migrate(ctx, cfg, &strings.Builder{}))
+	owner := testenv.DB(t)
+	schema := url[strings.LastIndex(url, "=")+1:]
+	_, err = owner.Exec(ctx, `REVOKE INSERT ON `+schema+`.extworker_intent_events FROM `+migrations.WorkerRole)
+	require.NoError(t, err)
+
+	checks := run(t, doctor.Options{})
+	assertStatus(t, requireCheck(t, checks, doctor.NameMigrated), doctor.OK, "")
+	assertStatus(t, requireCheck(t, checks, doctor.NameRoles), doctor.OK, "")
+	c := requireCheck(t, checks, doctor.NameGrants)
+	assertStatus(t, c, doctor.Fail, "run `extworker migrate` as the ledger's owner")
+	assert.Equal(t, migrations.WorkerRole+" lacks INSERT ON extworker_intent_events", c.Found)
+	assertStatus(t, requireCheck(t, checks, doctor.NameLogin), doctor.Warn, "IN ROLE "+migrations.WorkerRole) // the owner
+
+	prefix := "doctor_" + strings.ReplaceAll(testenv.Unique("r")[2:], "-", "_")
+	t.Setenv("EXTWORKER_DATABASE_ROLE_PREFIX", prefix)
+	require.NoError(t, daemon.Migrate(ctx, mustLoad(t), &strings.Builder{})) // names roles nobody created
+	checks = run(t, doctor.Options{})
+	c = requireCheck(t, checks, doctor.NameRoles)
+	assertStatus(t, c, doctor.Fail, "CREATE ROLE "+prefix+"_worker NOLOGIN")
+	assert.Equal(t, "missing: "+prefix+"_worker, "+prefix+"_operator", c.Found)
+	assert.Equal(t, "skipped: needs "+prefix+"_worker", requireCheck(t, checks, doctor.NameGrants).Found)
+}
+
+func mustLoad(t *testing.T) daemon.Config {
+	t.Helper()
+	cfg, err := daemon.LoadConfig()
+	require.NoError(t, err)
+	return cfg
+}
+
+// A broker that does not answer fails its check and skips the queues; a queue that was
+// never declared fails its own.
+func TestBroker(t *testing.T) {
+	healthy(t)
+	q := queue(t)
+	t.Setenv("EXTWORKER_AMQP_URL", "amqp://extworker:hunter2x@127.0.0.1:1/extworker")
+	checks := run(t, doctor.Options{Queues: []string{q}})
+	c := requireCheck(t, checks, doctor.NameAMQP)
+	assertStatus(t, c, doctor.Fail, "check EXTWORKER_AMQP_URL")
+	assert.NotContains(t, c.Found, "hunter2x")
+	assert.Equal(t, doctor.Skip, requireCheck(t, checks, doctor.NameQueue(q)).Status)
+
+	t.Setenv("EXTWORKER_AMQP_URL", testenv.AMQPURL())
+	absent := testenv.Unique("doctor-absent")
+	checks = run(t, doctor.Options{Queues: []string{q, absent}})
+	assertStatus(t, requireCheck(t, checks, doctor.NameQueue(q)), doctor.OK, "")
+	assertStatus(t, requireCheck(t, checks, doctor.NameQueue(absent)), doctor.Fail, "start the worker that consumes "+absent)
+
+	// A parked message is a warning.
+	ch, err := testenv.AMQP(t).Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.PublishWithContext(testenv.Context(t, 10*time.Second), "", inbox.DeadLetterQueue(q), true, false, amqp.Publishing{Body: []byte("x")}))
+	testenv.Eventually(t, 10*time.Second, "the parked message is counted", func() (bool, error) {
+		return run(t, doctor.Options{Queues: []string{q}})[doctor.NameQueue(q)].Status == doctor.Warn, nil
+	})
+}
+
+func TestKafka(t *testing.T) {
+	healthy(t)
+	t.Setenv("EXTWORKER_KAFKA_BROKERS", testenv.Kafka(t))
+	assertStatus(t, requireCheck(t, run(t, doctor.Options{}), doctor.NameKafka), doctor.OK, "")
+	t.Setenv("EXTWORKER_KAFKA_BROKERS", "127.0.0.1:1")
+	c := requireCheck(t, run(t, doctor.Options{Timeout: 2 * time.Second}), doctor.NameKafka)
+	assertStatus(t, c, doctor.Fail, "check EXTWORKER_KAFKA_BROKERS")
+}
+
+func TestAddressInUse(t *testing.T) {
+	healthy(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	t.Setenv("EXTWORKER_HTTP_ADDR", ln.Addr().String())
+	t.Setenv("EXTWORKER_CALLBACK_ADDR", testenv.FreeAddr(t))
+	checks := run(t, doctor.Options{})
+	c := requireCheck(t, checks, doctor.NameAddress("EXTWORKER_HTTP_ADDR"))
+	assertStatus(t, c, doctor.Fail, "set EXTWORKER_HTTP_ADDR to a free address")
+	assert.Contains(t, c.Found, "address already in use")
+	assertStatus(t, requireCheck(t, checks, doctor.NameAddress("EXTWORKER_CALLBACK_ADDR")), doctor.OK, "")
+
+	t.Setenv("EXTWORKER_HTTP_ADDR", "off")
+	assertStatus(t, requireCheck(t, run(t, doctor.Options{}), doctor.NameAddress("EXTWORKER_HTTP_ADDR")), doctor.OK, "")
+}
+
+// The relations of the configuration in force, as loaded from the environment.
+func TestRelationsOfTheConfiguration(t *testing.T) {
+	healthy(t)
+	t.Setenv("EXTWORKER_LOCK_DURATION", "10s")
+	t.Setenv("EXTWORKER_LONG_POLL", "30s")
+	t.Setenv("EXTWORKER_SHUTDOWN_GRACE", "5s")
+	t.Setenv("EXTWORKER_SHUTDOWN_TIMEOUT", "20s")
+	checks := run(t, doctor.Options{})
+	assertStatus(t, requireCheck(t, checks, doctor.NameLockLongPoll), doctor.Warn, "EXTWORKER_LOCK_DURATION to at least EXTWORKER_LONG_POLL (30s)")
+	assertStatus(t, requireCheck(t, checks, doctor.NameShutdownLongPoll), doctor.Warn, "EXTWORKER_SHUTDOWN_TIMEOUT longer than EXTWORKER_LONG_POLL (30s)")
+}
