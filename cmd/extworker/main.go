@@ -10,6 +10,7 @@
 //	extworker doctor  check this host's engine, database, brokers, clocks and configuration
 //	extworker config  print the effective configuration, secrets masked (--json)
 //	extworker console hash-password NAME   a line for the operator console's operators file
+//	extworker console serve   the operator console in a process of its own
 //
 // Workers are programs of their own, built on package extworker (examples/invoice is
 // one). Configuration comes from the same EXTWORKER_* variables (docs/configuration.md).
@@ -52,15 +53,16 @@ commands:
             [--queue Q]... (docs/doctor.md)
   config    print the effective configuration, secrets masked [--json]
   console   hash-password NAME: read a password on standard input, print NAME:bcrypt-hash
-            for EXTWORKER_CONSOLE_OPERATORS_FILE (docs/console.md)
+            for EXTWORKER_CONSOLE_OPERATORS_FILE | serve: the operator console in a
+            process of its own (docs/console.md)
 
 configuration: EXTWORKER_* environment variables (see docs/configuration.md)
 workers: programs built on package extworker (see README.md and examples/invoice)`
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "console" {
-		// It needs no configuration: it only hashes a password.
-		return runConsole(args[1:], stdin, stdout)
+		// hash-password needs no configuration; serve reads it (daemon.Command).
+		return runConsole(args[1:], stdin, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
 		return runDoctor(args[1:], stdout, stderr) // it reports an unreadable configuration itself
