@@ -47,7 +47,7 @@ commands:
            orphan, waits for a second operator. You act as the operator registered for
            your database login (extworker operators list); --operator, if given, must be
            that name
-  resolutions [--status pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]
+  resolutions [--status all|pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]
            resolution requests, newest first
   approve  ID --reason TEXT [--operator NAME] [--json]
            apply a pending resolution: a different person, with a database login of
@@ -747,8 +747,8 @@ var resolutionStatuses = []idempotency.ResolutionStatus{idempotency.ResolutionPe
 	idempotency.ResolutionRejected, idempotency.ResolutionStale}
 
 func (e *effectsCmd) resolutions(ctx context.Context, args []string) error {
-	fs, asJSON := e.newFlags("resolutions", "[--status pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]")
-	status := fs.String("status", "", "only requests in this status: pending, approved, rejected or stale")
+	fs, asJSON := e.newFlags("resolutions", "[--status all|pending|approved|rejected|stale] [--scope S] [--key KEY] [--limit N] [--json]")
+	status := fs.String("status", "all", "only requests in this status: all, pending, approved, rejected or stale")
 	scope := fs.String("scope", "", "only requests for intents of this scope")
 	key := fs.String("key", "", "only requests for this intent key")
 	limit := fs.Int("limit", 100, "at most this many requests")
@@ -759,8 +759,11 @@ func (e *effectsCmd) resolutions(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return fmt.Errorf("effects resolutions: unexpected arguments %q (filter with --status, --scope, --key)", pos)
 	}
+	if *status == "all" { // as the console's ?status=all: no filter
+		*status = ""
+	}
 	if *status != "" && !slices.Contains(resolutionStatuses, idempotency.ResolutionStatus(*status)) {
-		return fmt.Errorf("effects resolutions: --status %q: want pending, approved, rejected or stale", *status)
+		return fmt.Errorf("effects resolutions: --status %q: want all, pending, approved, rejected or stale", *status)
 	}
 	if *limit <= 0 {
 		return fmt.Errorf("effects resolutions: --limit %d: must be at least 1", *limit)

@@ -307,7 +307,7 @@ func TestEffectsResolveRequiresFlags(t *testing.T) {
 		{[]string{"approve", "--reason", "r", "--operator", "o"}, "one resolution ID expected"},
 		{[]string{"approve", "x1", "--reason", "r", "--operator", "o"}, `resolution ID "x1": want a number`},
 		{[]string{"reject", "7", "--operator", "o"}, "--reason is required"},
-		{[]string{"resolutions", "--status", "maybe"}, `--status "maybe": want pending, approved, rejected or stale`},
+		{[]string{"resolutions", "--status", "maybe"}, `--status "maybe": want all, pending, approved, rejected or stale`},
 	} {
 		_, err := effects(t, c.args...)
 		assert.ErrorContains(t, err, c.want, "%q", c.args)
