@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,8 +32,8 @@ type courier struct {
 	URL, Events string
 }
 
-func courierFromEnv() courier {
-	return courier{URL: os.Getenv("COURIER_URL"), Events: os.Getenv("COURIER_EVENTS")}
+func courierFromEnv(getenv func(string) string) courier {
+	return courier{URL: getenv("COURIER_URL"), Events: getenv("COURIER_EVENTS")}
 }
 
 // bookCourier books a courier for the task's shipment, once per shipment whatever the
