@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -43,13 +44,19 @@ const pgStartTimeout = 2 * time.Minute
 // (KillPrimary) and the standby promoted (Promote). Both are clusters of their own,
 // initdb'd into a temporary directory from the installed PostgreSQL's binaries and run
 // as the postgres user when the test runs as root (initdb refuses root), as the test's
-// user otherwise. The shared cluster (DBURL) is never touched.
+// user otherwise. The standby replicates through a proxy of the test's own, so that a
+// test can make it lag (PauseReplication). The shared cluster (DBURL) is never touched.
+// The ports are fixed: one pair at a time on a machine.
 type PGPair struct {
 	t    testing.TB
 	bin  string // the PostgreSQL binaries
 	dir  string // data directories, logs and the unix sockets
 	sync bool
 	cred *syscall.Credential // nil: run as this process's user
+
+	// proxy carries the standby's replication connection to the primary, so that a test
+	// can hold the WAL back (PauseReplication): replication lag on demand.
+	proxy *replProxy
 
 	mu                 sync.Mutex
 	primaryUp, standUp bool
@@ -168,7 +175,7 @@ func appendConf(dataDir string, lines ...string) error {
 	return err
 }
 
-func (p *PGPair) start() error {
+func (p *PGPair) start() (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
 	defer cancel()
 	// Local (unix socket) connections are trusted, for the setup as the superuser; TCP
@@ -199,12 +206,15 @@ func (p *PGPair) start() error {
 		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=%s", PGPairPrimaryPort, pgPairRepl, pgPairStandby)); err != nil {
 		return err
 	}
+	if p.proxy, err = startReplProxy(fmt.Sprintf("127.0.0.1:%d", PGPairPrimaryPort)); err != nil {
+		return err
+	}
 	// The standby names itself in primary_conninfo (pg_basebackup -R writes one without
 	// an application_name in some versions). It names no synchronous standby of its own:
 	// promoted, with none left to wait for, it would never acknowledge a commit.
 	if err := appendConf(p.standbyDir(), fmt.Sprintf("port = %d", PGPairStandbyPort), "synchronous_standby_names = ''",
 		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=%s password=%s application_name=%s'",
-			PGPairPrimaryPort, pgPairRepl, pgPairRepl, pgPairStandby)); err != nil {
+			p.proxy.port(), pgPairRepl, pgPairRepl, pgPairStandby)); err != nil {
 		return err
 	}
 	// postgresql.auto.conf (pg_basebackup -R) is read after postgresql.conf: drop its
@@ -384,6 +394,9 @@ func (p *PGPair) KillPrimary() {
 		_ = syscall.Kill(c, syscall.SIGKILL)
 	}
 	p.primaryUp = false
+	// What the proxy held back dies with the primary, as it would in the primary's
+	// socket buffers: the standby never receives it.
+	p.proxy.dropAll()
 }
 
 // postmasterPID reads the first line of a data directory's postmaster.pid.
@@ -499,7 +512,140 @@ func (p *PGPair) stop() {
 			}
 		}
 	}
+	if p.proxy != nil {
+		p.proxy.close()
+	}
 	if err := os.RemoveAll(p.dir); err != nil {
 		p.t.Logf("cleanup: remove %s: %v", p.dir, err)
 	}
+}
+
+// PauseReplication holds back the WAL the primary streams to the standby from now on
+// (the standby's connection stays open, and it keeps acknowledging what it has): the
+// standby lags behind. With asynchronous replication the primary keeps committing; with
+// synchronous replication its commits wait for the standby. KillPrimary drops what was
+// held back: the standby never receives it.
+func (p *PGPair) PauseReplication() { p.proxy.pause(true) }
+
+// ResumeReplication lets the held-back WAL through.
+func (p *PGPair) ResumeReplication() { p.proxy.pause(false) }
+
+// replProxy is a TCP proxy to the primary for the standby's replication connection,
+// whose primary-to-standby direction can be paused.
+type replProxy struct {
+	ln       net.Listener
+	upstream string
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	paused bool
+	gen    int // incremented by dropAll: connections of an older generation stop
+	conns  map[net.Conn]bool
+	closed bool
+}
+
+func startReplProxy(upstream string) (*replProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &replProxy{ln: ln, upstream: upstream, conns: map[net.Conn]bool{}}
+	r.cond = sync.NewCond(&r.mu)
+	go r.accept()
+	return r, nil
+}
+
+func (r *replProxy) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
+
+func (r *replProxy) accept() {
+	for {
+		down, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.DialTimeout("tcp", r.upstream, 5*time.Second)
+		if err != nil {
+			_ = down.Close()
+			continue
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			_ = down.Close()
+			_ = up.Close()
+			return
+		}
+		gen := r.gen
+		r.conns[down], r.conns[up] = true, true
+		r.mu.Unlock()
+		go r.pipe(up, down, gen, true)
+		go r.pipe(down, up, gen, false)
+	}
+}
+
+// pipe copies from src to dst; gated (primary to standby) waits while paused.
+func (r *replProxy) pipe(src, dst net.Conn, gen int, gated bool) {
+	defer r.forget(src, dst)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && gated {
+			r.mu.Lock()
+			for r.paused && r.gen == gen && !r.closed {
+				r.cond.Wait()
+			}
+			stale := r.gen != gen || r.closed
+			r.mu.Unlock()
+			if stale {
+				return
+			}
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *replProxy) forget(a, b net.Conn) {
+	_ = a.Close()
+	_ = b.Close()
+	r.mu.Lock()
+	delete(r.conns, a)
+	delete(r.conns, b)
+	r.mu.Unlock()
+}
+
+func (r *replProxy) pause(on bool) {
+	r.mu.Lock()
+	r.paused = on
+	r.mu.Unlock()
+	r.cond.Broadcast()
+}
+
+// dropAll closes every connection, discarding what was held back, and unpauses for the
+// connections to come.
+func (r *replProxy) dropAll() {
+	r.mu.Lock()
+	r.gen++
+	r.paused = false
+	conns := r.conns
+	r.conns = map[net.Conn]bool{}
+	r.mu.Unlock()
+	r.cond.Broadcast()
+	for c := range conns {
+		_ = c.Close()
+	}
+}
+
+func (r *replProxy) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	_ = r.ln.Close()
+	r.dropAll()
 }

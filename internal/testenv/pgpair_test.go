@@ -14,7 +14,9 @@ import (
 // The pair streams (synchronously when asked), and a pool on its multi-host URL, opened
 // before the failover, writes to the promoted standby after the primary's SIGKILL with
 // no change of configuration and no new pool: its broken connections are dropped and new
-// ones skip the dead host.
+// ones skip the dead host. A row the primary committed while the standby lagged
+// (PauseReplication) is not on the promoted standby: asynchronous replication had
+// acknowledged it, synchronous replication had not.
 func TestPGPairFailover(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		name := "async"
@@ -56,6 +58,19 @@ func TestPGPairFailover(t *testing.T) {
 			_, err = standby.Exec(ctx, "INSERT INTO t VALUES (2)")
 			assert.Error(t, err, "the standby refuses writes before its promotion")
 
+			// Replication lag on demand: what the primary commits now never reaches the
+			// standby. Asynchronous replication acknowledges the commit all the same;
+			// synchronous replication makes it wait for the standby, which never answers.
+			p.PauseReplication()
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = pool.Exec(wctx, "INSERT INTO t VALUES (5)")
+			cancel()
+			if sync {
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "a synchronous commit waits for the standby")
+			} else {
+				assert.NoError(t, err, "an asynchronous commit does not wait for the standby")
+			}
+
 			p.KillPrimary()
 			killed := time.Now()
 			_, err = pool.Exec(ctx, "INSERT INTO t VALUES (3)")
@@ -76,6 +91,8 @@ func TestPGPairFailover(t *testing.T) {
 			var n int
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM t WHERE n IN (1, 4)").Scan(&n))
 			assert.Equal(t, 2, n, "the replicated row and the new one")
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM t WHERE n = 5").Scan(&n))
+			assert.Zero(t, n, "the row committed while the standby lagged is gone with the old primary")
 			assert.False(t, errors.Is(first, context.DeadlineExceeded))
 		})
 	}
