@@ -379,8 +379,18 @@ func (c *Cluster) Balanced(i int) (bool, string, error) {
 	return strings.HasPrefix(row[17], "UP"), row[17], nil
 }
 
-// lbStats is node i's row of HAProxy's statistics (CSV: pxname, svname, ..., stot the
-// 8th column, status the 18th).
+// InFlight is how many requests HAProxy has open to node i just now (its scur): a
+// pending long poll, or a request a frozen node has not answered, counts until answered.
+func (c *Cluster) InFlight(i int) (int, error) {
+	row, err := c.lbStats(i)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(row[4])
+}
+
+// lbStats is node i's row of HAProxy's statistics (CSV: pxname, svname, ..., scur the
+// 5th column, stot the 8th, status the 18th).
 func (c *Cluster) lbStats(i int) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
