@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -48,11 +47,10 @@ func TestCockpitShowsTheWorkersFailureReport(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
 	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
 	t.Setenv("EXTWORKER_LOG_LEVEL", "warn")
-	var out, logs bytes.Buffer
-	require.NoError(t, run([]string{"demo", "-instances", "10"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
-	assert.Contains(t, out.String(), "demo OK: incidents are visible in Cockpit ("+base+")")
-	m := regexp.MustCompile(`\((demo-\d+)\)`).FindStringSubmatch(out.String())
-	require.NotNil(t, m, "no run id in the demo's output:\n%s", out.String())
+	out, _ := runDemoLogged(t, "-instances", "10")
+	assert.Contains(t, out, "demo OK: incidents are visible in Cockpit ("+base+")")
+	m := regexp.MustCompile(`\((demo-\d+)\)`).FindStringSubmatch(out)
+	require.NotNil(t, m, "no run id in the demo's output:\n%s", out)
 	withIncident, err := c.ProcessInstances(ctx, url.Values{"processDefinitionKey": {demoProcessKey},
 		"businessKeyLike": {"INV-" + m[1] + "-%"}, "withIncident": {"true"}})
 	require.NoError(t, err)

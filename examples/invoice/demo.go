@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -239,8 +240,9 @@ func runWorker(ctx context.Context, app *extworker.App, pc providerConfig, ec ev
 }
 
 // runDemo deploys the demo, starts n invoices, works them off with a worker of its own
-// and prints what happened. The ledger is migrated already (`invoice demo` does it).
-func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, ec eventsConfig, out io.Writer, n int) error {
+// and prints what happened: a progress line while it runs (progress.go), then the
+// summary. The ledger is migrated already (`invoice demo` does it).
+func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, ec eventsConfig, stdout io.Writer, n int) error {
 	c := admin.New(app.Client())
 	engine := redactURL(app.Client().BaseURL())
 	v, err := c.Version(ctx)
@@ -266,32 +268,43 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, ec even
 	}
 
 	plan := planDemo(fmt.Sprintf("demo-%d", time.Now().Unix()), n)
-	ids, err := startDemo(ctx, c, plan, pay)
+	// The summary is written once the progress line is gone, whether the demo succeeds or not.
+	var published, consumed func() int64
+	if events != nil {
+		published, consumed = events.published.Load, events.stats.Received.Load
+	}
+	prog := newProgress(stdout, len(plan.invoices)+plan.duplicates, published, consumed)
+	var out bytes.Buffer
+	defer func() {
+		prog.stop()
+		_, _ = stdout.Write(out.Bytes())
+	}()
+	ids, err := startDemo(ctx, c, plan, pay, &prog.started)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
+	fmt.Fprintf(&out, "engine %s at %s: started %d instances for %d invoices, %d of them submitted twice (%s)\n",
 		v, engine, len(ids), n, plan.duplicates, plan.run)
-	if err := runDemoWorker(ctx, app, env, c, ids, plan, out); err != nil {
+	if err := runDemoWorker(ctx, app, env, c, ids, plan, &out, prog.fates); err != nil {
 		return err
 	}
-	rows, err := checkDemoLedger(ctx, env, plan, out)
+	rows, err := checkDemoLedger(ctx, env, plan, &out)
 	if err != nil {
 		return err
 	}
 	if events != nil {
-		if err := checkDemoEvents(ctx, events, c, rows, plan, out); err != nil {
+		if err := checkDemoEvents(ctx, events, c, rows, plan, &out); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(out, "events: none (EXTWORKER_AMQP_URL is not set and EXTWORKER_DEMO_EVENTS is not kafka: no broker for invoice.paid and the shipping process)")
+		fmt.Fprintln(&out, "events: none (EXTWORKER_AMQP_URL is not set and EXTWORKER_DEMO_EVENTS is not kafka: no broker for invoice.paid and the shipping process)")
 	}
 	if pay != nil {
-		if err := checkDemoProvider(pay, plan, out); err != nil {
+		if err := checkDemoProvider(pay, plan, &out); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(out, "demo OK: incidents are visible in Cockpit%s or with GET /engine-rest/incident?processDefinitionKeyIn=%s\n",
+	fmt.Fprintf(&out, "demo OK: incidents are visible in Cockpit%s or with GET /engine-rest/incident?processDefinitionKeyIn=%s\n",
 		cockpitHint(app.Client().BaseURL()), demoProcessKey)
 	return nil
 }
@@ -356,8 +369,8 @@ func planDemo(run string, n int) demoPlan {
 }
 
 // startDemo scripts the fake provider (when the demo runs its own) and starts the
-// plan's instances, returning their ids.
-func startDemo(ctx context.Context, c *admin.Client, plan demoPlan, pay *fakeprovider.Server) ([]string, error) {
+// plan's instances, returning their ids and counting them in started.
+func startDemo(ctx context.Context, c *admin.Client, plan demoPlan, pay *fakeprovider.Server, started *atomic.Int64) ([]string, error) {
 	var ids []string
 	for _, inv := range plan.invoices {
 		if pay != nil && inv.script != 0 {
@@ -373,6 +386,7 @@ func startDemo(ctx context.Context, c *admin.Client, plan demoPlan, pay *fakepro
 				return ids, err
 			}
 			ids = append(ids, pi.ID)
+			started.Add(1)
 		}
 	}
 	return ids, nil
@@ -381,8 +395,8 @@ func startDemo(ctx context.Context, c *admin.Client, plan demoPlan, pay *fakepro
 // runDemoWorker serves the demo's topics with a worker of the demo's own, for its
 // counts (a short long poll, since a task whose retry is due waits out the poll in
 // progress: README), until every instance in ids has ended, and compares the ends with
-// the plan's.
-func runDemoWorker(ctx context.Context, app *extworker.App, env *demoEnv, c *admin.Client, ids []string, plan demoPlan, out io.Writer) error {
+// the plan's; seen is told the ends counted so far (waitDemo).
+func runDemoWorker(ctx context.Context, app *extworker.App, env *demoEnv, c *admin.Client, ids []string, plan demoPlan, out io.Writer, seen func(map[string]int)) error {
 	reg := tasks.NewRegistry()
 	if err := demoHandlers(env, reg.Register); err != nil {
 		return err
@@ -395,7 +409,7 @@ func runDemoWorker(ctx context.Context, app *extworker.App, env *demoEnv, c *adm
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- w.Run(wctx) }()
-	got, err := waitDemo(ctx, c, ids, 3*time.Minute)
+	got, err := waitDemo(ctx, c, ids, 3*time.Minute, seen)
 	took := time.Since(start)
 	stop()
 	if rerr := <-done; rerr != nil && err == nil {
@@ -512,9 +526,10 @@ func cockpitHint(engineURL string) string {
 	return ""
 }
 
-// waitDemo waits until every instance has ended or holds an incident, and counts how.
-// Each instance is looked at until its fate is known, then left alone.
-func waitDemo(ctx context.Context, c *admin.Client, ids []string, limit time.Duration) (map[string]int, error) {
+// waitDemo waits until every instance has ended or holds an incident, and counts how,
+// telling seen the counts whenever one more is known. Each instance is looked at until its fate is
+// known, then left alone.
+func waitDemo(ctx context.Context, c *admin.Client, ids []string, limit time.Duration, seen func(map[string]int)) (map[string]int, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -530,10 +545,11 @@ func waitDemo(ctx context.Context, c *admin.Client, ids []string, limit time.Dur
 			}
 			if fate == "" {
 				still = append(still, id)
+				continue
 			}
 			got[fate]++
+			seen(got)
 		}
-		delete(got, "")
 		pending = still
 		if len(pending) == 0 {
 			return got, nil

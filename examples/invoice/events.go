@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -176,7 +177,15 @@ type demoEvents struct {
 	ns     string
 	broker string // its name, for the summary
 	stop   func()
+	// published counts the relay's publishes, for the progress line.
+	published atomic.Int64
 }
+
+// countPublished is the relay's observer: it counts publishes in n.
+type countPublished struct{ n *atomic.Int64 }
+
+func (c countPublished) Published()     { c.n.Add(1) }
+func (c countPublished) PublishFailed() {}
 
 // publisher is what the demo publishes through: the relay's publisher, which the demo
 // also sends its deliberate copies with.
@@ -236,8 +245,9 @@ func startDemoEvents(ctx context.Context, app *extworker.App, ec eventsConfig) (
 		run, declared, stats, pub = cons.Run, cons.Declared(), cons.Stats(), outbox.NewAMQPPublisher(amqpURL())
 	}
 	pool, ns, logger := app.Pool(), app.Ledger().Namespace(), app.Logger()
-	ev := &demoEvents{relay: outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: ns, Logger: logger, PollInterval: 200 * time.Millisecond}),
-		pub: pub, stats: stats, pool: pool, ns: ns, broker: ec.name()}
+	ev := &demoEvents{pub: pub, stats: stats, pool: pool, ns: ns, broker: ec.name()}
+	ev.relay = outbox.NewRelay(pool, pub, outbox.RelayConfig{Namespace: ns, Logger: logger, PollInterval: 200 * time.Millisecond,
+		Observer: countPublished{&ev.published}})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	go func() { _ = run(ctx); done <- struct{}{} }()

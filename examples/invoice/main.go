@@ -3,7 +3,11 @@
 // provider (a fake one, package fakeprovider, in this process unless
 // EXTWORKER_PROVIDER_URL names one).
 //
-//	invoice demo [-instances N] [-deploy-only]   deploy the process, start N invoices, work them off, print a summary
+//	invoice demo [-instances N] [-logs FILE] [-deploy-only]
+//	                                             deploy the process, start N invoices, work them off
+//	                                             showing progress, print a summary; the worker's
+//	                                             logs go to FILE (default: a new file in the
+//	                                             temporary directory), whose path it prints first
 //	invoice run                                  serve the demo topics until SIGINT/SIGTERM
 //	invoice migrate                              apply the ledger's migrations (as extworker migrate)
 //	invoice config [-json]                       print the effective configuration (as extworker config)
@@ -41,7 +45,7 @@ func main() {
 const usage = `usage: invoice <command> [flags]
 
 commands:
-  demo      deploy the demo process, start instances, work them off, print a summary [-instances N] [-deploy-only]
+  demo      deploy the demo process, start instances, work them off, print a summary [-instances N] [-logs FILE] [-deploy-only]
   run       serve the demo topics until SIGINT or SIGTERM
   migrate   apply the effect ledger's database migrations
   config    print the effective configuration, secrets masked [--json]
@@ -77,6 +81,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.SetOutput(stderr)
 		n := fs.Int("instances", 200, "process instances to start")
 		deployOnly := fs.Bool("deploy-only", false, "deploy the demo process and exit (for the soak and other drivers)")
+		logPath := fs.String("logs", "", "the worker's log file (default: a new extworker-demo-*.log in the temporary directory)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -88,6 +93,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if !*deployOnly {
+			// The worker's log records go to a file, the terminal is the demo's: its
+			// progress, then its summary.
+			logs, err := demoLogFile(*logPath)
+			if err != nil {
+				return err
+			}
+			defer logs.Close()
+			fmt.Fprintf(stdout, "invoice demo: the worker's logs go to %s\n", logs.Name())
+			opts.LogOutput = logs
 			// The demo migrates the ledger itself: `make demo` needs nothing else.
 			if err := extworker.Migrate(context.Background(), opts, io.Discard); err != nil {
 				return err
@@ -101,6 +115,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		})
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+// demoLogFile creates the demo's log file: path, or a new one in the temporary directory.
+func demoLogFile(path string) (*os.File, error) {
+	if path == "" {
+		return os.CreateTemp("", "extworker-demo-*.log")
+	}
+	return os.Create(path)
 }
 
 // loadDemoConfig reads the demo's own settings: its provider's and its events' broker.

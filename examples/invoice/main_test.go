@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,13 +130,12 @@ func TestDemoEventsKafka(t *testing.T) {
 	t.Setenv("EXTWORKER_DEMO_EVENTS", "kafka")
 	t.Setenv("EXTWORKER_KAFKA_BROKERS", node.Addr())
 	t.Setenv("EXTWORKER_OUTBOX_BROKER", "kafka")
-	var out, logs bytes.Buffer
-	require.NoError(t, run([]string{"demo", "-instances", "20"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
-	assert.Contains(t, out.String(), "demo OK")
-	assert.Contains(t, out.String(), "events: 16 invoice.paid published through the outbox to Kafka (0 waiting)")
-	assert.Regexp(t, `1 of them sent twice on purpose: 1 duplicates suppressed by the inbox, 0 parked`, out.String())
-	assert.Contains(t, out.String(), "shipping: 16 instances started for 16 paid invoices")
-	assert.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), logs.String())
+	out, logs := runDemoLogged(t, "-instances", "20")
+	assert.Contains(t, out, "demo OK")
+	assert.Contains(t, out, "events: 16 invoice.paid published through the outbox to Kafka (0 waiting)")
+	assert.Regexp(t, `1 of them sent twice on purpose: 1 duplicates suppressed by the inbox, 0 parked`, out)
+	assert.Contains(t, out, "shipping: 16 instances started for 16 paid invoices")
+	assert.False(t, strings.Contains(logs, `"level":"ERROR"`), logs)
 }
 
 // The demo runs end to end against the real engine and PostgreSQL: invoices paid through
@@ -146,17 +147,89 @@ func TestDemo(t *testing.T) {
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
 	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
 	t.Setenv("EXTWORKER_LOG_LEVEL", "warn")
-	var out, logs bytes.Buffer
-	require.NoError(t, run([]string{"demo", "-instances", "20"}, &out, &logs), "output:\n%s\nlogs:\n%s", out.String(), logs.String())
-	assert.Contains(t, out.String(), "demo OK")
-	assert.Regexp(t, `paid\s+17\s+17`, out.String(), "16 invoices, one of them submitted twice")
-	assert.Contains(t, out.String(), "0 double charges")
+	out, logs := runDemoLogged(t, "-instances", "20")
+	assert.Contains(t, out, "demo OK")
+	assert.Regexp(t, `paid\s+17\s+17`, out, "16 invoices, one of them submitted twice")
+	assert.Contains(t, out, "0 double charges")
 	// Exact counts of replays depend on whoever else serves the demo topics meanwhile.
-	assert.Regexp(t, `ledger: [1-9]\d* duplicate deliveries completed from the ledger`, out.String())
-	assert.Contains(t, out.String(), "ledger: 16 paid invoices settled, one intent each")
-	assert.Regexp(t, `declined\s+2\s+2`, out.String())
-	assert.Regexp(t, `incident\s+2\s+2`, out.String())
-	assert.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), logs.String())
+	assert.Regexp(t, `ledger: [1-9]\d* duplicate deliveries completed from the ledger`, out)
+	assert.Contains(t, out, "ledger: 16 paid invoices settled, one intent each")
+	assert.Regexp(t, `declined\s+2\s+2`, out)
+	assert.Regexp(t, `incident\s+2\s+2`, out)
+	assert.False(t, strings.Contains(logs, `"level":"ERROR"`), logs)
+}
+
+// runDemoLogged runs `invoice demo` with args, its log file in the test's temporary
+// directory, and returns its output and its logs; nothing may go to standard error.
+func runDemoLogged(t *testing.T, args ...string) (out, logs string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "demo.log")
+	var stdout, stderr bytes.Buffer
+	err := run(append([]string{"demo", "-logs", path}, args...), &stdout, &stderr)
+	data, rerr := os.ReadFile(path)
+	require.NoError(t, rerr)
+	require.NoError(t, err, "output:\n%s\nlogs:\n%s", stdout.String(), data)
+	assert.Empty(t, stderr.String(), "the worker's logs go to the file")
+	assert.Equal(t, "invoice demo: the worker's logs go to "+path, strings.SplitN(stdout.String(), "\n", 2)[0], "the first line names the log file")
+	return stdout.String(), string(data)
+}
+
+// Where the output is no terminal (a pipe, a CI log), the demo prints the path of its log
+// file (a new one in the temporary directory), a plain progress line at most every 5
+// seconds, and the summary: no log record; the worker's records are in the file.
+func TestDemoPlainOutputAndLogFile(t *testing.T) {
+	testenv.Engine(t)
+	testenv.DB(t)
+	testenv.AMQP(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	t.Setenv("EXTWORKER_LOG_LEVEL", "info")
+	t.Setenv("EXTWORKER_AMQP_URL", testenv.AMQPURL())
+	t.Setenv("EXTWORKER_DEMO_EVENTS", "")
+	var out, stderr bytes.Buffer
+	start := time.Now()
+	err := run([]string{"demo", "-instances", "20"}, &out, &stderr)
+	took := time.Since(start)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	path, ok := strings.CutPrefix(lines[0], "invoice demo: the worker's logs go to ")
+	require.True(t, ok, "the first line names the log file:\n%s", out.String())
+	t.Cleanup(func() { _ = os.Remove(path) })
+	require.NoError(t, err, "output:\n%s", out.String())
+	assert.Empty(t, stderr.String(), "nothing on standard error")
+
+	assert.Equal(t, os.TempDir(), filepath.Dir(path))
+	assert.Regexp(t, `^extworker-demo-\d+\.log$`, filepath.Base(path))
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the logs are the user's own")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	records := strings.Split(strings.TrimSpace(string(data)), "\n")
+	assert.GreaterOrEqual(t, len(records), 20, "a record per task handled at least")
+	for _, r := range records {
+		var rec struct{ Level, Msg string }
+		require.NoError(t, json.Unmarshal([]byte(r), &rec), "a JSON log record: %s", r)
+		assert.NotEmpty(t, rec.Msg, r)
+	}
+	assert.Contains(t, string(data), `"msg":"worker started"`)
+
+	var progress, summary []string
+	for _, l := range lines[1:] {
+		assert.NotContains(t, l, `"level"`, "no log record in the output")
+		assert.NotContains(t, l, "\r", "no terminal control in the output")
+		if strings.HasPrefix(l, "progress: ") {
+			progress = append(progress, l)
+		} else {
+			summary = append(summary, l)
+		}
+	}
+	assert.LessOrEqual(t, len(progress), int(took/plainEvery)+1, "a progress line at most every %v in %v:\n%s", plainEvery, took, out.String())
+	for _, l := range progress {
+		assert.Regexp(t, `^progress: +\d+s  \d+/21 instances started, \d+ paid, \d+ declined \(BPMN error\), \d+ in incident; events: \d+ published, \d+ consumed$`, l)
+	}
+	assert.Len(t, summary, 12, "the summary as before:\n%s", out.String())
+	assert.True(t, strings.HasPrefix(summary[0], "engine "), summary[0])
+	assert.True(t, strings.HasPrefix(summary[len(summary)-1], "demo OK"), summary[len(summary)-1])
 }
 
 // `run` refuses an unmigrated ledger database and says what to run; `migrate` fixes it.
