@@ -120,15 +120,16 @@ func unreachable(err error) bool {
 }
 
 func (f engineFacts) checks(cfg daemon.Config) []Check {
-	if f.err != nil && unreachable(f.err) || f.err != nil && f.creds == nil {
+	var refused daemon.ConfigError
+	switch {
+	case f.err != nil && f.creds != nil && errors.As(f.creds, &refused):
+		return []Check{ok(NameEngineReachable, f.where+" answers"),
+			fail(NameEngineCreds, "refused", f.creds.Error()), skipped(NameEngineVersion, NameEngineCreds)}
+	case f.err != nil: // no answer, or not an engine's (a wrong path: 404)
 		found := f.where + ": " + f.err.Error()
 		fix := "check EXTWORKER_ENGINE_URL (scheme, host, port, the path …/engine-rest) and that the engine runs: curl " + f.where + "/version"
 		return []Check{fail(NameEngineReachable, found, fix),
-			skipped(NameEngineVersion, NameEngineReachable), skipped(NameEngineCreds, NameEngineReachable)}
-	}
-	if f.err != nil {
-		return []Check{ok(NameEngineReachable, f.where+" answers"), skipped(NameEngineVersion, NameEngineCreds),
-			fail(NameEngineCreds, "refused", f.creds.Error())}
+			skipped(NameEngineCreds, NameEngineReachable), skipped(NameEngineVersion, NameEngineReachable)}
 	}
 	creds := "none configured; the engine asks for none"
 	switch {
@@ -139,7 +140,7 @@ func (f engineFacts) checks(cfg daemon.Config) []Check {
 	case cfg.EngineOAuthTokenURL != "":
 		creds = "accepted (OAuth2 client " + cfg.EngineOAuthClientID + ")"
 	}
-	return []Check{ok(NameEngineReachable, f.where+" answers"), EngineVersion(f.version), ok(NameEngineCreds, creds)}
+	return []Check{ok(NameEngineReachable, f.where+" answers"), ok(NameEngineCreds, creds), EngineVersion(f.version)}
 }
 
 // engineClock reads the engine's clock from the Date header of an unauthenticated
@@ -344,7 +345,7 @@ func probeKafka(ctx context.Context, cfg daemon.Config) []Check {
 		return []Check{fail(NameKafka, brokers+": "+err.Error(),
 			"check EXTWORKER_KAFKA_BROKERS (host:port of each), EXTWORKER_KAFKA_TLS, and that the brokers run")}
 	}
-	return []Check{ok(NameKafka, brokers+" answer")}
+	return []Check{ok(NameKafka, brokers+": a broker answers")}
 }
 
 // probeAddresses binds each address this host's worker would listen on, and lets it go.

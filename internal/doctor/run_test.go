@@ -104,6 +104,14 @@ func TestEngineUnreachable(t *testing.T) {
 	assertStatus(t, requireCheck(t, checks, doctor.NameDatabase), doctor.OK, "")
 	assertStatus(t, requireCheck(t, checks, doctor.NameGrants), doctor.OK, "")
 	assertStatus(t, requireCheck(t, checks, doctor.NameClock), doctor.OK, "") // the database's clock alone
+
+	// An engine's host and port with the wrong path: it answers, but not as an engine.
+	t.Setenv("EXTWORKER_ENGINE_URL", strings.TrimSuffix(testenv.EngineURL(), "/engine-rest")+"/not-the-engine")
+	checks = run(t, doctor.Options{})
+	c := requireCheck(t, checks, doctor.NameEngineReachable)
+	assertStatus(t, c, doctor.Fail, "the path …/engine-rest")
+	assert.Contains(t, c.Found, "404")
+	assert.Equal(t, doctor.Skip, requireCheck(t, checks, doctor.NameEngineCreds).Status)
 }
 
 // Credentials the engine refuses (the engine with REST authentication, on 8081) fail the
