@@ -79,6 +79,7 @@ func TestDocExamplesAnswerAsShown(t *testing.T) {
 	h := newHarness(t)
 	var problems []string
 	for _, ex := range exs {
+		t.Logf("asking %s", ex)
 		for _, p := range h.check(t, ex) {
 			problems = append(problems, ex.String()+"\n    "+p)
 		}
@@ -144,8 +145,12 @@ func TestExtract(t *testing.T) {
 type harness struct {
 	base string // the engine's REST root
 	subs map[string]string
-	hc   *http.Client
-	c    *admin.Client
+	// values are literal query values that stand for the harness's entities: the keys of
+	// processes the docs deploy and run with a worker (which this test does not run), so
+	// that a filter on them finds the harness's incident.
+	values map[string]string
+	hc     *http.Client
+	c      *admin.Client
 }
 
 // placeholder is what a doc writes where a value goes: <key>, {id}, $KEY, a format verb.
@@ -179,9 +184,12 @@ func newHarness(t *testing.T) *harness {
 		subs: map[string]string{
 			// the process's key
 			"%s": key, "%q": key, "<key>": key, "{key}": key, "$KEY": key,
-			"extworker-demo-invoice": key, // the demo's, which only `make demo` deploys
 			// the process instance
 			"<id>": instance, "{id}": instance, "<instance-id>": instance, "$INSTANCE": instance,
+		},
+		values: map[string]string{
+			"extworker-demo-invoice": key, // README.md: the demo's, which only `make demo` deploys
+			"console-trial":          key, // docs/console.md: its incidents come from a worker
 		},
 	}
 }
@@ -193,10 +201,14 @@ func (h *harness) resolve(raw string) (string, error) {
 		return "", fmt.Errorf("not under /engine-rest/")
 	}
 	p := raw[i+len("/engine-rest"):]
-	for lit, v := range h.subs {
-		if !placeholder.MatchString(lit) {
-			p = strings.ReplaceAll(p, lit, v)
+	if path, query, ok := strings.Cut(p, "?"); ok {
+		params := strings.Split(query, "&")
+		for j, kv := range params {
+			if k, v, ok := strings.Cut(kv, "="); ok && h.values[v] != "" {
+				params[j] = k + "=" + h.values[v]
+			}
 		}
+		p = path + "?" + strings.Join(params, "&")
 	}
 	var missing []string
 	p = placeholder.ReplaceAllStringFunc(p, func(ph string) string {
