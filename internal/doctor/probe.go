@@ -260,18 +260,30 @@ func roleChecks(ctx context.Context, db *sql.DB, cfg daemon.Config) []Check {
 	return append(out, publicCheck(ctx, db, roles))
 }
 
+// grantsCheck asks, in one statement, which of WorkerGrants the worker's role holds.
 func grantsCheck(ctx context.Context, db *sql.DB, role string) Check {
+	objects, privs := make([]string, len(WorkerGrants)), make([]string, len(WorkerGrants))
+	for i, g := range WorkerGrants {
+		objects[i], privs[i] = g.Object, g.Privilege
+	}
+	rows, err := db.QueryContext(ctx, `SELECT o, p, CASE WHEN p = 'EXECUTE' THEN has_function_privilege($1, o, p)
+			ELSE has_table_privilege($1, o, p) END
+		FROM unnest($2::text[], $3::text[]) AS g(o, p)`, role, objects, privs)
+	if err != nil {
+		return fail(NameGrants, err.Error(), "run `extworker migrate` as the ledger's owner")
+	}
+	defer rows.Close()
 	held := map[Grant]bool{}
-	for _, g := range WorkerGrants {
-		q := `SELECT has_table_privilege($1, $2, $3)`
-		if g.Privilege == "EXECUTE" {
-			q = `SELECT has_function_privilege($1, $2, $3)`
-		}
+	for rows.Next() {
+		var g Grant
 		var has bool
-		if err := db.QueryRowContext(ctx, q, role, g.Object, g.Privilege).Scan(&has); err != nil {
-			return fail(NameGrants, g.String()+": "+err.Error(), "run `extworker migrate` as the ledger's owner")
+		if err := rows.Scan(&g.Object, &g.Privilege, &has); err != nil {
+			return fail(NameGrants, err.Error(), "run `extworker migrate` as the ledger's owner")
 		}
 		held[g] = has
+	}
+	if err := rows.Err(); err != nil {
+		return fail(NameGrants, err.Error(), "run `extworker migrate` as the ledger's owner")
 	}
 	return Grants(role, WorkerGrants, held)
 }
