@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -369,28 +370,55 @@ func planDemo(run string, n int) demoPlan {
 }
 
 // startDemo scripts the fake provider (when the demo runs its own) and starts the
-// plan's instances, returning their ids and counting them in started.
+// plan's instances, demoStarters at a time, returning their ids and counting them in
+// started.
 func startDemo(ctx context.Context, c *admin.Client, plan demoPlan, pay *fakeprovider.Server, started *atomic.Int64) ([]string, error) {
-	var ids []string
+	var starts []demoInvoice // one per instance: an invoice submitted twice is there twice
 	for _, inv := range plan.invoices {
 		if pay != nil && inv.script != 0 {
 			pay.Script(inv.id, inv.script)
 		}
-		times := 1
+		starts = append(starts, inv)
 		if inv.twice {
-			times = 2
-		}
-		for range times {
-			pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv.id, Variables: inv.vars})
-			if err != nil {
-				return ids, err
-			}
-			ids = append(ids, pi.ID)
-			started.Add(1)
+			starts = append(starts, inv)
 		}
 	}
-	return ids, nil
+	ids := make([]string, len(starts))
+	errs := make([]error, len(starts))
+	next := make(chan int)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range demoStarters {
+		wg.Go(func() {
+			for i := range next {
+				inv := starts[i]
+				pi, err := c.StartProcess(ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv.id, Variables: inv.vars})
+				if err != nil {
+					errs[i] = err
+					failed.Store(true)
+					continue
+				}
+				ids[i] = pi.ID
+				started.Add(1)
+			}
+		})
+	}
+	for i := range starts {
+		if ctx.Err() != nil || failed.Load() {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return ids, ctx.Err()
 }
+
+// demoStarters is how many instances the demo starts at a time.
+const demoStarters = 8
 
 // runDemoWorker serves the demo's topics with a worker of the demo's own, for its
 // counts (a short long poll, since a task whose retry is due waits out the poll in
