@@ -123,7 +123,7 @@ func TestDocCheckCatchesWrongPathMethodAndShape(t *testing.T) {
 
 // TestExtract reads the forms the docs use, without services.
 func TestExtract(t *testing.T) {
-	md := "Try `GET /engine-rest/incident?processDefinitionKeyIn=<key>`.\n\n" +
+	md := "Try `GET /engine-rest/incident?processDefinitionKeyIn=<key>`; not calls: `/engine-rest/*`, every URL under `/engine-rest/`.\n\n" +
 		"```sh\ncurl -s -F deployment-name=trial \\\n  -F data=@docs/examples/console-trial.bpmn \\\n  http://127.0.0.1:8080/engine-rest/deployment/create   # deploys it\n" +
 		"curl -H 'Content-Type: application/json' -d '{\"businessKey\": \"b1\"}' http://127.0.0.1:8080/engine-rest/process-definition/key/trial/start\n```\n\n" +
 		"```json\n[{\"id\": \"x\", \"incidentType\": \"failedExternalTask\"}]\n```\n"

@@ -83,7 +83,8 @@ func Markdown(file string, src []byte) []Example {
 			continue
 		}
 		for _, m := range engineURL.FindAllStringSubmatch(line, -1) {
-			if !strings.HasSuffix(m[2], "*") { // a pattern (/engine-rest/*), not a call
+			// a pattern (/engine-rest/*) or the bare prefix in prose is not a call
+			if !strings.HasSuffix(m[2], "*") && !strings.HasSuffix(m[2], "/engine-rest/") {
 				out = append(out, urlExample(file, i+1, m[1], m[2]))
 			}
 		}
