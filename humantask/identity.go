@@ -1,0 +1,177 @@
+package humantask
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+)
+
+// Identity is who sends a request: a user id and the groups it is in, as the engine's
+// identity links name them.
+type Identity struct {
+	User   string
+	Groups []string
+}
+
+// IdentitySource tells who sends a request, or returns an error (answered 401, its
+// text never carrying a token).
+type IdentitySource interface {
+	Identify(r *http.Request) (Identity, error)
+}
+
+// ErrNoIdentity is a request whose sender could not be established.
+var ErrNoIdentity = errors.New("humantask: no verified identity")
+
+// ProxyHeader takes the identity from headers a reverse proxy sets after authenticating
+// the user, believed only from the proxy's own addresses: the console's rule (package
+// internal/console, EXTWORKER_CONSOLE_AUTH_HEADER with TrustedProxies), mirrored here.
+type ProxyHeader struct {
+	// UserHeader names the user, e.g. "X-Forwarded-User". Required.
+	UserHeader string
+	// GroupsHeader lists the user's groups, comma-separated, e.g. "X-Forwarded-Groups".
+	// Empty: no groups.
+	GroupsHeader string
+	// TrustedProxies are the proxy's addresses; no wider than /8 (IPv4) or /32 (IPv6).
+	TrustedProxies []netip.Prefix
+}
+
+// NewProxyHeader checks p: a header name, and trusted proxies that name proxies (a /0
+// would believe the header from anyone).
+func NewProxyHeader(p ProxyHeader) (*ProxyHeader, error) {
+	if p.UserHeader == "" {
+		return nil, errors.New("humantask: ProxyHeader.UserHeader is required")
+	}
+	if len(p.TrustedProxies) == 0 {
+		return nil, errors.New("humantask: ProxyHeader.TrustedProxies is required")
+	}
+	ps := make([]netip.Prefix, 0, len(p.TrustedProxies))
+	for _, pr := range p.TrustedProxies {
+		if a := pr.Addr(); a.Is4In6() && pr.Bits() >= 96 {
+			pr = netip.PrefixFrom(a.Unmap(), pr.Bits()-96)
+		}
+		least := 8
+		if pr.Addr().Is6() {
+			least = 32
+		}
+		if !pr.IsValid() || pr.Bits() < least {
+			return nil, fmt.Errorf("humantask: trusted proxy %s is too wide to name a proxy (at least /%d)", pr, least)
+		}
+		ps = append(ps, pr.Masked())
+	}
+	p.TrustedProxies = ps
+	return &p, nil
+}
+
+// Identify believes the headers only from a trusted proxy.
+func (p *ProxyHeader) Identify(r *http.Request) (Identity, error) {
+	if !trustedAddr(p.TrustedProxies, r.RemoteAddr) {
+		return Identity{}, fmt.Errorf("%w: not from a trusted proxy", ErrNoIdentity)
+	}
+	user := r.Header.Get(p.UserHeader)
+	if user == "" {
+		return Identity{}, fmt.Errorf("%w: no %s header", ErrNoIdentity, p.UserHeader)
+	}
+	id := Identity{User: user}
+	if p.GroupsHeader != "" {
+		for g := range strings.SplitSeq(r.Header.Get(p.GroupsHeader), ",") {
+			if g = strings.TrimSpace(g); g != "" {
+				id.Groups = append(id.Groups, g)
+			}
+		}
+	}
+	return id, nil
+}
+
+// trustedAddr reports whether remote (host:port) is in one of ps.
+func trustedAddr(ps []netip.Prefix, remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// JWTConfig configures a bearer-token identity: tokens signed by a key of the JWKS at
+// JWKSURL, issued by Issuer, for Audience.
+type JWTConfig struct {
+	Issuer   string
+	Audience string
+	JWKSURL  string
+	// UserClaim names the user; default "sub" (e.g. "preferred_username").
+	UserClaim string
+	// GroupsClaim lists the user's groups (an array of strings); empty: no groups.
+	GroupsClaim string
+	// Algorithms allowed; default RS256 and ES256.
+	Algorithms []string
+}
+
+// JWT verifies "Authorization: Bearer" tokens with go-oidc: signature against the JWKS
+// (fetched and cached, refetched for an unknown key id), issuer, audience and expiry.
+type JWT struct {
+	cfg      JWTConfig
+	verifier *oidc.IDTokenVerifier
+}
+
+// NewJWT returns a JWT identity source. ctx configures the key set's HTTP client (see
+// oidc.ClientContext); its cancellation is ignored.
+func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
+	if cfg.Issuer == "" || cfg.Audience == "" || cfg.JWKSURL == "" {
+		return nil, errors.New("humantask: JWTConfig needs Issuer, Audience and JWKSURL")
+	}
+	if cfg.UserClaim == "" {
+		cfg.UserClaim = "sub"
+	}
+	if len(cfg.Algorithms) == 0 {
+		cfg.Algorithms = []string{oidc.RS256, oidc.ES256}
+	}
+	keys := oidc.NewRemoteKeySet(ctx, cfg.JWKSURL)
+	v := oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.Audience, SupportedSigningAlgs: cfg.Algorithms})
+	return &JWT{cfg: cfg, verifier: v}, nil
+}
+
+// Identify verifies r's bearer token. Its errors name what failed, never the token.
+func (j *JWT) Identify(r *http.Request) (Identity, error) {
+	auth := r.Header.Get("Authorization")
+	raw, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || raw == "" {
+		return Identity{}, fmt.Errorf("%w: no bearer token", ErrNoIdentity)
+	}
+	tok, err := j.verifier.Verify(r.Context(), raw)
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: the token does not verify", ErrNoIdentity)
+	}
+	var claims map[string]any
+	if err := tok.Claims(&claims); err != nil {
+		return Identity{}, fmt.Errorf("%w: the token's claims do not decode", ErrNoIdentity)
+	}
+	user, _ := claims[j.cfg.UserClaim].(string)
+	if user == "" {
+		return Identity{}, fmt.Errorf("%w: the token has no %s claim", ErrNoIdentity, j.cfg.UserClaim)
+	}
+	id := Identity{User: user}
+	if j.cfg.GroupsClaim != "" {
+		gs, _ := claims[j.cfg.GroupsClaim].([]any)
+		for _, g := range gs {
+			if s, ok := g.(string); ok && s != "" {
+				id.Groups = append(id.Groups, s)
+			}
+		}
+	}
+	return id, nil
+}
