@@ -128,6 +128,9 @@ type Config struct {
 	// polls, no grace), not tasks' default.
 	ReportRetryFor   time.Duration `envconfig:"REPORT_RETRY_FOR" default:"5m"`
 	IdlePollInterval time.Duration `envconfig:"IDLE_POLL_INTERVAL" default:"1s"`
+	// LockWatch is tasks.Config.LockWatch: unset, the worker derives it; 0 turns the
+	// watch off (lockWatchSet tells the two apart).
+	LockWatch time.Duration `envconfig:"LOCK_WATCH"`
 	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s"`
 	// ShutdownTimeout bounds the whole shutdown (tasks.Config.ShutdownTimeout). Unset, it
 	// is ShutdownGrace + defaultShutdownSlack (45s with the default grace), so raising the
@@ -169,6 +172,7 @@ type Config struct {
 	// address with /camunda in place of /engine-rest.
 	ConsoleCockpitURL string `envconfig:"CONSOLE_COCKPIT_URL"`
 
+	lockWatchSet bool
 	// fromFile maps a secret's variable (EXTWORKER_ENGINE_PASSWORD) to the file it was read
 	// from, for `extworker config`.
 	fromFile map[string]string
@@ -194,6 +198,7 @@ func LoadConfig() (Config, error) {
 	var c Config
 	invalid, errs := processEnv(&c)
 	c.invalid = invalid
+	_, c.lockWatchSet = os.LookupEnv(envPrefix + "LOCK_WATCH")
 	if _, set := os.LookupEnv(envPrefix + "SHUTDOWN_TIMEOUT"); !set && c.parsed("EXTWORKER_SHUTDOWN_GRACE") {
 		c.ShutdownTimeout = c.ShutdownGrace + defaultShutdownSlack
 	}
@@ -432,6 +437,9 @@ func (c Config) pollProblems() []error {
 	}
 	if ok("EXTWORKER_REPORT_RETRY_FOR") && c.ReportRetryFor < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_REPORT_RETRY_FOR %v: must not be negative", c.ReportRetryFor))
+	}
+	if ok("EXTWORKER_LOCK_WATCH") && c.LockWatch < 0 {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_WATCH %v: must not be negative (0 turns the lock watch off)", c.LockWatch))
 	}
 	if ok("EXTWORKER_IDLE_POLL_INTERVAL") && c.IdlePollInterval < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_IDLE_POLL_INTERVAL %v: must not be negative", c.IdlePollInterval))
@@ -903,7 +911,16 @@ func (c Config) WorkerConfig(logger *slog.Logger) tasks.Config {
 	}
 	return tasks.Config{WorkerID: c.WorkerID, MaxConcurrency: c.MaxConcurrency, AsyncResponseTimeout: longPoll,
 		ReportRetryFor: orNone(c.ReportRetryFor), IdlePollInterval: orNone(c.IdlePollInterval),
-		ShutdownGrace: orNone(c.ShutdownGrace), ShutdownTimeout: c.ShutdownTimeout, Logger: logger}
+		ShutdownGrace: orNone(c.ShutdownGrace), ShutdownTimeout: c.ShutdownTimeout, LockWatch: c.lockWatch(), Logger: logger}
+}
+
+// lockWatch is tasks.Config.LockWatch: derived by the worker when EXTWORKER_LOCK_WATCH is
+// unset, off (negative) when it is 0.
+func (c Config) lockWatch() time.Duration {
+	if c.lockWatchSet && c.LockWatch == 0 {
+		return -1
+	}
+	return c.LockWatch
 }
 
 // orNone passes a duration to tasks.Config, where 0 would mean its default: a variable

@@ -412,3 +412,22 @@ func TestDatabaseTLSWarningLoggedAtStart(t *testing.T) {
 	assert.NotContains(t, logs.String(), "s3cret")
 }
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// EXTWORKER_LOCK_WATCH: unset, the worker derives the watch's period; 0 turns it off; a
+// duration sets it; a negative one is refused with its name.
+func TestConfigLockWatch(t *testing.T) {
+	c, err := daemon.LoadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(0), c.WorkerConfig(nil).LockWatch, "unset: derived by the worker")
+	t.Setenv("EXTWORKER_LOCK_WATCH", "0")
+	c, err = daemon.LoadConfig()
+	require.NoError(t, err)
+	assert.Negative(t, c.WorkerConfig(nil).LockWatch, "0: off")
+	t.Setenv("EXTWORKER_LOCK_WATCH", "5s")
+	c, err = daemon.LoadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, c.WorkerConfig(nil).LockWatch)
+	t.Setenv("EXTWORKER_LOCK_WATCH", "-1s")
+	_, err = daemon.LoadConfig()
+	require.ErrorContains(t, err, "EXTWORKER_LOCK_WATCH -1s: must not be negative")
+}
