@@ -330,15 +330,17 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// identify answers 401 and returns false when r's sender is unknown.
+// identify answers 401 and returns false when r's sender is unknown (400 when its
+// name cannot be stored).
 func (s *Service) identify(w http.ResponseWriter, r *http.Request) (Identity, bool) {
 	who, err := s.cfg.Identity.Identify(r)
-	if err == nil {
-		err = checkName("the user", who.User, maxUser)
-	}
 	if err != nil {
 		s.cfg.Logger.Info("humantask: request without a verified identity", slog.String("why", err.Error()))
 		refusal(http.StatusUnauthorized, "", "no verified identity", "").write(w)
+		return Identity{}, false
+	}
+	if err := checkName("the user", who.User, maxUser); err != nil {
+		refusal(http.StatusBadRequest, "", err.Error(), "").write(w)
 		return Identity{}, false
 	}
 	return who, true
