@@ -21,8 +21,10 @@ fi
 if ! command -v rabbitmq-server >/dev/null 2>&1; then
   echo "rabbit-up: installing RabbitMQ from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq rabbitmq-server >/dev/null
+  # One apt at a time: make demo runs this beside engine-up.sh, which installs a JDK.
+  run="$(cd "$(dirname "$0")" && pwd)/.run"
+  mkdir -p "$run"
+  (flock 9; apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq rabbitmq-server >/dev/null) 9>"$run/apt.lock"
 fi
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
