@@ -13,8 +13,32 @@
 #                              HOW_TO_STOP, a command run there with <dir> replaced by it)
 #                              and return 1; else return 0
 
-port_held() { [ -n "$(ss -ltnH "sport = :$1" 2>/dev/null)" ]; }
-port_pid() { ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2; }
+# With ss (iproute2) when there is one, else from /proc: the listening socket's inode in
+# /proc/net/tcp{,6} (state 0A), then the process with a descriptor on it.
+port_held() {
+  if command -v ss >/dev/null 2>&1; then
+    [ -n "$(ss -ltnH "sport = :$1" 2>/dev/null)" ]
+  else
+    [ -n "$(listen_inodes "$1")" ]
+  fi
+}
+port_pid() {
+  if command -v ss >/dev/null 2>&1; then
+    ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2
+    return
+  fi
+  local inode fd
+  for inode in $(listen_inodes "$1"); do
+    for fd in /proc/[0-9]*/fd/*; do
+      if [ "$(readlink "$fd" 2>/dev/null)" = "socket:[$inode]" ]; then
+        fd=${fd#/proc/}; echo "${fd%%/*}"; return
+      fi
+    done
+  done
+}
+listen_inodes() {
+  awk -v p="$(printf ':%04X' "$1")" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
 
 refuse_foreign_holder() {
   local who=$1 port=$2 pidfile=$3 how=$4 pid full cmd cwd mine="" checkout

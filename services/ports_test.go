@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,17 +118,16 @@ func runScript(t *testing.T, script string, env ...string) (int, string) {
 // there) and exits 1 without saying "ready" and without starting an engine. An engine of
 // the version asked for is reused, whoever started it.
 func TestEngineUpNamesAForeignHolder(t *testing.T) {
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Fatalf("engine-up.sh names a port's holder with ss (iproute2): %v", err)
-	}
 	here, err := os.Getwd()
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, version string
-		other         bool // the holder's command line names another checkout's engine jar
+		other         bool     // the holder's command line names another checkout's engine jar
+		env           []string // more of the script's environment
 	}{
-		{"another checkout's engine of another version", "7.20.0", true},
-		{"a server that is no engine", "", false},
+		{"another checkout's engine of another version", "7.20.0", true, nil},
+		{"a server that is no engine", "", false, nil},
+		{"without ss, from /proc", "7.20.0", true, []string{"PATH=" + pathWithout(t, "ss")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			other := t.TempDir()
@@ -137,7 +137,7 @@ func TestEngineUpNamesAForeignHolder(t *testing.T) {
 			}
 			port, holder := startHolder(t, other, tc.version, jar)
 			pidfile := filepath.Join(here, ".run", fmt.Sprintf("engine-%d.pid", port))
-			code, out := runScript(t, "engine-up.sh", "ENGINE=camunda7", fmt.Sprintf("ENGINE_PORT=%d", port), "ENGINE_START_TIMEOUT=10")
+			code, out := runScript(t, "engine-up.sh", append([]string{"ENGINE=camunda7", fmt.Sprintf("ENGINE_PORT=%d", port), "ENGINE_START_TIMEOUT=10"}, tc.env...)...)
 			assert.Equal(t, 1, code, out)
 			pid := holder.Pid
 			assert.Contains(t, out, fmt.Sprintf("engine-up: port %d is held by pid %d, which this checkout (%s) did not start: %s -jar %s (working directory %s)",
@@ -169,9 +169,6 @@ func TestEngineUpNamesAForeignHolder(t *testing.T) {
 // kafka-up.sh does the same for its ports: a process that is no broker of this checkout's
 // is named, and left alone.
 func TestKafkaUpNamesAForeignHolder(t *testing.T) {
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Fatalf("kafka-up.sh names a port's holder with ss (iproute2): %v", err)
-	}
 	other := t.TempDir()
 	jar := filepath.Join(other, "holder.jar")
 	port, holder := startHolder(t, other, "", jar)
@@ -181,4 +178,27 @@ func TestKafkaUpNamesAForeignHolder(t *testing.T) {
 	assert.Contains(t, out, fmt.Sprintf("kafka-up: stop it (kill %d), or pick another port", holder.Pid))
 	assert.NotContains(t, out, "ready")
 	assert.NoError(t, holder.Signal(syscall.Signal(0)), "the holder was left alone")
+}
+
+// pathWithout is a PATH with every command of this one but those named: a directory of
+// links, in the test's temporary directory.
+func pathWithout(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, _ := os.ReadDir(d) // a directory on PATH that is gone has no commands
+		for _, e := range entries {
+			if slices.Contains(names, e.Name()) {
+				continue
+			}
+			link := filepath.Join(dir, e.Name())
+			if _, err := os.Lstat(link); err == nil {
+				continue // an earlier directory's command wins, as on PATH
+			}
+			require.NoError(t, os.Symlink(filepath.Join(d, e.Name()), link))
+		}
+	}
+	_, err := exec.LookPath(filepath.Join(dir, "bash"))
+	require.NoError(t, err)
+	return dir
 }
