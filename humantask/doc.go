@@ -44,7 +44,8 @@
 //
 // Every answer from 200 to 422 except the 422 of a reused key is the command's: it is
 // recorded, and the same command (same task, key, user and form) gets it again byte for
-// byte, from any process, without the engine being asked again.
+// byte, from any process, without the engine being asked again. A refused command stays
+// refused: after a 412 the form is loaded again and sent as a new command.
 //
 // # Exactly once, through crashes
 //

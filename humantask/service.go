@@ -409,7 +409,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 // tasksOf lists who's tasks: assigned to who, or unassigned with who or one of its
 // groups as a candidate; each read whole, as GET /tasks/{id} shows it.
 func (s *Service) tasksOf(ctx context.Context, who Identity) ([]Task, error) {
-	max := strconv.Itoa(s.cfg.MaxTasks)
+	limit := strconv.Itoa(s.cfg.MaxTasks)
 	queries := []url.Values{{"assignee": {who.User}}, {"candidateUser": {who.User}}}
 	if len(who.Groups) > 0 {
 		queries = append(queries, url.Values{"candidateGroups": {strings.Join(who.Groups, ",")}})
@@ -417,7 +417,7 @@ func (s *Service) tasksOf(ctx context.Context, who Identity) ([]Task, error) {
 	seen := map[string]bool{}
 	out := []Task{}
 	for _, q := range queries {
-		q.Set("maxResults", max)
+		q.Set("maxResults", limit)
 		q.Set("sortBy", "created")
 		q.Set("sortOrder", "asc")
 		ts, err := s.cfg.Engine.UserTasks(ctx, q)
