@@ -212,7 +212,11 @@ func (p *PGPair) start() (err error) {
 	// The standby names itself in primary_conninfo (pg_basebackup -R writes one without
 	// an application_name in some versions). It names no synchronous standby of its own:
 	// promoted, with none left to wait for, it would never acknowledge a commit.
+	// wal_retrieve_retry_interval (5s by default) is how long the standby waits between
+	// attempts to reach the primary; a promotion requested during that wait can wait for
+	// it too. 1s keeps the measured outage the test's own.
 	if err := appendConf(p.standbyDir(), fmt.Sprintf("port = %d", PGPairStandbyPort), "synchronous_standby_names = ''",
+		"wal_retrieve_retry_interval = '1s'",
 		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=%s password=%s application_name=%s'",
 			p.proxy.port(), pgPairRepl, pgPairRepl, pgPairStandby)); err != nil {
 		return err
