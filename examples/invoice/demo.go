@@ -248,7 +248,7 @@ func runDemo(ctx context.Context, app *extworker.App, pc providerConfig, ec even
 	engine := redactURL(app.Client().BaseURL())
 	v, err := c.Version(ctx)
 	if err != nil {
-		return fmt.Errorf("engine at %s: %w (run `make up`)", engine, err)
+		return fmt.Errorf("engine at %s: %w (run `make demo-up`)", engine, err)
 	}
 	if err := deployDemo(ctx, c); err != nil {
 		return err

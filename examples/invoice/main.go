@@ -92,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		logName := ""
 		if !*deployOnly {
 			// The worker's log records go to a file, the terminal is the demo's: its
 			// progress, then its summary.
@@ -101,18 +102,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 			defer logs.Close()
 			fmt.Fprintf(stdout, "invoice demo: the worker's logs go to %s\n", logs.Name())
-			opts.LogOutput = logs
+			opts.LogOutput, logName = logs, logs.Name()
 			// The demo migrates the ledger itself: `make demo` needs nothing else.
 			if err := extworker.Migrate(context.Background(), opts, io.Discard); err != nil {
 				return err
 			}
 		}
-		return extworker.Serve(opts, func(ctx context.Context, app *extworker.App) error {
+		err = extworker.Serve(opts, func(ctx context.Context, app *extworker.App) error {
 			if *deployOnly {
 				return deployDemo(ctx, admin.New(app.Client()))
 			}
 			return runDemo(ctx, app, pc, ec, stdout, *n)
 		})
+		if err != nil && logName != "" {
+			return fmt.Errorf("%w (the worker's logs: %s)", err, logName)
+		}
+		return err
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }

@@ -324,3 +324,18 @@ func TestConfigInvalidVariablesExit78(t *testing.T) {
 		})
 	}
 }
+
+// A demo that fails says where the worker's logs are, in the error main prints.
+func TestDemoFailureNamesTheLogFile(t *testing.T) {
+	testenv.DB(t)
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
+	t.Setenv("EXTWORKER_ENGINE_URL", "http://"+testenv.FreeAddr(t)+"/engine-rest") // nothing listens there
+	path := filepath.Join(t.TempDir(), "demo.log")
+	var out, stderr bytes.Buffer
+	err := run([]string{"demo", "-instances", "1", "-logs", path}, &out, &stderr)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "(the worker's logs: "+path+")")
+	assert.Equal(t, "invoice demo: the worker's logs go to "+path+"\n", out.String())
+	assert.Empty(t, stderr.String())
+	assert.FileExists(t, path)
+}
