@@ -3,6 +3,10 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +100,52 @@ func TestPGPairFailover(t *testing.T) {
 			assert.False(t, errors.Is(first, context.DeadlineExceeded))
 		})
 	}
+}
+
+// A host that accepts connections and never answers (a machine gone silent, packets
+// dropped) is the first in a multi-host URL: without connect_timeout, pgx spends the
+// whole of the caller's deadline on it and never tries the next host; with
+// connect_timeout (per host), it moves on to the next host, which accepts writes.
+func TestPGPairURLSilentFirstHost(t *testing.T) {
+	p := StartPGPair(t, false)
+	ctx := Context(t, time.Minute)
+	primary := strings.TrimPrefix(p.PrimaryURL(), "postgres://extworker:extworker@")
+	primary = primary[:strings.IndexByte(primary, '/')]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	url := fmt.Sprintf("postgres://extworker:extworker@%s,%s/extworker?target_session_attrs=read-write", ln.Addr(), primary)
+	write := func(url string) error {
+		pool, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		defer pool.Close()
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err = pool.Exec(wctx, "SELECT 1")
+		return err
+	}
+	assert.Error(t, write(url), "without connect_timeout the silent host takes the whole deadline")
+	began := time.Now()
+	assert.NoError(t, write(url+"&connect_timeout=1"), "with connect_timeout the next host is tried")
+	t.Logf("with connect_timeout=1: connected through the second host in %v", time.Since(began).Round(time.Millisecond))
 }
