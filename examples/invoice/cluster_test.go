@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
+	invariants "github.com/extworker/extworker/internal/oracle"
+	"github.com/extworker/extworker/internal/testenv"
+)
+
+// clusterInstances is how many invoices TestWorkersAcrossEngineCluster starts with; the
+// node is killed once half of them completed.
+const clusterInstances = 200
+
+// clusterBacklog is how many invoices the feeder keeps waiting for the workers.
+const clusterBacklog = 100
+
+// clusterLock: 5s locks and ledger leases rather than startNetWorker's 2s, which a worker
+// process starved of CPU by a restarting JVM beside a test suite on two cores can fail to
+// extend in time (the shipped defaults are 20s and 2m).
+var clusterLock = []string{"EXTWORKER_LOCK_DURATION=5s", "EXTWORKER_LEDGER_LEASE=5s"}
+
+// afterFor is how long the work lasts at least after the killed node is back.
+const afterFor = 10 * time.Second
+
+// Three worker processes against an engine cluster (two nodes on one database behind
+// HAProxy: testenv.StartCluster), all through the balancer's URL, working through
+// invoices (a backlog kept up until afterFor after the restart) while one node is
+// SIGKILLed, once half of the first clusterInstances completed, and started again. Every instance completes, with no incident; no handler runs twice for a
+// task (a lost complete is resent, not redone: the worker logs); the provider charged
+// each invoice once and the ledger agrees (the oracle: internal/oracle). It logs the
+// throughput (instances completed per second, from the engine's history) before, during
+// and after the node was down, and how long after the kill it was back to 80% of before.
+func TestWorkersAcrossEngineCluster(t *testing.T) {
+	cl := testenv.StartCluster(t, 2)
+	c := cl.Client(t)
+	f := newFaultEnvOn(t, c, "cluster", 4*time.Minute)
+	prefix := testenv.Unique("CL")
+
+	// The invoices: clusterInstances first, so that the workers run at full speed from the
+	// start; then a feeder keeps clusterBacklog waiting until afterFor after the killed node
+	// is back, so that the throughput is the workers' and the engine's at every moment.
+	var mu sync.Mutex
+	var ids, invoices []string
+	start := func(n int) error {
+		mu.Lock()
+		from := len(ids)
+		ids, invoices = append(ids, make([]string, n)...), append(invoices, make([]string, n)...)
+		mu.Unlock()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		next := make(chan int)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range next {
+					inv := fmt.Sprintf("%s-%04d", prefix, k)
+					pi, err := c.StartProcess(f.ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv,
+						Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(inv), "amountCents": camunda7.LongVar(1000 + int64(k))}})
+					if err != nil {
+						errs <- fmt.Errorf("start invoice %s: %w", inv, err)
+						continue
+					}
+					mu.Lock()
+					ids[k], invoices[k] = pi.ID, inv
+					mu.Unlock()
+				}
+			}()
+		}
+		for k := from; k < from+n; k++ {
+			next <- k
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return errors.Join(all...)
+	}
+	started := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ids)
+	}
+	require.NoError(t, start(clusterInstances))
+
+	finished := func() int {
+		n, err := c.HistoricProcessInstanceCount(f.ctx, url.Values{"processInstanceBusinessKeyLike": {prefix + "-%"}, "finished": {"true"}})
+		if err != nil {
+			return -1 // a request lost with the node: ask again
+		}
+		return n
+	}
+	began := time.Now()
+	var workers []*netWorker
+	for range 3 {
+		workers = append(workers, startNetWorker(t, f, cl.URL(), testenv.DBURL(), clusterLock...))
+	}
+	stopFeeding := make(chan struct{})
+	fed := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopFeeding:
+				fed <- nil
+				return
+			case <-tick.C:
+			}
+			if done := finished(); done >= 0 && started()-done < clusterBacklog {
+				if err := start(clusterBacklog / 2); err != nil {
+					fed <- err
+					return
+				}
+			}
+		}
+	}()
+
+	workers[0].eventually(t, time.Minute, fmt.Sprintf("%d invoices completed", clusterInstances/2), func() bool { return finished() >= clusterInstances/2 })
+	const victim = 1
+	kill := cl.Kill(t, victim)
+	cl.Restart(t, victim)
+	restarted := time.Now()
+	workers[0].eventually(t, afterFor+10*time.Second, fmt.Sprintf("%v of work after the restart", afterFor), func() bool { return time.Since(restarted) >= afterFor })
+	close(stopFeeding)
+	require.NoError(t, <-fed, "the feeder")
+	workers[0].eventually(t, 2*time.Minute, "every invoice completed", func() bool { return finished() == started() })
+	t.Logf("%d invoices through 3 workers and 2 nodes in %v", len(ids), time.Since(began).Round(time.Millisecond))
+	for _, w := range workers {
+		w.stop(t)
+	}
+
+	// Every instance completed, without an incident.
+	hist, err := invariants.AllPages(f.ctx, url.Values{"processInstanceBusinessKeyLike": {prefix + "-%"}}, c.HistoricProcessInstances)
+	require.NoError(t, err)
+	require.Len(t, hist, len(ids))
+	var ends []time.Time
+	for _, h := range hist {
+		assert.Equal(t, "COMPLETED", h.State, "instance %s (%s)", h.ID, h.BusinessKey)
+		ends = append(ends, h.EndTime.Time)
+	}
+	incidents, err := c.HistoricIncidents(f.ctx, url.Values{"processDefinitionKey": {demoProcessKey}})
+	require.NoError(t, err)
+	mine := map[string]bool{}
+	for _, id := range ids {
+		mine[id] = true
+	}
+	var ours []admin.HistoricIncident
+	for _, in := range incidents {
+		if mine[in.ProcessInstanceID] {
+			ours = append(ours, in)
+		}
+	}
+	assert.Empty(t, ours, "no incident")
+
+	// At most one effect per intent, the ledger in agreement (the oracle).
+	charges := f.pay.Charges()
+	perInvoice := map[string]int{}
+	for _, ch := range charges {
+		perInvoice[ch.Invoice]++
+	}
+	maxEffects := 0
+	for k, inv := range invoices {
+		maxEffects = max(maxEffects, perInvoice[inv])
+		hv, err := c.HistoricVariableInstances(f.ctx, url.Values{"processInstanceId": {ids[k]}, "variableName": {"paymentRef"}})
+		require.NoError(t, err)
+		require.Len(t, hv, 1, "paymentRef of %s", inv)
+		ref, err := camunda7.Variables{"v": hv[0].Variable()}.String("v")
+		require.NoError(t, err)
+		for _, v := range invariants.Check(f.ctx, f.ledger.Operations(), charges, invariants.Expect{Scope: demoScope,
+			Key: "invoice:" + inv + ":v1", Invoice: inv, EngineRef: ref}) {
+			t.Error(v)
+		}
+	}
+	assert.Equal(t, 1, maxEffects, "effects per intent")
+
+	// No handler ran twice for a task: each task's handler ends in one "task handled" (or
+	// "reporting the result failed") record, over all workers' logs.
+	runs := map[string]int{}
+	resent, gone := 0, 0
+	causes := map[string]int{} // why a report was sent again
+	var records []map[string]any
+	for _, w := range workers {
+		sc := bufio.NewScanner(strings.NewReader(w.logs.String()))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var r map[string]any
+			if json.Unmarshal(sc.Bytes(), &r) != nil {
+				continue
+			}
+			records = append(records, r)
+			switch msg, _ := r["msg"].(string); {
+			case msg == "task handled", msg == "reporting the result failed":
+				if id, _ := r["external_task_id"].(string); id != "" {
+					runs[id]++
+				}
+			case msg == "report delivered":
+				resent++
+			case msg == "report answer was lost; the task is gone, so the report took effect":
+				gone++
+			case strings.HasPrefix(msg, "reporting the result failed; sending it again"):
+				e, _ := r["error"].(string)
+				switch {
+				case strings.Contains(e, "OptimisticLockingException"):
+					causes["concurrent modification (the worker's own extendLock)"]++
+				case strings.Contains(e, "status 502"):
+					causes["HAProxy's 502"]++
+				case strings.Contains(e, "sent, no answer"):
+					causes["answer lost"]++
+				default:
+					causes[e]++
+				}
+			}
+		}
+	}
+	reruns := 0
+	for id, n := range runs {
+		if n > 1 {
+			reruns += n - 1
+			var trail []string
+			for _, r := range records {
+				if r["external_task_id"] == id {
+					trail = append(trail, fmt.Sprintf("%v %v %v: %v %v %v", r["time"], r["worker_id"], r["level"], r["msg"], r["error"], r["reason"]))
+				}
+			}
+			t.Errorf("external task %s: its handler ran %d times; the workers' records about it:\n  %s", id, n, strings.Join(trail, "\n  "))
+		}
+	}
+	assert.Len(t, runs, 2*len(ids), "handler runs: one per task (collect payment and send receipt per invoice)")
+
+	// Throughput, from when the engine ended each instance.
+	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
+	rate := func(from, to time.Time) float64 {
+		if !to.After(from) {
+			return 0
+		}
+		n := 0
+		for _, e := range ends {
+			if !e.Before(from) && e.Before(to) {
+				n++
+			}
+		}
+		return float64(n) / to.Sub(from).Seconds()
+	}
+	last := ends[len(ends)-1]
+	beforeFrom := kill.At.Add(-10 * time.Second)
+	if ends[0].After(beforeFrom) {
+		beforeFrom = ends[0]
+	}
+	before := rate(beforeFrom, kill.At)
+	during := rate(kill.At, restarted)
+	after := rate(restarted, restarted.Add(afterFor))
+	recovery := time.Duration(-1)
+	const window = 2 * time.Second
+	for at := kill.At; at.Add(window).Before(last); at = at.Add(100 * time.Millisecond) {
+		if rate(at, at.Add(window)) >= 0.8*before {
+			recovery = at.Add(window).Sub(kill.At)
+			break
+		}
+	}
+	t.Logf("instances %d, incidents %d, handler re-runs %d, max effects per intent %d; reports delivered after a resend %d, found taken effect after a lost answer %d; first resends by cause: %v",
+		len(hist), len(ours), reruns, maxEffects, resent, gone, causes)
+	t.Logf("completions/s: before the kill %.1f (%v), node down %.1f (%v, kill to restarted), after %.1f (%v); back to >= 80%% of before %v after the kill (-1: not before the work ran out)",
+		before, kill.At.Sub(beforeFrom).Round(time.Millisecond), during, restarted.Sub(kill.At).Round(time.Millisecond),
+		after, afterFor, recovery.Round(100*time.Millisecond))
+	var series []string
+	for at := kill.At.Add(-6 * time.Second); at.Before(last); at = at.Add(2 * time.Second) {
+		series = append(series, fmt.Sprintf("%+.0fs %.1f", at.Sub(kill.At).Seconds(), rate(at, at.Add(2*time.Second))))
+	}
+	t.Logf("completions/s in 2s windows from the kill (restarted at %+.1fs): %s", restarted.Sub(kill.At).Seconds(), strings.Join(series, ", "))
+	assert.Greater(t, before, 0.0, "invoices completed before the kill")
+	assert.Greater(t, during, 0.0, "invoices completed while a node was down")
+}
