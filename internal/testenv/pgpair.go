@@ -46,7 +46,8 @@ const pgStartTimeout = 2 * time.Minute
 // as the postgres user when the test runs as root (initdb refuses root), as the test's
 // user otherwise. The standby replicates through a proxy of the test's own, so that a
 // test can make it lag (PauseReplication). The shared cluster (DBURL) is never touched.
-// The ports are fixed: one pair at a time on a machine.
+// The ports are fixed: one pair at a time on a machine (a lock file serializes test
+// processes).
 type PGPair struct {
 	t    testing.TB
 	bin  string // the PostgreSQL binaries
@@ -79,6 +80,12 @@ func StartPGPair(t testing.TB, sync bool) *PGPair {
 		unavailable(t, "PostgreSQL's binaries (initdb, pg_ctl, pg_basebackup; the postgresql package, `make up` installs it)", err)
 	}
 	p := &PGPair{t: t, bin: bin, sync: sync}
+	// The ports are fixed, and go test runs packages side by side: one pair at a time.
+	unlock, err := lockPGPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock) // after stop, which is registered later and runs first
 	if os.Geteuid() == 0 {
 		if p.cred, err = postgresCredential(); err != nil {
 			unavailable(t, "the postgres user (initdb refuses to run as root)", err)
@@ -105,6 +112,42 @@ func StartPGPair(t testing.TB, sync bool) *PGPair {
 	t.Logf("private PostgreSQL pair (%s replication): primary 127.0.0.1:%d, standby 127.0.0.1:%d streaming, in %v",
 		mode, PGPairPrimaryPort, PGPairStandbyPort, time.Since(began).Round(time.Millisecond))
 	return p
+}
+
+// pgPairLockWait bounds the wait for another test's pair to be done.
+const pgPairLockWait = 10 * time.Minute
+
+// lockPGPair takes an exclusive lock (flock) on a file in the temporary directory,
+// which every test process starting a pair takes first, and returns its release.
+func lockPGPair(t testing.TB) (func(), error) {
+	path := filepath.Join(os.TempDir(), "extworker-pgpair.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL pair lock %s: %w", path, err)
+	}
+	began, logged := time.Now(), false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != syscall.EWOULDBLOCK || time.Since(began) > pgPairLockWait {
+			_ = f.Close()
+			return nil, fmt.Errorf("PostgreSQL pair lock %s (ports %d and %d) not taken within %v: %w", path, PGPairPrimaryPort, PGPairStandbyPort, pgPairLockWait, err)
+		}
+		if !logged {
+			t.Logf("waiting for another test's PostgreSQL pair (lock %s)", path)
+			logged = true
+		}
+		if err := pgWait(context.Background()); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
 }
 
 // pgBinDir is the newest installed PostgreSQL's bin directory (Debian's layout), or the
