@@ -112,16 +112,19 @@ EXTWORKER_AMQP_URL ?= amqp://extworker:extworker@127.0.0.1:5672/extworker
 EVENTS ?=
 EXTWORKER_KAFKA_BROKERS ?= 127.0.0.1:9092
 DEMO_EVENTS_ENV = $(if $(filter kafka,$(EVENTS)),EXTWORKER_DEMO_EVENTS=kafka EXTWORKER_OUTBOX_BROKER=kafka EXTWORKER_KAFKA_BROKERS='$(EXTWORKER_KAFKA_BROKERS)' )
-# make demo brings up only what the demo uses (demo-up): PostgreSQL, then side by side
-# RabbitMQ, one engine on 8080 (engine-up.sh's defaults) and, only with EVENTS=kafka, Kafka;
-# each is left alone when it already answers (an engine only when it is ENGINE's version).
-# Not the other engines nor the tools (promtool, Chromium, Jaeger): make up starts those for
-# the tests. DEMO_NEEDS= skips it. The recipe is quiet: the demo prints its own progress.
+# make demo brings up only what the demo uses (demo-up), side by side: PostgreSQL then one
+# engine on 8080 (engine-up.sh's defaults), RabbitMQ, only with EVENTS=kafka Kafka, and the
+# compilation of the demo's packages (go list -export: into the build cache, go run then
+# only links); each service is left alone when it
+# already answers (an engine only when it is ENGINE's version). Not the other engines nor
+# the tools (promtool, Chromium, Jaeger): make up starts those for the tests. DEMO_NEEDS=
+# skips it. The recipe is quiet: the demo prints its own progress.
 DEMO_NEEDS ?= demo-up
-demo-up: pg-up
-	@bash services/rabbit-up.sh & r=$$!; bash services/engine-up.sh & e=$$!; \
+demo-up:
+	@$(GO) list -export ./examples/invoice >/dev/null & g=$$!; bash services/rabbit-up.sh & r=$$!; \
+	{ bash services/pg-up.sh && bash services/engine-up.sh; } & e=$$!; \
 	k=; $(if $(filter kafka,$(EVENTS)),bash services/kafka-up.sh & k=$$!;) \
-	rc=0; for p in $$r $$e $$k; do wait $$p || rc=1; done; exit $$rc
+	rc=0; for p in $$g $$r $$e $$k; do wait $$p || rc=1; done; exit $$rc
 demo: $(DEMO_NEEDS)
 ifeq ($(KILLER),)
 	@$(DEMO_EVENTS_ENV)EXTWORKER_AMQP_URL='$(EXTWORKER_AMQP_URL)' $(GO) run ./examples/invoice demo

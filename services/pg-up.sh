@@ -14,8 +14,10 @@ as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else su
 if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   echo "pg-up: installing PostgreSQL from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql >/dev/null
+  # One apt at a time: make demo-up runs this beside rabbit-up.sh and kafka-up.sh.
+  run="$(cd "$(dirname "$0")" && pwd)/.run"
+  mkdir -p "$run"
+  (flock 9; apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql >/dev/null) 9>"$run/apt.lock"
 fi
 
 ver=$(ls /usr/lib/postgresql | sort -n | tail -1)

@@ -21,7 +21,7 @@ fi
 if ! command -v rabbitmq-server >/dev/null 2>&1; then
   echo "rabbit-up: installing RabbitMQ from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
-  # One apt at a time: make demo runs this beside engine-up.sh, which installs a JDK.
+  # One apt at a time: make demo-up runs this beside pg-up.sh and engine-up.sh.
   run="$(cd "$(dirname "$0")" && pwd)/.run"
   mkdir -p "$run"
   (flock 9; apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq rabbitmq-server >/dev/null) 9>"$run/apt.lock"
