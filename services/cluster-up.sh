@@ -12,6 +12,8 @@
 #   CLUSTER_DB          their database (default camunda_cluster)
 #   CLUSTER_STATS_PORT  HAProxy's statistics page, /stats (default 8098; empty: none)
 #
+# cluster-up.sh --install-only installs HAProxy and exits (the tests' clusters need it:
+# testenv.StartCluster; in CI a missing haproxy fails them).
 # The tests that kill nodes start clusters of their own (internal/testenv.StartCluster).
 # HAProxy's pid, configuration and log are in services/.run/haproxy-cluster.*; the nodes'
 # as engine-up.sh keeps them (engine-<port>.*). services/cluster-down.sh stops it all.
@@ -31,6 +33,8 @@ if ! command -v haproxy >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   (flock 9; apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq haproxy >/dev/null) 9>"$run/apt.lock"
 fi
+
+[ "${1:-}" = --install-only ] && exit 0
 
 bash "$here/pg-up.sh" "$CLUSTER_DB" >/dev/null
 # Two nodes creating the engine's schema at once on an empty database collide: the first
