@@ -54,6 +54,10 @@ type env struct {
 	guards  map[string]humantask.Guard
 	srv     *httptest.Server
 	service *humantask.Service
+	// observer and answerWithin, when set, are the Service's Config.Observer and
+	// Config.AnswerWithin.
+	observer     humantask.Observer
+	answerWithin time.Duration
 }
 
 func newEnv(t *testing.T, guards map[string]humantask.Guard) *env {
@@ -87,7 +91,7 @@ func (e *env) start(t *testing.T, engine *admin.Client) {
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}})
 	require.NoError(t, err)
 	e.service, err = humantask.New(humantask.Config{Engine: engine, Pool: e.pool, Identity: id, Guards: e.guards,
-		Namespace: e.ns, Lease: 5 * time.Second})
+		Namespace: e.ns, Lease: 5 * time.Second, Observer: e.observer, AnswerWithin: e.answerWithin})
 	require.NoError(t, err)
 	e.srv = httptest.NewServer(e.service.Handler())
 	t.Cleanup(e.srv.Close)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,6 +57,9 @@ type Config struct {
 	MaxTasks int
 	// Logger: default discard. It never receives a token, a form or a body.
 	Logger *slog.Logger
+	// Observer is told what became of each completion request, for metrics (package
+	// metrics: NewHumanTaskMetrics). Default: nothing.
+	Observer Observer
 }
 
 // Service completes Camunda 7 user tasks exactly once per command; see the package doc.
@@ -87,6 +91,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
 	l, err := idempotency.New(cfg.Pool, idempotency.Config{Namespace: cfg.Namespace, Lease: cfg.Lease,
 		InProgressBackoff: 100 * time.Millisecond, ReconcileBackoff: 100 * time.Millisecond,
 		// The engine's history is the lookup, for as long as it keeps the task.
@@ -110,16 +117,32 @@ type Command struct {
 // recorded one when the command was answered before.
 func (s *Service) Complete(ctx context.Context, who Identity, c Command) Answer {
 	if err := checkCommand(who, c); err != nil {
-		return *refusal(http.StatusBadRequest, "", err.Error(), "")
+		a := *refusal(http.StatusBadRequest, "", err.Error(), "")
+		observe(s.cfg.Observer, a, false, false)
+		return a
 	}
+	// fresh: this request settled the command (its dispatch or reconciliation gave the
+	// answer), rather than finding it recorded.
+	var fresh atomic.Bool
 	in := idempotency.Intent{Scope: Scope, Key: c.TaskID + "/" + c.ID,
 		Request: map[string]any{"user": who.User, "form": c.Form},
 		Task:    idempotency.TaskRef{Actor: who.User, TaskID: c.TaskID}}
 	lookup := func(ctx context.Context, _ idempotency.Query) (idempotency.Reconciliation, error) {
-		return s.reconcile(ctx, c, who)
+		r, settled, err := s.reconcile(ctx, c, who)
+		if settled {
+			fresh.Store(true)
+		}
+		return r, err
 	}
 	eff := idempotency.Effect{
-		Dispatch:   func(ctx context.Context, _ string) (idempotency.Result, error) { return s.dispatch(ctx, c, who) },
+		Dispatch: func(ctx context.Context, _ string) (idempotency.Result, error) {
+			res, err := s.dispatch(ctx, c, who)
+			var rej *idempotency.Rejection
+			if err == nil || errors.As(err, &rej) {
+				fresh.Store(true)
+			}
+			return res, err
+		},
 		Reconcile:  lookup,
 		Search:     lookup,
 		OnRejected: func(r *idempotency.Rejection) error { return r },
@@ -132,14 +155,23 @@ func (s *Service) Complete(ctx context.Context, who Identity, c Command) Answer 
 			if wait > 0 {
 				s.cfg.Logger.Warn("humantask: command not settled in time", slog.String("task", c.TaskID), slog.Any("error", err))
 			}
+			observe(s.cfg.Observer, a, recordedAnswer(err), fresh.Load())
 			return a
 		}
 		select {
 		case <-ctx.Done():
+			observe(s.cfg.Observer, a, false, false)
 			return a
 		case <-time.After(wait):
 		}
 	}
+}
+
+// recordedAnswer reports whether the ledger's err (nil: a completion) is the command's
+// recorded answer, rather than a refusal of the request or an unsettled outcome.
+func recordedAnswer(err error) bool {
+	var rej *idempotency.Rejection
+	return err == nil || errors.As(err, &rej)
 }
 
 // checkCommand refuses what cannot be recorded or sent as given.
@@ -241,20 +273,21 @@ func (s *Service) settleGone(ctx context.Context, c Command, who Identity) (idem
 
 // reconcile settles a command whose dispatch has an unknown outcome (a lost answer, a
 // crash) from the engine: still waiting → sent again (after the checks, anew); completed
-// by this command → completed; otherwise its 409 or 404.
-func (s *Service) reconcile(ctx context.Context, c Command, who Identity) (idempotency.Reconciliation, error) {
+// by this command → completed; otherwise its 409 or 404. settled: the command's answer
+// is decided.
+func (s *Service) reconcile(ctx context.Context, c Command, who Identity) (r idempotency.Reconciliation, settled bool, err error) {
 	st, err := s.engineState(ctx, c.TaskID)
 	if err != nil {
-		return idempotency.StillUnknown("the engine could not be asked: " + err.Error()), nil
+		return idempotency.StillUnknown("the engine could not be asked: " + err.Error()), false, nil
 	}
 	a, open := settle(st, c.TaskID, c.ID, who.User)
 	switch {
 	case open:
-		return idempotency.Absent(), nil
+		return idempotency.Absent(), false, nil
 	case a.Status == http.StatusOK:
-		return idempotency.Found(okResult(a)), nil
+		return idempotency.Found(okResult(a)), true, nil
 	}
-	return idempotency.ReconciledRejected(strconv.Itoa(a.Status), string(a.Body)), nil
+	return idempotency.ReconciledRejected(strconv.Itoa(a.Status), string(a.Body)), true, nil
 }
 
 // taskMissing reports whether err is the engine's own answer that it has no such
@@ -333,27 +366,41 @@ func (s *Service) Handler() http.Handler {
 // identify answers 401 and returns false when r's sender is unknown (400 when its
 // name cannot be stored).
 func (s *Service) identify(w http.ResponseWriter, r *http.Request) (Identity, bool) {
-	who, err := s.cfg.Identity.Identify(r)
-	if err != nil {
-		s.cfg.Logger.Info("humantask: request without a verified identity", slog.String("why", err.Error()))
-		refusal(http.StatusUnauthorized, "", "no verified identity", "").write(w)
-		return Identity{}, false
-	}
-	if err := checkName("the user", who.User, maxUser); err != nil {
-		refusal(http.StatusBadRequest, "", err.Error(), "").write(w)
+	who, refused := s.who(r)
+	if refused != nil {
+		refused.write(w)
 		return Identity{}, false
 	}
 	return who, true
 }
 
+// who is r's sender, or the answer refusing r: 401 when it is unknown, 400 when its
+// name cannot be stored.
+func (s *Service) who(r *http.Request) (Identity, *Answer) {
+	who, err := s.cfg.Identity.Identify(r)
+	if err != nil {
+		s.cfg.Logger.Info("humantask: request without a verified identity", slog.String("why", err.Error()))
+		return Identity{}, refusal(http.StatusUnauthorized, "", "no verified identity", "")
+	}
+	if err := checkName("the user", who.User, maxUser); err != nil {
+		return Identity{}, refusal(http.StatusBadRequest, "", err.Error(), "")
+	}
+	return who, nil
+}
+
 func (s *Service) complete(w http.ResponseWriter, r *http.Request) {
-	who, ok := s.identify(w, r)
-	if !ok {
+	refuse := func(a *Answer) {
+		observe(s.cfg.Observer, *a, false, false)
+		a.write(w)
+	}
+	who, refused := s.who(r)
+	if refused != nil {
+		refuse(refused)
 		return
 	}
 	c := Command{TaskID: r.PathValue("id"), ID: r.Header.Get("Idempotency-Key"), IfMatch: strings.TrimSpace(r.Header.Get("If-Match"))}
 	if c.ID == "" || c.IfMatch == "" {
-		refusal(http.StatusPreconditionRequired, "", "Idempotency-Key and If-Match (the task's ETag) are required", "").write(w)
+		refuse(refusal(http.StatusPreconditionRequired, "", "Idempotency-Key and If-Match (the task's ETag) are required", ""))
 		return
 	}
 	body, err := readBody(r, s.cfg.MaxBody)
@@ -361,7 +408,7 @@ func (s *Service) complete(w http.ResponseWriter, r *http.Request) {
 		c.Form, err = parseForm(body)
 	}
 	if err != nil {
-		refusal(http.StatusBadRequest, "", err.Error(), "").write(w)
+		refuse(refusal(http.StatusBadRequest, "", err.Error(), ""))
 		return
 	}
 	s.Complete(r.Context(), who, c).write(w)
