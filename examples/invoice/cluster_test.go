@@ -47,7 +47,7 @@ const afterFor = 10 * time.Second
 func TestWorkersAcrossEngineCluster(t *testing.T) {
 	cl := testenv.StartCluster(t, 2)
 	c := cl.Client(t)
-	f := newFaultEnvOn(t, c, "cluster", 4*time.Minute)
+	f := newFaultEnvOn(t, c, "cluster", 6*time.Minute)
 	prefix := testenv.Unique("CL")
 
 	// The invoices: clusterInstances first, so that the workers run at full speed from the
@@ -133,7 +133,7 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 		}
 	}()
 
-	workers[0].eventually(t, time.Minute, fmt.Sprintf("%d invoices completed", clusterInstances/2), func() bool { return finished() >= clusterInstances/2 })
+	workers[0].eventually(t, 2*time.Minute, fmt.Sprintf("%d invoices completed", clusterInstances/2), func() bool { return finished() >= clusterInstances/2 })
 	const victim = 1
 	kill := cl.Kill(t, victim)
 	cl.Restart(t, victim)
@@ -141,7 +141,7 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 	workers[0].eventually(t, afterFor+10*time.Second, fmt.Sprintf("%v of work after the restart", afterFor), func() bool { return time.Since(restarted) >= afterFor })
 	close(stopFeeding)
 	require.NoError(t, <-fed, "the feeder")
-	workers[0].eventually(t, 2*time.Minute, "every invoice completed", func() bool { return finished() == started() })
+	workers[0].eventually(t, 3*time.Minute, "every invoice completed", func() bool { return finished() == started() })
 	t.Logf("%d invoices through 3 workers and 2 nodes in %v", len(ids), time.Since(began).Round(time.Millisecond))
 	for _, w := range workers {
 		w.stop(t)
