@@ -68,6 +68,7 @@ type Filter struct {
 	States    []State
 	Scope     string
 	Key       string
+	TaskID    string        // only intents recorded for this task (Intent.Task.TaskID)
 	OlderThan time.Duration // last change at least this long ago
 	Orphaned  bool          // only intents flagged orphaned (MarkOrphaned) and not closed (VerdictClose)
 	Limit     int           // default 100
@@ -113,6 +114,9 @@ func (o *Operations) List(ctx context.Context, f Filter) ([]Row, error) {
 	}
 	if f.Key != "" {
 		add("intent_key = $%d", f.Key)
+	}
+	if f.TaskID != "" {
+		add("task_id = $%d", f.TaskID)
 	}
 	if f.OlderThan > 0 {
 		add("updated_at <= now() - $%d::interval", f.OlderThan)

@@ -6,6 +6,7 @@
 //	extworker effects list|show|resolve|resolutions|approve|reject|prune   inspect and settle side effects
 //	extworker operators list|add|remove   the people the two-person rule tells apart
 //	extworker inbox list|show|replay   inspect consumed messages, replay parked ones
+//	extworker humantask commands TASK_ID   the completion commands sent for a user task
 //	extworker version print its own version and the engine's (a connectivity check)
 //	extworker doctor  check this host's engine, database, brokers, clocks and configuration
 //	extworker config  print the effective configuration, secrets masked (--json)
@@ -48,6 +49,7 @@ commands:
   operators list | add NAME [--login LOGIN] | remove NAME: the people the two-person rule
             tells apart, one name each across the console and this tool (docs/operators.md)
   inbox     list [--parked] | show SOURCE MESSAGE_ID | replay --queue Q (--all | MESSAGE_ID...)
+  humantask commands TASK_ID: the completion commands sent for a user task (docs/humantasks.md)
   version   print this program's version (module, VCS revision) and the engine's
   doctor    check what a worker on this host needs, with a fix for each failure
             [--queue Q]... (docs/doctor.md)
@@ -77,6 +79,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return runEffects(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 		case "operators":
 			return runOperators(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
+		case "humantask":
+			// Task and command ids, users and answers come from outside, likewise.
+			return runHumantask(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
 		case "inbox":
 			// Message ids, types, business keys and reasons come from outside, likewise.
 			return runInbox(ctx, cfg, logger, args[1:], termsafe.NewWriter(stdout), termsafe.NewWriter(stderr))
