@@ -158,7 +158,7 @@ func (a *attempt) markDispatched(ctx context.Context) error {
 		return err
 	}
 	if err := a.move(ctx, StatePrepared, StateDispatched, "dispatching with the provider key", change{dispatchMark: true}); err != nil {
-		return failure.Retryable(fmt.Errorf("idempotency: mark dispatched: %w", err))
+		return storeFailed(fmt.Errorf("idempotency: mark dispatched: %w", err))
 	}
 	return nil
 }
@@ -197,7 +197,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Receipt, err
 		return false, Receipt{}, a.reject(ctx, StateUnknown, d.rec.rejection, how+": the provider declined the request")
 	case d.rec.kind == reconAbsent:
 		if err := a.move(ctx, StateUnknown, StatePrepared, how+": the provider has no record; dispatch again with the same key", change{}); err != nil {
-			return false, Receipt{}, failure.Retryable(err)
+			return false, Receipt{}, storeFailed(err)
 		}
 		return true, Receipt{}, nil
 	case d.rec.kind == reconHold:
@@ -208,7 +208,7 @@ func (a *attempt) reconcile(ctx context.Context) (proceed bool, out Receipt, err
 	}
 	if err := a.l.store.inconclusive(ctx, a, d.counted); err != nil {
 		cfg.Hooks.Observer.DatabaseError("ledger-write", err)
-		return false, Receipt{}, failure.Retryable(err)
+		return false, Receipt{}, storeFailed(err)
 	}
 	return false, Receipt{}, failure.RetryableAfter(fmt.Errorf("%w: reconciliation %d of %d: %s", ErrUnknownOutcome, d.n, cfg.MaxReconciliations, d.rec.reason), d.backoff)
 }
@@ -286,7 +286,7 @@ func (a *attempt) recordAnswer(ctx context.Context, res Result, derr error) (Rec
 		return Receipt{}, a.hold(ctx, "the provider refused the request: "+derr.Error(), ErrKeyRefused)
 	case dispatchNotSent:
 		if err := a.moveNotSent(ctx, derr.Error(), change{}); err != nil {
-			return Receipt{}, failure.Retryable(err)
+			return Receipt{}, storeFailed(err)
 		}
 		if retryAfter > 0 {
 			// The provider said when to come back (429 Retry-After): the retry waits that long.
@@ -324,7 +324,7 @@ func (a *attempt) confirm(ctx context.Context, from, to State, res Result, reaso
 				a.logger(ctx).Warn("recording unknown after a failed confirm failed", slog.String("ledger_state", string(StateDispatched)), slog.Any("error", merr))
 			}
 		}
-		return Receipt{}, failure.Retryable(fmt.Errorf("idempotency: confirm %s/%s: %w", a.in.Scope, a.in.Key, err))
+		return Receipt{}, storeFailed(fmt.Errorf("idempotency: confirm %s/%s: %w", a.in.Scope, a.in.Key, err))
 	}
 	failpoint.Inject(failpoint.AfterConfirm)
 	a.row.State, a.row.Result = to, values
@@ -342,7 +342,7 @@ func (a *attempt) reject(ctx context.Context, from State, rej *Rejection, reason
 		rej = &r
 	}
 	if err := a.move(ctx, from, StateRejected, reason+": "+rej.Code, change{errorCode: &rej.Code, errorMessage: &rej.Message}); err != nil {
-		return failure.Retryable(err)
+		return storeFailed(err)
 	}
 	return a.rejected(rej)
 }
@@ -366,7 +366,7 @@ func (a *attempt) holdChange(ctx context.Context, why string, cause error, ch ch
 	ch.errorMessage = &why
 	err := a.move(ctx, a.row.State, StateOperatorHold, "operator hold: "+why, ch)
 	if err != nil {
-		err = failure.Retryable(err)
+		err = storeFailed(err)
 	} else {
 		err = a.held(ctx, why, cause)
 	}

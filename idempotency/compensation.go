@@ -39,7 +39,7 @@ func (s *pgStore) compensated(ctx context.Context, l *Ledger, in Intent) (*int64
 		return nil, notRecordedToCompensate(in, l.cfg.Namespace)
 	case err != nil:
 		l.cfg.Hooks.Observer.DatabaseError("ledger_read", err)
-		return nil, failure.Retryable(fmt.Errorf("idempotency: read the intent %s/%s compensates: %w", in.Scope, in.Key, err))
+		return nil, storeFailed(fmt.Errorf("idempotency: read the intent %s/%s compensates: %w", in.Scope, in.Key, err))
 	}
 	return compensable(id, state, deref(other), self, in)
 }

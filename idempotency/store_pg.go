@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/extworker/extworker/failure"
 )
 
 // pgStore keeps intents in PostgreSQL (the schema of package migrations). Leases, and
@@ -51,7 +49,7 @@ func (s *pgStore) claim(ctx context.Context, a *attempt) error {
 		}
 		a.pending = nil
 		a.committed(ferr)
-		return failure.Retryable(fmt.Errorf("idempotency: claim intent %s/%s: %w", a.in.Scope, a.in.Key, ferr))
+		return storeFailed(fmt.Errorf("idempotency: claim intent %s/%s: %w", a.in.Scope, a.in.Key, ferr))
 	}
 	// Not found: another attempt recorded it concurrently, after this statement's snapshot.
 	return s.claimLocked(ctx, a, ferr == nil)
@@ -121,7 +119,7 @@ func (s *pgStore) claimLocked(ctx context.Context, a *attempt, exists bool) erro
 		case claimTooManyTries:
 			why := tooManyTriesReason(d.attempts)
 			if err := s.moveTx(ctx, tx, a, row.State, StateOperatorHold, "operator hold: "+why, change{errorMessage: &why}); err != nil {
-				result = failure.Retryable(err)
+				result = storeFailed(err)
 			} else {
 				result = a.held(ctx, why, ErrTooManyTries)
 			}
@@ -143,7 +141,7 @@ func (s *pgStore) claimLocked(ctx context.Context, a *attempt, exists bool) erro
 		if cerr := a.compensationRace(err); cerr != nil {
 			return cerr
 		}
-		return failure.Retryable(fmt.Errorf("idempotency: claim intent %s/%s: %w", a.in.Scope, a.in.Key, err))
+		return storeFailed(fmt.Errorf("idempotency: claim intent %s/%s: %w", a.in.Scope, a.in.Key, err))
 	}
 	return result
 }
