@@ -32,7 +32,7 @@ SOAK_NEEDS ?= up bin/invoice
 
 .PHONY: up down pg-up rabbit-up engine-up tools-up kafka-up check test demo demo-up vet fmt soak soak-short conformance engines-check lane-soaks
 
-up: pg-up rabbit-up engine-up tools-up kafka-up
+up: pg-up rabbit-up engine-up tools-up kafka-up cluster-tools
 
 kafka-up: # Apache Kafka 4.1.1, one KRaft node on 127.0.0.1:9092 (testenv.KafkaBrokers)
 	@bash services/kafka-up.sh
@@ -67,13 +67,16 @@ down:
 	@bash services/kafka-down.sh
 
 # An engine cluster: two nodes on one database (camunda_cluster) behind HAProxy at
-# 127.0.0.1:8099 (services/cluster-up.sh, docs/testing.md). Not part of up: the tests that
-# kill nodes start clusters of their own (internal/testenv.StartCluster).
-.PHONY: cluster-up cluster-down
+# 127.0.0.1:8099 (services/cluster-up.sh, docs/testing.md). Not part of up, which only
+# installs haproxy (cluster-tools): the tests that kill nodes start clusters of their own
+# (internal/testenv.StartCluster).
+.PHONY: cluster-up cluster-down cluster-tools
 cluster-up: pg-up
 	@bash services/cluster-up.sh
 cluster-down:
 	@bash services/cluster-down.sh
+cluster-tools: # haproxy, which the tests' clusters need (testenv.StartCluster; in CI a missing one fails them)
+	@bash services/cluster-up.sh --install-only
 
 # -timeout: examples/invoice runs the fault tiers at the shipped defaults (20s locks and long
 # polls, engine SIGKILLs), which take longer than go test's default 10 minutes per package.
