@@ -612,13 +612,28 @@ func CheckDatabaseURL(dsn string) error {
 // server nor refuses plaintext when TLS fails, so anyone on the path could read the
 // ledger's traffic or pose as the database. An explicit sslmode is honoured
 // (databaseTLSWarning warns of the weak ones).
+//
+// Without connect_timeout (nor PGCONNECT_TIMEOUT) each host gets defaultConnectTimeout:
+// with a primary and its standby in one URL, a first host that takes connections and
+// never answers would otherwise hold every connection attempt for the whole statement's
+// deadline, and the promoted standby would never be tried (docs/failover.md).
 func DatabaseConfig(dsn string) (*pgxpool.Config, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil || sslModeChoice(dsn) != "" || localDatabase(pcfg.ConnConfig.Config) {
+	if err == nil && sslModeChoice(dsn) == "" && !localDatabase(pcfg.ConnConfig.Config) {
+		pcfg, err = pgxpool.ParseConfig(withSSLMode(dsn, "verify-full"))
+	}
+	if err != nil {
 		return pcfg, err
 	}
-	return pgxpool.ParseConfig(withSSLMode(dsn, "verify-full"))
+	if _, set := dsnParam(dsn, "connect_timeout"); !set && os.Getenv("PGCONNECT_TIMEOUT") == "" {
+		pcfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	return pcfg, nil
 }
+
+// defaultConnectTimeout bounds connecting to each of the ledger database's hosts when its
+// URL does not say.
+const defaultConnectTimeout = 5 * time.Second
 
 // sslModeChoice names what chooses the TLS mode, for messages: "sslmode=require" (or the
 // URL alias "ssl=true") in dsn, or "PGSSLMODE=require" in the environment; "" when nothing

@@ -431,3 +431,20 @@ func TestConfigLockWatch(t *testing.T) {
 	_, err = daemon.LoadConfig()
 	require.ErrorContains(t, err, "EXTWORKER_LOCK_WATCH -1s: must not be negative")
 }
+
+// Each of the ledger database's hosts is given 5 s to connect unless the URL (or
+// PGCONNECT_TIMEOUT) says otherwise: a silent first host of a primary/standby URL must
+// not hold every connection attempt until the statement's deadline.
+func TestDatabaseConfigConnectTimeout(t *testing.T) {
+	t.Setenv("PGCONNECT_TIMEOUT", "")
+	pc, err := daemon.DatabaseConfig("postgres://u@127.0.0.1:5437,127.0.0.1:5438/ledger?target_session_attrs=read-write")
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, pc.ConnConfig.ConnectTimeout)
+	pc, err = daemon.DatabaseConfig("postgres://u@127.0.0.1/ledger?connect_timeout=2")
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, pc.ConnConfig.ConnectTimeout, "the URL's own")
+	t.Setenv("PGCONNECT_TIMEOUT", "7")
+	pc, err = daemon.DatabaseConfig("postgres://u@127.0.0.1/ledger")
+	require.NoError(t, err)
+	assert.Equal(t, 7*time.Second, pc.ConnConfig.ConnectTimeout, "PGCONNECT_TIMEOUT's")
+}
