@@ -87,6 +87,7 @@ test: $(NEEDS)
 	$(GO) vet -tags failpoints ./...
 	$(GO) test -race -count=1 -timeout 45m -tags failpoints $(GOTESTFLAGS) ./...
 	cd examples/courier && $(GO) vet ./... && $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./... # the example manifests against the Kubernetes API's types
 
 # The quick loop, with no services: nothing is started and none is reached. go vet in
 # both build-tag sets, then every package's tests with the race detector, -short, and
@@ -235,6 +236,7 @@ cross:
 tidy-check:
 	$(GO) mod tidy -diff
 	cd examples/courier && $(GO) mod tidy -diff
+	cd deploy/kubernetes && $(GO) mod tidy -diff
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
