@@ -50,7 +50,12 @@ func serveChild() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "humantask child:", err); return 2 }
-	pool, err := pgxpool.New(ctx, testenv.DBURL())
+	pcfg, err := pgxpool.ParseConfig(testenv.DBURL())
+	if err != nil {
+		return fail(err)
+	}
+	pcfg.MaxConns = 10 // the load test's 50 users (the default is 4 on this machine)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -106,6 +111,17 @@ func startService(t *testing.T, o procOpts) *serviceProc {
 	if o.addr == "" {
 		o.addr = testenv.FreeAddr(t)
 	}
+	p, err := spawnService(o)
+	if p != nil {
+		t.Cleanup(p.kill)
+	}
+	require.NoError(t, err)
+	return p
+}
+
+// spawnService is startService for any goroutine: the caller kills the process it returns
+// (also with the error, when it is not nil).
+func spawnService(o procOpts) (*serviceProc, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=serve", childEnv+"_ENGINE="+o.engine, childEnv+"_NS="+o.ns,
 		childEnv+"_ADDR="+o.addr, childEnv+"_LEASE="+o.lease)
@@ -113,9 +129,13 @@ func startService(t *testing.T, o procOpts) *serviceProc {
 		cmd.Env = append(cmd.Env, failpoint.Env+"="+o.failpoint)
 	}
 	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
 	p := &serviceProc{addr: o.addr, cmd: cmd, exited: make(chan struct{})}
 	ready := make(chan bool, 1)
 	go func() {
@@ -126,15 +146,15 @@ func startService(t *testing.T, o procOpts) *serviceProc {
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
-	t.Cleanup(func() { p.kill() })
 	select {
 	case ok := <-ready:
-		require.True(t, ok, "the service process did not start")
+		if !ok {
+			return p, errors.New("the service process did not start")
+		}
 	case <-time.After(60 * time.Second):
-		p.kill()
-		t.Fatal("the service process did not listen within 60s")
+		return p, errors.New("the service process did not listen within 60s")
 	}
-	return p
+	return p, nil
 }
 
 // kill SIGKILLs the process (if it still runs) and waits for it.
