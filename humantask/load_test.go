@@ -26,7 +26,8 @@ import (
 // TestLoadDoubleSubmitsWithServiceKills: 50 users (candidates of every task through the
 // group approvers) double-submit completions of 200 tasks at once, against two service
 // processes (short tier: a 2s ledger lease) behind a round-robin client, while one of
-// them is SIGKILLed at random every 1.5-3s and started again on its address.
+// them is SIGKILLed at random every 1.5-3s (once 10 more requests have been answered
+// since the last kill) and started again on its address.
 //
 // Every task is given to two users, who load its form first (its ETag), then send the
 // command twice at the same time: the same command id (a double click) or two fresh ones
@@ -141,13 +142,20 @@ func TestLoadDoubleSubmitsWithServiceKills(t *testing.T) {
 	var kills atomic.Int32
 	go func() {
 		krng := rand.New(rand.NewPCG(seed, 2))
+		after := 0 // answers (other than 503) when the last process was killed
 		for {
-			select {
-			case <-stop:
-				killerDone <- nil
-				return
-			case <-time.After(time.Duration(1500+krng.IntN(1500)) * time.Millisecond):
+			// 1.5-3s, and at least 10 answers since the last kill: on a busy machine, kills
+			// every 2s could otherwise come before any request is done
+			until := time.Now().Add(time.Duration(1500+krng.IntN(1500)) * time.Millisecond)
+			for time.Now().Before(until) || rec.answered() < after+10 {
+				select {
+				case <-stop:
+					killerDone <- nil
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
+			after = rec.answered()
 			i := krng.IntN(len(procs))
 			procsMu.Lock()
 			procs[i].kill()
@@ -293,6 +301,19 @@ func newLoadRecord() *loadRecord {
 	return &loadRecord{commands: map[string]*commandRecord{}, statuses: map[int]int{}}
 }
 
+// answered is the number of answers other than 503 so far.
+func (r *loadRecord) answered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for status, k := range r.statuses {
+		if status != http.StatusServiceUnavailable {
+			n += k
+		}
+	}
+	return n
+}
+
 func (r *loadRecord) max503() int {
 	n := 0
 	for _, c := range r.commands {
@@ -316,7 +337,7 @@ func (r *loadRecord) submit(ctx context.Context, base func() string, task, user,
 	status := 0
 	for sends := 0; ctx.Err() == nil; {
 		a, err := post(ctx, base(), task, user, groups, command, ifMatch, body)
-		wait := 100 * time.Millisecond
+		wait := 250 * time.Millisecond
 		r.mu.Lock()
 		if sends++; sends > 1 {
 			r.retries++

@@ -53,6 +53,12 @@
 //	extworker_ledger_backlog_query_seconds                  gauge     how long it took
 //	extworker_database_errors_total{operation}              counter   ledger-write, ledger-backlog, ping and migrations (readyz)
 //
+// User-task completions (package humantask, Config.Observer: HumanTaskMetrics):
+//
+//	extworker_humantask_commands_total{outcome,status}      counter   completion requests answered: completed (a first 200),
+//	                                                                  replayed (a recorded answer again), conflict (a first 409),
+//	                                                                  refused (a first 4xx), unsettled (503)
+//
 // Plus the Go runtime's go_* and the process's process_* metrics.
 //
 // The ledger gauges come from one aggregate query per scrape (BacklogCollector), bounded
