@@ -1,11 +1,15 @@
 package doctor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/migrations"
@@ -130,6 +134,63 @@ func Relations(c daemon.Config) []Check {
 		out = append(out, ok(NameShutdownLongPoll, found))
 	}
 	return out
+}
+
+// MigrationFacts is what the database says of the ledger's migrations.
+type MigrationFacts struct {
+	Table   bool    // the version table (migrations.VersionTable) is on the search path
+	Applied []int64 // the versions it records as applied
+	Err     error   // reading them, or migrations.Check's verdict
+}
+
+// Migrated judges the ledger's migrations against the versions this binary carries. The
+// fix depends on the cause: a ledger behind is migrated; a login that may not read it
+// or a database that does not answer in time is not fixed by migrating.
+func Migrated(f MigrationFacts, binary []int64) Check {
+	latest := binary[len(binary)-1]
+	migrate := "run `extworker migrate` with EXTWORKER_DATABASE_URL naming the ledger's owner"
+	switch {
+	case f.Err != nil && errors.Is(f.Err, migrations.ErrNotMigrated):
+		var missing []string
+		for _, v := range binary {
+			if !slices.Contains(f.Applied, v) {
+				missing = append(missing, strconv.FormatInt(v, 10))
+			}
+		}
+		at := int64(0)
+		if len(f.Applied) > 0 {
+			at = slices.Max(f.Applied)
+		}
+		return fail(NameMigrated, fmt.Sprintf("behind by %d %s (database at version %d, this binary needs %d; missing %s)",
+			len(missing), plural(len(missing), "migration", "migrations"), at, latest, strings.Join(missing, ", ")), migrate)
+	case f.Err != nil:
+		return fail(NameMigrated, "cannot be read: "+f.Err.Error(), databaseErrorFix(f.Err))
+	case !f.Table:
+		return fail(NameMigrated, "not migrated: no table "+migrations.VersionTable+" on the search path (an empty database or schema, or not the ledger's)",
+			migrate+"; or, if the ledger is elsewhere, correct the database (and search_path) in EXTWORKER_DATABASE_URL")
+	}
+	return ok(NameMigrated, fmt.Sprintf("at version %d", latest))
+}
+
+// databaseErrorFix is the fix for a query that failed on a database that answers: what
+// the error says is the cause, never blindly "migrate".
+func databaseErrorFix(err error) string {
+	var pg *pgconn.PgError
+	code := ""
+	if errors.As(err, &pg) {
+		code = pg.Code
+	}
+	switch {
+	case code == "42501" || strings.HasPrefix(code, "28"): // insufficient_privilege, invalid authorization
+		return "the login may not read the ledger: check that EXTWORKER_DATABASE_URL names the ledger's database (and search_path) " +
+			"and a login in the worker's role (docs/operators.md#database-roles); migrating does not fix this"
+	case code == "57014" || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err): // query_canceled: statement_timeout
+		return "the database did not answer in time: it is overloaded or slow, or a statement_timeout (in EXTWORKER_DATABASE_URL's options " +
+			"or the login's settings) is too short; lengthen it, or the doctor's --timeout"
+	case code == "25006": // read_only_sql_transaction
+		return "the check needed a write, which the doctor never makes: report this; `extworker migrate` as the ledger's owner may help"
+	}
+	return "check the database's log for this error, and that EXTWORKER_DATABASE_URL names the ledger's database"
 }
 
 // RoleFacts is what the database says of the ledger's roles.

@@ -2,11 +2,14 @@ package doctor_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -160,4 +163,30 @@ func TestWrite(t *testing.T) {
 	assert.Equal(t, doctor.ExitFailed, doctor.ExitCode(checks))
 	assert.Equal(t, doctor.ExitOK, doctor.ExitCode(checks[2:]), "warnings and skips do not fail")
 	assert.Equal(t, daemon.ExitConfig, doctor.ExitConfig)
+}
+
+func TestMigrated(t *testing.T) {
+	binary := []int64{1, 2, 3}
+	assertStatus(t, doctor.Migrated(doctor.MigrationFacts{Table: true, Applied: binary}, binary), doctor.OK, "")
+	c := doctor.Migrated(doctor.MigrationFacts{}, binary)
+	assertStatus(t, c, doctor.Fail, "run `extworker migrate`")
+	assert.Contains(t, c.Found, "no table")
+	behind := fmt.Errorf("%w (database at version 1, this binary needs 3)", migrations.ErrNotMigrated)
+	c = doctor.Migrated(doctor.MigrationFacts{Table: true, Applied: []int64{1}, Err: behind}, binary)
+	assertStatus(t, c, doctor.Fail, "run `extworker migrate`")
+	assert.Equal(t, "behind by 2 migrations (database at version 1, this binary needs 3; missing 2, 3)", c.Found)
+
+	for _, tc := range []struct {
+		err     error
+		fixHas  string
+		because string
+	}{
+		{&pgconn.PgError{Code: "42501", Message: "permission denied for table extworker_schema_migrations"}, "the login may not read the ledger", "permission"},
+		{&pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}, "statement_timeout", "statement timeout"},
+		{fmt.Errorf("migrations: %w", context.DeadlineExceeded), "did not answer in time", "deadline"},
+	} {
+		c := doctor.Migrated(doctor.MigrationFacts{Table: true, Err: tc.err}, binary)
+		assertStatus(t, c, doctor.Fail, tc.fixHas)
+		assert.NotContains(t, c.Fix, "run `extworker migrate`", tc.because)
+	}
 }

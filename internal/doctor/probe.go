@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -188,6 +187,9 @@ func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, *time.Durat
 		return append([]Check{fail(NameDatabase, where+": "+err.Error(), "correct EXTWORKER_DATABASE_URL")}, needDB(dependents...)...), nil
 	}
 	pcfg.MaxConns, pcfg.MinConns = 1, 0
+	// A check never writes: every transaction of the doctor's session is read-only, so a
+	// statement that would write (goose creating its version table) fails instead.
+	pcfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	var out []Check
 	if w := daemon.DatabaseTLSWarning(cfg.DatabaseURL, pcfg); w != "" {
 		out = append(out, warn(NameDatabaseTLS, w, "set sslmode=verify-full in EXTWORKER_DATABASE_URL (sslrootcert= for a private CA)"))
@@ -215,15 +217,43 @@ func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, *time.Durat
 
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	if err := migrations.Check(ctx, db); err != nil {
-		out = append(out, fail(NameMigrated, err.Error(), "run `extworker migrate` with EXTWORKER_DATABASE_URL naming the ledger's owner"))
+	mig := migrationFacts(ctx, db)
+	out = append(out, Migrated(mig, migrations.Versions()))
+	if out[len(out)-1].Status != OK {
 		for _, n := range dependents[1:] {
 			out = append(out, skipped(n, NameMigrated))
 		}
 		return out, offset
 	}
-	out = append(out, ok(NameMigrated, fmt.Sprintf("at version %d", migrations.Versions()[len(migrations.Versions())-1])))
 	return append(out, roleChecks(ctx, db, cfg)...), offset
+}
+
+// migrationFacts reads the ledger's migrations without writing: migrations.Check (the
+// worker's own) only once the version table is known to exist, since goose creates it
+// when it is missing.
+func migrationFacts(ctx context.Context, db *sql.DB) MigrationFacts {
+	var f MigrationFacts
+	if f.Err = db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&f.Table); f.Err != nil || !f.Table {
+		return f
+	}
+	rows, err := db.QueryContext(ctx, `SELECT version_id FROM `+migrations.VersionTable+` WHERE is_applied AND version_id > 0`)
+	if err != nil {
+		f.Err = err
+		return f
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int64
+		if f.Err = rows.Scan(&v); f.Err != nil {
+			return f
+		}
+		f.Applied = append(f.Applied, v)
+	}
+	if f.Err = rows.Err(); f.Err != nil {
+		return f
+	}
+	f.Err = migrations.Check(ctx, db)
+	return f
 }
 
 // roleChecks checks the ledger's roles, the login, the worker role's grants and who may

@@ -154,17 +154,51 @@ func scratchSchema(t *testing.T) string {
 	return testenv.DBURL() + "?search_path=" + schema
 }
 
+// An unmigrated database is reported so, and left as it was: the doctor writes nothing
+// (goose would create its version table).
 func TestNotMigrated(t *testing.T) {
 	healthy(t)
-	t.Setenv("EXTWORKER_DATABASE_URL", scratchSchema(t))
+	url := scratchSchema(t)
+	t.Setenv("EXTWORKER_DATABASE_URL", url)
 	checks := run(t, doctor.Options{})
 	assertStatus(t, requireCheck(t, checks, doctor.NameDatabase), doctor.OK, "")
-	assertStatus(t, requireCheck(t, checks, doctor.NameMigrated), doctor.Fail, "run `extworker migrate`")
+	c := requireCheck(t, checks, doctor.NameMigrated)
+	assertStatus(t, c, doctor.Fail, "run `extworker migrate`")
+	assert.Contains(t, c.Found, "no table "+migrations.VersionTable)
+	var tables []string
+	schema := url[strings.LastIndex(url, "=")+1:]
+	rows, err := testenv.DB(t).Query(testenv.Context(t, 10*time.Second), `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace`, schema)
+	require.NoError(t, err)
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		tables = append(tables, n)
+	}
+	require.NoError(t, rows.Err())
+	assert.Empty(t, tables, "the doctor created nothing in %s", schema)
 	for _, name := range []string{doctor.NameRoles, doctor.NameLogin, doctor.NameGrants, doctor.NamePublicConnect} {
 		c := requireCheck(t, checks, name)
 		assert.Equal(t, doctor.Skip, c.Status, name)
 		assert.Equal(t, "skipped: needs "+doctor.NameMigrated, c.Found)
 	}
+}
+
+// A version table the login may not read is a permission problem, not a ledger to
+// migrate: the fix says to check the database and the login.
+func TestMigrationsUnreadable(t *testing.T) {
+	healthy(t)
+	url := scratchSchema(t)
+	schema := url[strings.LastIndex(url, "=")+1:]
+	ctx := testenv.Context(t, time.Minute)
+	owner := testenv.DB(t)
+	_, err := owner.Exec(ctx, `CREATE TABLE `+schema+`.`+migrations.VersionTable+` (id serial, version_id bigint, is_applied boolean, tstamp timestamp);
+		GRANT USAGE ON SCHEMA `+schema+` TO `+testenv.WorkerLogin)
+	require.NoError(t, err)
+	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURLAs(testenv.WorkerLogin)+"?search_path="+schema)
+	c := requireCheck(t, run(t, doctor.Options{}), doctor.NameMigrated)
+	assertStatus(t, c, doctor.Fail, "the login may not read the ledger")
+	assert.Contains(t, c.Found, "permission denied")
+	assert.NotContains(t, c.Fix, "run `extworker migrate`")
 }
 
 // A grant the worker's role lost fails the grants check, naming it; roles the ledger
