@@ -121,6 +121,20 @@ func TestDocCheckCatchesWrongPathMethodAndShape(t *testing.T) {
 	assert.Contains(t, strings.Join(h.check(t, exs[2]), "\n"), "edition")
 }
 
+// TestDocCheckProseCalls: a GET named in the text relative to the REST root is asked
+// too. Its placeholder may name no entity of the path's kind, so the engine's "no such
+// entity" passes, and only "no such path" fails.
+func TestDocCheckProseCalls(t *testing.T) {
+	h := newHarness(t)
+	md := "The lock watch asks `GET /external-task/<id>`, then `GET /task/{id}/no-such-part`; not run: `POST /task/{id}/complete`.\n"
+	exs := doccheck.Markdown("prose.md", []byte(md))
+	require.Len(t, exs, 2, "GETs only")
+	assert.True(t, exs[0].Prose)
+	assert.Equal(t, "GET /external-task/<id>", exs[0].Text)
+	assert.Empty(t, h.check(t, exs[0]), "the path exists; the id names no external task")
+	assert.Contains(t, strings.Join(h.check(t, exs[1]), "\n"), "no such path")
+}
+
 // TestExtract reads the forms the docs use, without services.
 func TestExtract(t *testing.T) {
 	md := "Try `GET /engine-rest/incident?processDefinitionKeyIn=<key>`; not calls: `/engine-rest/*`, every URL under `/engine-rest/`.\n\n" +
@@ -130,7 +144,7 @@ func TestExtract(t *testing.T) {
 	exs := doccheck.Markdown("x.md", []byte(md))
 	require.Len(t, exs, 3)
 	assert.Equal(t, doccheck.Example{File: "x.md", Line: 1, Text: "GET /engine-rest/incident?processDefinitionKeyIn=<key>", Method: "GET",
-		URL: "/engine-rest/incident?processDefinitionKeyIn=<key>"}, exs[0])
+		URL: "/engine-rest/incident?processDefinitionKeyIn=<key>", Prose: true}, exs[0])
 	assert.Equal(t, 4, exs[1].Line)
 	assert.Equal(t, "POST", exs[1].Method)
 	assert.Equal(t, []string{"deployment-name=trial", "data=@docs/examples/console-trial.bpmn"}, exs[1].Form)
@@ -195,7 +209,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 // resolve is the example's URL on this engine, its placeholders substituted.
-func (h *harness) resolve(raw string) (string, error) {
+func (h *harness) resolve(raw string, prose bool) (string, error) {
 	i := strings.Index(raw, "/engine-rest/")
 	if i < 0 {
 		return "", fmt.Errorf("not under /engine-rest/")
@@ -214,6 +228,9 @@ func (h *harness) resolve(raw string) (string, error) {
 	p = placeholder.ReplaceAllStringFunc(p, func(ph string) string {
 		if v, ok := h.subs[ph]; ok {
 			return v
+		}
+		if prose {
+			return "no-such-id" // the path is what is checked (see check)
 		}
 		missing = append(missing, ph)
 		return ph
@@ -277,6 +294,13 @@ func (h *harness) do(t *testing.T, ex doccheck.Example, u string) (answer, error
 	return answer{status: resp.StatusCode, body: b}, err
 }
 
+// noSuchPath reports whether a 404's body is the engine's "no such path" (JAX-RS's
+// NotFoundException), not its "no such entity" on a path that exists.
+func noSuchPath(b []byte) bool {
+	var e struct{ Type string }
+	return json.Unmarshal(b, &e) != nil || e.Type == "NotFoundException"
+}
+
 // size is the number of entries a list or count answers; ok is false for any other answer.
 func size(b []byte) (n int, ok bool) {
 	var list []json.RawMessage
@@ -301,7 +325,10 @@ func excerpt(b []byte) string {
 // check asks the engine ex and returns what does not answer as shown.
 func (h *harness) check(t *testing.T, ex doccheck.Example) []string {
 	t.Helper()
-	u, err := h.resolve(ex.URL)
+	if ex.Prose && ex.Method != http.MethodGet {
+		return nil // not run: see doccheck.Example.Prose
+	}
+	u, err := h.resolve(ex.URL, ex.Prose)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -310,6 +337,8 @@ func (h *harness) check(t *testing.T, ex doccheck.Example) []string {
 		return []string{err.Error()}
 	}
 	switch {
+	case ex.Prose && a.status == http.StatusNotFound && !noSuchPath(a.body):
+		return nil // the path is there; the placeholder named no entity of its kind
 	case a.status == http.StatusNotFound:
 		return []string{fmt.Sprintf("the engine answered 404: no such path (%s)", excerpt(a.body))}
 	case a.status == http.StatusMethodNotAllowed:

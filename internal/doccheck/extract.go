@@ -32,6 +32,12 @@ type Example struct {
 	// Want is the shape of the answer shown right after the command (a JSON block):
 	// the keys of the object, or of the first element of an array. Nil: none shown.
 	Want []string
+
+	// Prose marks a call named in the text (`GET /task/{id}`, a URL under /engine-rest/)
+	// rather than shown as a curl command: its placeholders may name no entity of the
+	// right kind, so the engine's "no such entity" proves the path, where a command's
+	// would not; and only a GET is asked (a write named in prose has no body to send).
+	Prose bool
 }
 
 func (e Example) String() string { return e.File + ":" + strconv.Itoa(e.Line) + ": " + e.Text }
@@ -39,6 +45,11 @@ func (e Example) String() string { return e.File + ":" + strconv.Itoa(e.Line) + 
 // engineURL matches a URL under /engine-rest/, with or without scheme and host, and the
 // method written before it (GET /engine-rest/incident?...).
 var engineURL = regexp.MustCompile("(?:\\b(GET|POST|PUT|DELETE)\\s+)?((?:https?://[^\\s/`'\"]+)?(?:/[^\\s/`'\"]+)*/engine-rest/[^\\s`'\")\\]]*)")
+
+// proseCall matches a GET the text names relative to the REST root, in inline code:
+// `GET /external-task?...`, `GET /history/task?taskId=`. Only GET: a write named in prose
+// has no body to send and is not run (curl commands are).
+var proseCall = regexp.MustCompile("`GET (/(?:external-task|task|history|process-instance|process-definition|incident|deployment|execution|job|variable-instance|message|decision-definition|version)(?:[/?][^`\\s]*)?)`")
 
 var curlCmd = regexp.MustCompile(`(^|[\s` + "`" + `$(])curl\s`)
 
@@ -88,6 +99,11 @@ func Markdown(file string, src []byte) []Example {
 				out = append(out, urlExample(file, i+1, m[1], m[2]))
 			}
 		}
+		for _, m := range proseCall.FindAllStringSubmatch(line, -1) {
+			ex := urlExample(file, i+1, "GET", "/engine-rest"+m[1])
+			ex.Text = "GET " + m[1]
+			out = append(out, ex)
+		}
 	}
 	return out
 }
@@ -123,7 +139,7 @@ func urlExample(file string, line int, method, u string) Example {
 	if method == "" {
 		method = "GET"
 	}
-	return Example{File: file, Line: line, Text: strings.TrimSpace(method + " " + u), Method: method, URL: u}
+	return Example{File: file, Line: line, Text: strings.TrimSpace(method + " " + u), Method: method, URL: u, Prose: true}
 }
 
 // parseCurl reads the flags of a curl command that matter for the call.
