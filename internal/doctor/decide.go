@@ -77,25 +77,42 @@ const (
 )
 
 // ClockSkew judges how far the engine's and the database's clocks are from this host's
-// (each nil when it could not be read). The ledger's leases run on the database's clock
-// and the locks on the engine's, so skew breaks no guarantee; it makes the times in logs,
-// Cockpit and the ledger disagree, and a callback's signed timestamp
-// (EXTWORKER_CALLBACK_TOLERANCE) is judged on this host's clock.
+// (each nil when it could not be read): Clock with both known or absent.
 func ClockSkew(engine, database *time.Duration) Check {
+	return Clock(ClockFacts{Engine: engine, Database: database})
+}
+
+// ClockFacts are the clocks read, each against this host's (nil: not read).
+type ClockFacts struct {
+	Engine, Database *time.Duration
+	// EngineUnknown says why the engine's clock could not be read although it answered
+	// (no Date header, or one that is not a date); "" otherwise.
+	EngineUnknown string
+}
+
+// Clock judges the clocks. The ledger's leases run on the database's clock and the locks
+// on the engine's, so skew breaks no guarantee; it makes the times in logs, Cockpit and
+// the ledger disagree, and a callback's signed timestamp (EXTWORKER_CALLBACK_TOLERANCE)
+// is judged on this host's clock. An engine whose clock cannot be read is a warning:
+// nothing is known of it, which is not the same as it being right.
+func Clock(f ClockFacts) Check {
 	var parts []string
 	worst := time.Duration(0)
 	note := func(what string, d time.Duration) {
-		parts = append(parts, fmt.Sprintf("%s %+.1fs", what, d.Seconds()))
+		parts = append(parts, what+" "+skew(d))
 		worst = max(worst, d.Abs())
 	}
-	if engine != nil {
-		note("engine", *engine)
+	if f.EngineUnknown != "" {
+		parts = append(parts, "engine unknown ("+f.EngineUnknown+")")
 	}
-	if database != nil {
-		note("database", *database)
+	if f.Engine != nil {
+		note("engine", *f.Engine)
 	}
-	if engine != nil && database != nil {
-		note("engine-database", *engine-*database)
+	if f.Database != nil {
+		note("database", *f.Database)
+	}
+	if f.Engine != nil && f.Database != nil {
+		note("engine-database", *f.Engine-*f.Database)
 	}
 	if len(parts) == 0 {
 		return skipped(NameClock, NameEngineReachable+" or "+NameDatabase)
@@ -107,8 +124,41 @@ func ClockSkew(engine, database *time.Duration) Check {
 		return fail(NameClock, found, fix)
 	case worst >= WarnSkew:
 		return warn(NameClock, found, fix)
+	case f.EngineUnknown != "":
+		return warn(NameClock, found, "compare the engine host's clock with this host's by hand (date -u on each), and check that nothing "+
+			"in front of the engine (a proxy) strips or rewrites its Date header")
 	}
 	return ok(NameClock, found)
+}
+
+// skew prints a clock's offset: in seconds to a tenth when small ("+0.3s"), and readably
+// when large ("26y behind", "3m20s ahead").
+func skew(d time.Duration) string {
+	if d.Abs() < FailSkew {
+		return fmt.Sprintf("%+.1fs", d.Seconds())
+	}
+	way := "ahead"
+	if d < 0 {
+		way = "behind"
+	}
+	a := d.Abs()
+	const day, year = 24 * time.Hour, 8766 * time.Hour // a year of 365.25 days
+	var size string
+	switch {
+	case a >= year:
+		size = fmt.Sprintf("%dy", a/year)
+		if rest := (a % year) / day; rest > 0 && a < 10*year {
+			size += fmt.Sprintf("%dd", rest)
+		}
+	case a >= day:
+		size = fmt.Sprintf("%dd", a/day)
+		if rest := (a % day).Round(time.Hour); rest > 0 {
+			size += strings.TrimSuffix(strings.TrimSuffix(rest.String(), "0s"), "0m")
+		}
+	default:
+		size = a.Round(time.Second).String()
+	}
+	return size + " " + way
 }
 
 // Relations judges the relations between durations that the configuration accepts but

@@ -48,7 +48,19 @@ func TestClockSkew(t *testing.T) {
 	// Each clock is 40s off this host's, in opposite directions: 80s between them.
 	c := doctor.ClockSkew(ptr(40*time.Second), ptr(-40*time.Second))
 	assertStatus(t, c, doctor.Fail, "NTP")
-	assert.Contains(t, c.Found, "engine-database +80.0s")
+	assert.Contains(t, c.Found, "engine-database 1m20s ahead")
+
+	// Large skews print readably, not as seconds.
+	c = doctor.ClockSkew(ptr(-(26*8766*time.Hour + 3*24*time.Hour)), nil)
+	assertStatus(t, c, doctor.Fail, "NTP")
+	assert.Equal(t, "engine 26y behind (against this host)", c.Found)
+	assert.Equal(t, "engine 3m20s ahead (against this host)", doctor.ClockSkew(ptr(200*time.Second), nil).Found)
+	assert.Equal(t, "database 2d5h behind (against this host)", doctor.ClockSkew(nil, ptr(-53*time.Hour)).Found)
+
+	// An engine whose clock could not be read is a warning, even with the database's in time.
+	c = doctor.Clock(doctor.ClockFacts{EngineUnknown: "its answer has no Date header", Database: ptr(0)})
+	assertStatus(t, c, doctor.Warn, "Date header")
+	assert.Equal(t, "engine unknown (its answer has no Date header), database +0.0s (against this host)", c.Found)
 }
 
 func TestRelations(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -64,7 +65,7 @@ func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Opti
 
 	out := eng.checks(cfg)
 	out = append(out, db...)
-	out = append(out, ClockSkew(eng.offset, dbAt))
+	out = append(out, Clock(ClockFacts{Engine: eng.offset, EngineUnknown: eng.plain.unknown, Database: dbAt}))
 	out = append(out, amqpC...)
 	out = append(out, kafka...)
 	out = append(out, Relations(cfg)...)
@@ -90,8 +91,10 @@ type engineFacts struct {
 	where   string
 	version string
 	err     error          // the version call's
-	creds   error          // daemon.CheckClient's verdict on err, when the engine answered
+	creds   error          // daemon.CheckClient's verdict on err
+	token   error          // the OAuth2 token endpoint's, when the version call was not sent
 	offset  *time.Duration // the engine's clock against this host's
+	plain   clockAnswer    // the unauthenticated GET /version
 }
 
 func probeEngine(ctx context.Context, cfg daemon.Config) engineFacts {
@@ -104,12 +107,17 @@ func probeEngine(ctx context.Context, cfg daemon.Config) engineFacts {
 	}
 	defer client.CloseIdleConnections()
 	f.version, f.err = client.Version(ctx)
-	if f.err != nil && !unreachable(f.err) {
+	if f.err != nil {
 		f.creds = daemon.CheckClient(ctx, cfg, client, quiet)
 	}
-	if !unreachable(f.err) {
-		f.offset = engineClock(ctx, cfg)
+	if f.err != nil && unreachable(f.err) && cfg.EngineOAuthTokenURL != "" {
+		// Not sent may be the token's fault: ask the token endpoint on its own.
+		if tc, err := cfg.EngineTLS(); err == nil {
+			_, f.token = daemon.NewOAuthTokenSource(cfg, tc).Token(ctx)
+		}
 	}
+	f.plain = engineClock(ctx, cfg)
+	f.offset = f.plain.offset
 	return f
 }
 
@@ -120,14 +128,27 @@ func unreachable(err error) bool {
 
 func (f engineFacts) checks(cfg daemon.Config) []Check {
 	var refused daemon.ConfigError
+	reachable := ok(NameEngineReachable, f.where+" answers")
+	engineFix := "check EXTWORKER_ENGINE_URL (scheme, host, port, the path …/engine-rest) and that the engine runs: curl " + f.where + "/version"
+	if f.plain.err != nil {
+		reachable = fail(NameEngineReachable, f.where+": "+f.plain.err.Error(), engineFix)
+	}
 	switch {
+	case f.err != nil && f.token != nil && !daemon.TokenRejected(f.token):
+		// The token endpoint did not give a token: the engine was never asked.
+		return []Check{reachable, fail(NameEngineCreds, "no OAuth2 token: "+f.token.Error(),
+			"check EXTWORKER_ENGINE_OAUTH_TOKEN_URL (scheme, host, port, path) and that the identity provider runs: the token request failed, not the engine"),
+			skipped(NameEngineVersion, NameEngineCreds)}
 	case f.err != nil && f.creds != nil && errors.As(f.creds, &refused):
-		return []Check{ok(NameEngineReachable, f.where+" answers"),
-			fail(NameEngineCreds, "refused", f.creds.Error()), skipped(NameEngineVersion, NameEngineCreds)}
+		if f.plain.err != nil && daemon.TokenRejected(f.creds) {
+			reachable = Check{Name: NameEngineReachable, Status: Skip, Found: "not known: the token endpoint refused the client"}
+		} else {
+			reachable = ok(NameEngineReachable, f.where+" answers")
+		}
+		return []Check{reachable, fail(NameEngineCreds, "refused", f.creds.Error()), skipped(NameEngineVersion, NameEngineCreds)}
 	case f.err != nil: // no answer, or not an engine's (a wrong path: 404)
 		found := f.where + ": " + f.err.Error()
-		fix := "check EXTWORKER_ENGINE_URL (scheme, host, port, the path …/engine-rest) and that the engine runs: curl " + f.where + "/version"
-		return []Check{fail(NameEngineReachable, found, fix),
+		return []Check{fail(NameEngineReachable, found, engineFix),
 			skipped(NameEngineCreds, NameEngineReachable), skipped(NameEngineVersion, NameEngineReachable)}
 	}
 	creds := "none configured; the engine asks for none"
@@ -142,33 +163,45 @@ func (f engineFacts) checks(cfg daemon.Config) []Check {
 	return []Check{ok(NameEngineReachable, f.where+" answers"), ok(NameEngineCreds, creds), EngineVersion(f.version)}
 }
 
+// clockAnswer is what the unauthenticated GET /version gave: the engine's clock against
+// this host's, or why it is unknown.
+type clockAnswer struct {
+	offset  *time.Duration
+	err     error  // no answer at all
+	unknown string // an answer without a readable Date header
+}
+
 // engineClock reads the engine's clock from the Date header of an unauthenticated
 // GET /version (any answer carries one), against the middle of the request on this
 // host's clock. The header has a resolution of a second: its middle is taken.
-func engineClock(ctx context.Context, cfg daemon.Config) *time.Duration {
+func engineClock(ctx context.Context, cfg daemon.Config) clockAnswer {
 	tc, err := cfg.EngineTLS()
 	if err != nil {
-		return nil
+		return clockAnswer{err: err}
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}
 	defer hc.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cfg.EngineURL, "/")+"/version", nil)
 	if err != nil {
-		return nil
+		return clockAnswer{err: err}
 	}
 	sent := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil
+		return clockAnswer{err: err}
 	}
 	received := time.Now()
 	_ = resp.Body.Close()
-	at, err := http.ParseTime(resp.Header.Get("Date"))
+	date := resp.Header.Get("Date")
+	if date == "" {
+		return clockAnswer{unknown: "its answer has no Date header"}
+	}
+	at, err := http.ParseTime(date)
 	if err != nil {
-		return nil
+		return clockAnswer{unknown: fmt.Sprintf("its Date header %.40q is not an HTTP date", date)}
 	}
 	d := at.Add(500 * time.Millisecond).Sub(sent.Add(received.Sub(sent) / 2))
-	return &d
+	return clockAnswer{offset: &d}
 }
 
 // probeDatabase checks the ledger's database and returns its clock against this host's.

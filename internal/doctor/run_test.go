@@ -3,6 +3,8 @@ package doctor_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +142,54 @@ func TestEngineCredentialsRefused(t *testing.T) {
 	c = requireCheck(t, run(t, doctor.Options{}), doctor.NameEngineCreds)
 	assertStatus(t, c, doctor.OK, "")
 	assert.Equal(t, "accepted (basic, user admin)", c.Found)
+}
+
+// A token endpoint that does not answer is named as the cause, not the engine's URL.
+func TestOAuthTokenEndpointDown(t *testing.T) {
+	healthy(t)
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_TOKEN_URL", "http://127.0.0.1:1/token")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
+	t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET", "s3cret-client")
+	checks := run(t, doctor.Options{})
+	assertStatus(t, requireCheck(t, checks, doctor.NameEngineReachable), doctor.OK, "") // the engine itself answers
+	c := requireCheck(t, checks, doctor.NameEngineCreds)
+	assertStatus(t, c, doctor.Fail, "check EXTWORKER_ENGINE_OAUTH_TOKEN_URL")
+	assert.Contains(t, c.Found, "connection refused")
+	assert.NotContains(t, c.Fix, "EXTWORKER_ENGINE_URL")
+	assert.Equal(t, doctor.Skip, requireCheck(t, checks, doctor.NameEngineVersion).Status)
+	for _, c := range checks {
+		assert.NotContains(t, c.Found+c.Fix, "s3cret-client")
+	}
+}
+
+// An engine whose Date header is missing or not a date: its clock is unknown, a
+// warning, not ok; a Date far off prints readably.
+func TestEngineClockUnread(t *testing.T) {
+	healthy(t)
+	for _, tc := range []struct {
+		date     []string
+		status   doctor.Status
+		found    string
+		absentOK bool
+	}{
+		{nil, doctor.Warn, "engine unknown (its answer has no Date header)", true},
+		{[]string{"garbage"}, doctor.Warn, `engine unknown (its Date header "garbage" is not an HTTP date)`, true},
+		{[]string{"Sat, 01 Jan 2000 00:00:00 GMT"}, doctor.Fail, "engine 26y", false},
+	} {
+		engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Date"] = tc.date
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"version":"7.24.0"}`))
+		}))
+		t.Cleanup(engine.Close)
+		t.Setenv("EXTWORKER_ENGINE_URL", engine.URL+"/engine-rest")
+		checks := run(t, doctor.Options{})
+		assertStatus(t, requireCheck(t, checks, doctor.NameEngineVersion), doctor.OK, "")
+		c := requireCheck(t, checks, doctor.NameClock)
+		assert.Equal(t, tc.status, c.Status, c.Found)
+		assert.Contains(t, c.Found, tc.found)
+		assert.Regexp(t, `engine 26y\d*d? behind|engine unknown`, c.Found)
+	}
 }
 
 // scratchSchema returns the ledger database's URL (as its owner) with a new, empty
