@@ -25,10 +25,15 @@ migrated, roles, the login, the worker role's grants, who may connect), the brok
 relations between the configured durations, and the listening addresses. Each check
 prints OK, WARN, FAIL or SKIP, with the fix under each that is not ok (docs/doctor.md).
 
-exit status: 0 every check ok (warnings allowed), 1 a check failed, 78 the configuration
-cannot be read
+exit status: 0 every check ok (warnings allowed), 1 a check failed, 2 a usage error (a bad
+flag, an argument), 78 the configuration cannot be read
 
 flags:`
+
+// doctorExit ends the process; a variable for the tests. The doctor's usage errors exit
+// with doctor.ExitUsage (2), which main's mapping (78 for a configuration error, 1 for the
+// rest) does not give: 1 is the doctor's "a check failed".
+var doctorExit = os.Exit
 
 // runDoctor is `extworker doctor`. It reads the configuration itself, unlike the other
 // commands, so that an unreadable one is reported as the doctor's first check.
@@ -43,20 +48,32 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	fs.Func("queue", "a RabbitMQ queue this host's inbox consumes (repeated or comma-separated); its .retry and .dlq are checked too", func(v string) error {
 		for _, q := range strings.Split(v, ",") {
 			if q = strings.TrimSpace(q); q != "" {
+				if err := doctor.ValidQueue(q); err != nil {
+					return err
+				}
 				opts.Queues = append(opts.Queues, q)
 			}
 		}
 		return nil
 	})
-	fs.DurationVar(&opts.Timeout, "timeout", 5*time.Second, "bound on each probe (engine, database, broker)")
+	fs.DurationVar(&opts.Timeout, "timeout", 5*time.Second, "bound on each probe (engine, database, broker); positive")
+	usageErr := func(err error) error {
+		err = fmt.Errorf("doctor: %w (usage: extworker doctor [--queue Q]... [--timeout 5s])", err)
+		fmt.Fprintln(stderr, "extworker:", termsafe.String(err.Error()))
+		doctorExit(doctor.ExitUsage)
+		return err // reached in the tests only
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageErr(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("doctor: unexpected argument %q", fs.Arg(0))
+		return usageErr(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if opts.Timeout <= 0 {
+		return usageErr(fmt.Errorf("--timeout %v: must be positive", opts.Timeout))
 	}
 	out := termsafe.NewWriter(stdout)
 	symbols := terminal(stdout)

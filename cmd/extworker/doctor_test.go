@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -86,9 +88,38 @@ func TestDoctorConfigUnreadable(t *testing.T) {
 	assert.Contains(t, out.String(), "1 checks: 0 ok, 0 warnings, 1 failed, 0 skipped")
 }
 
+// TestDoctorUsage: a usage error exits 2, not 1 (a check failed): a bad flag, an
+// argument, a timeout that is not positive, a queue name AMQP cannot carry. Nothing is
+// checked then.
 func TestDoctorUsage(t *testing.T) {
 	var stderr bytes.Buffer
 	require.NoError(t, run([]string{"doctor", "--help"}, &bytes.Buffer{}, &stderr))
-	assert.Contains(t, stderr.String(), "exit status: 0 every check ok (warnings allowed), 1 a check failed, 78")
-	require.Error(t, run([]string{"doctor", "extra"}, &bytes.Buffer{}, &bytes.Buffer{}))
+	assert.Contains(t, stderr.String(), "exit status: 0 every check ok (warnings allowed), 1 a check failed, 2 a usage error")
+
+	var code int
+	doctorExit = func(c int) { code = c }
+	t.Cleanup(func() { doctorExit = os.Exit })
+	for _, args := range [][]string{
+		{"extra"}, {"--timeout", "abc"}, {"--timeout", "0"}, {"--timeout", "-1s"}, {"--no-such-flag"},
+		{"--queue", strings.Repeat("q", 250)},
+	} {
+		code = -1
+		var out, stderr bytes.Buffer
+		err := run(append([]string{"doctor"}, args...), &out, &stderr)
+		require.Error(t, err, args)
+		assert.Equal(t, 2, code, "%v: exit 2", args)
+		assert.Empty(t, out.String(), "%v: nothing checked", args)
+		assert.Contains(t, stderr.String(), "usage: extworker doctor", args)
+	}
+}
+
+// TestDoctorQueuesWithoutBroker: queues named with no EXTWORKER_AMQP_URL are shown,
+// skipped, under the broker's failure.
+func TestDoctorQueuesWithoutBroker(t *testing.T) {
+	doctorEnv(t)
+	var out bytes.Buffer
+	require.Error(t, run([]string{"doctor", "--queue", "orders,invoices"}, &out, &bytes.Buffer{}))
+	assert.Regexp(t, `(?m)^FAIL  broker reachable +EXTWORKER_AMQP_URL is not set`, out.String())
+	assert.Regexp(t, `(?m)^SKIP  queue orders +skipped: needs EXTWORKER_AMQP_URL$`, out.String())
+	assert.Regexp(t, `(?m)^SKIP  queue invoices +skipped: needs EXTWORKER_AMQP_URL$`, out.String())
 }

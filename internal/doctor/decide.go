@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/migrations"
 )
@@ -368,6 +369,23 @@ func PublicConnect(database string, public bool, roles migrations.Roles) Check {
 type QueueFacts struct {
 	Queue               string
 	Main, Retry, Parked *int // messages in each; nil when the queue does not exist
+}
+
+// MaxQueueName is AMQP 0-9-1's limit on a queue's name (a short string), in bytes. The
+// retry and dead-letter companions add their suffixes to it.
+const MaxQueueName = 255
+
+// ValidQueue refuses a queue name the broker cannot have: empty, or (with the longest
+// companion's suffix) over AMQP's 255 bytes.
+func ValidQueue(q string) error {
+	longest := max(len(inbox.RetryQueue(q)), len(inbox.DeadLetterQueue(q)), len(q))
+	switch {
+	case q == "":
+		return errors.New("queue: an empty name")
+	case longest > MaxQueueName:
+		return fmt.Errorf("queue %.40q…: invalid: %d bytes with its companion's suffix, over AMQP's limit of %d", q, longest, MaxQueueName)
+	}
+	return nil
 }
 
 // Queue judges one inbox queue: it and its retry and dead-letter queues must exist

@@ -202,3 +202,29 @@ func TestMigrated(t *testing.T) {
 		assert.NotContains(t, c.Fix, "run `extworker migrate`", tc.because)
 	}
 }
+
+// A queue name AMQP cannot carry is refused, not reported absent.
+func TestValidQueue(t *testing.T) {
+	require.NoError(t, doctor.ValidQueue("orders"))
+	require.NoError(t, doctor.ValidQueue(strings.Repeat("q", doctor.MaxQueueName-len(".retry")))) // its .retry fits
+	err := doctor.ValidQueue(strings.Repeat("q", 256))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "over AMQP's limit of 255")
+	require.Error(t, doctor.ValidQueue(""))
+}
+
+// A long name (a long queue's) takes a line of its own: the other lines keep their column.
+func TestWriteLongName(t *testing.T) {
+	long := doctor.NameQueue(strings.Repeat("q", 60))
+	var b bytes.Buffer
+	require.NoError(t, doctor.Write(&b, []doctor.Check{
+		{Name: doctor.NameEngineReachable, Status: doctor.OK, Found: "answers"},
+		{Name: long, Status: doctor.OK, Found: "0 ready"},
+		{Name: doctor.NameAMQP, Status: doctor.OK, Found: "answers"},
+	}, false))
+	lines := strings.Split(b.String(), "\n")
+	assert.Equal(t, "OK    engine reachable  answers", lines[0])
+	assert.Equal(t, "OK    "+long, lines[1])
+	assert.Equal(t, "                        0 ready", lines[2])
+	assert.Equal(t, "OK    broker reachable  answers", lines[3])
+}

@@ -67,6 +67,7 @@ func skipped(name, needs string) Check {
 const (
 	ExitOK     = 0  // every check ok (warnings allowed)
 	ExitFailed = 1  // at least one check failed
+	ExitUsage  = 2  // a usage error: a bad flag or argument; nothing was checked
 	ExitConfig = 78 // the configuration cannot be read (daemon.ExitConfig)
 )
 
@@ -103,12 +104,18 @@ func plural(n int, one, many string) string {
 	return many
 }
 
+// nameWidth is the widest name column: a longer name (a long queue's) takes a line of
+// its own rather than pushing every other line's column right.
+const nameWidth = 30
+
 // Write prints one line per check, the fix indented under each that is not ok, then the
 // summary. symbols uses ✓ ! ✗ - (for a terminal); otherwise OK WARN FAIL SKIP.
 func Write(w io.Writer, checks []Check, symbols bool) error {
 	width := 0
 	for _, c := range checks {
-		width = max(width, len(c.Name))
+		if len(c.Name) <= nameWidth {
+			width = max(width, len(c.Name))
+		}
 	}
 	var b strings.Builder
 	for _, c := range checks {
@@ -116,7 +123,11 @@ func Write(w io.Writer, checks []Check, symbols bool) error {
 		if symbols {
 			mark = c.Status.symbol()
 		}
-		fmt.Fprintf(&b, "%s  %-*s  %s\n", mark, width, c.Name, c.Found)
+		if len(c.Name) > width {
+			fmt.Fprintf(&b, "%s  %s\n%*s  %s\n", mark, c.Name, len(mark)+2+width, "", c.Found)
+		} else {
+			fmt.Fprintf(&b, "%s  %-*s  %s\n", mark, width, c.Name, c.Found)
+		}
 		if c.Fix != "" && c.Status != OK {
 			fmt.Fprintf(&b, "      fix: %s\n", c.Fix)
 		}

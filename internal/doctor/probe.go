@@ -362,10 +362,14 @@ func publicCheck(ctx context.Context, db *sql.DB, roles migrations.Roles) Check 
 // probeAMQP checks the RabbitMQ broker, when one is configured, and the queues named.
 func probeAMQP(ctx context.Context, cfg daemon.Config, queues []string) []Check {
 	if cfg.AMQPURL == "" {
-		if len(queues) > 0 {
-			return []Check{fail(NameAMQP, "EXTWORKER_AMQP_URL is not set, but queues were named", "set EXTWORKER_AMQP_URL to the broker the inbox consumes from")}
+		if len(queues) == 0 {
+			return nil
 		}
-		return nil
+		out := []Check{fail(NameAMQP, "EXTWORKER_AMQP_URL is not set, but queues were named", "set EXTWORKER_AMQP_URL to the broker the inbox consumes from")}
+		for _, q := range queues {
+			out = append(out, skipped(NameQueue(q), "EXTWORKER_AMQP_URL"))
+		}
+		return out
 	}
 	where := daemon.RedactURL(cfg.AMQPURL)
 	deadline, _ := ctx.Deadline()
@@ -383,6 +387,10 @@ func probeAMQP(ctx context.Context, cfg daemon.Config, queues []string) []Check 
 	defer conn.Close()
 	out := []Check{ok(NameAMQP, where+" answers")}
 	for _, q := range queues {
+		if err := ValidQueue(q); err != nil {
+			out = append(out, fail(NameQueue(q), err.Error(), "name the queue as its consumer does (inbox.Config.Queue)"))
+			continue
+		}
 		f := QueueFacts{Queue: q}
 		f.Main, f.Retry, f.Parked = queueDepth(conn, q), queueDepth(conn, inbox.RetryQueue(q)), queueDepth(conn, inbox.DeadLetterQueue(q))
 		out = append(out, Queue(f, inbox.RetryQueue(q), inbox.DeadLetterQueue(q)))
