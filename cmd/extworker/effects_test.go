@@ -257,7 +257,9 @@ func TestEffectsShow(t *testing.T) {
 // not printed.
 func TestEffectsShowEngineUnreachable(t *testing.T) {
 	l := effectsEnv(t)
-	t.Setenv("EXTWORKER_ENGINE_URL", "http://operator:hunter2@127.0.0.1:1/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_URL", "http://127.0.0.1:1/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_USER", "operator")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", "hunter2")
 	holdIntent(t, l, "payment.collect", "invoice:U", idempotency.TaskRef{Actor: "w", TaskID: "task-U"})
 	out := mustEffects(t, "show", "invoice:U")
 	assert.Regexp(t, `(?m)^state\s+operator_hold$`, out)
@@ -269,7 +271,7 @@ func TestEffectsShowEngineUnreachable(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(mustEffects(t, "show", "invoice:U", "--json")), &got))
 	assert.Equal(t, "operator_hold", got.Intent.State)
 	assert.True(t, strings.HasPrefix(got.Engine.Error, "unreachable: "), got.Engine.Error)
-	assert.Equal(t, "http://***@127.0.0.1:1/engine-rest", got.Engine.URL)
+	assert.Equal(t, "http://127.0.0.1:1/engine-rest", got.Engine.URL)
 }
 
 // Flags the ledger would refuse are refused before anything is opened: the database URL

@@ -43,7 +43,9 @@ func TestVersionCommand(t *testing.T) {
 	require.NoError(t, run([]string{"version"}, &out, &bytes.Buffer{}))
 	assert.Regexp(t, `^extworker .*\nengine \d+\.\d+\.\d+\n$`, out.String())
 
-	t.Setenv("EXTWORKER_ENGINE_URL", "http://user:hunter2@127.0.0.1:1/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_URL", "http://127.0.0.1:1/engine-rest")
+	t.Setenv("EXTWORKER_ENGINE_USER", "user")
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", "hunter2")
 	err := run([]string{"version"}, &bytes.Buffer{}, &bytes.Buffer{})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2", "credentials never appear in errors")

@@ -130,8 +130,8 @@ type Config struct {
 	IdlePollInterval time.Duration `envconfig:"IDLE_POLL_INTERVAL" default:"1s"`
 	// LockWatch is tasks.Config.LockWatch: unset, the worker derives it; 0 turns the
 	// watch off (lockWatchSet tells the two apart).
-	LockWatch time.Duration `envconfig:"LOCK_WATCH"`
-	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s"`
+	LockWatch     time.Duration `envconfig:"LOCK_WATCH"`
+	ShutdownGrace time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s"`
 	// ShutdownTimeout bounds the whole shutdown (tasks.Config.ShutdownTimeout). Unset, it
 	// is ShutdownGrace + defaultShutdownSlack (45s with the default grace), so raising the
 	// grace alone stays valid.
@@ -350,6 +350,8 @@ func (c Config) engineProblems() []error {
 	var errs []error
 	if err := checkHTTPURL(c.EngineURL); err != nil {
 		errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_URL %s: %w", RedactURL(c.EngineURL), err))
+	} else {
+		errs = append(errs, engineURLProblems(c.EngineURL)...)
 	}
 	errs = append(errs, c.authProblems()...)
 	if (c.EngineCertFile == "") != (c.EngineKeyFile == "") {
@@ -386,6 +388,11 @@ func (c Config) databaseProblems() []error {
 func (c Config) ledgerProblems() []error {
 	var errs []error
 	ok := c.parsed
+	// The namespace by the ledger's own rule, so that a namespace it would refuse at start
+	// is a configuration problem here.
+	if err := (idempotency.Config{Namespace: c.LedgerNamespace}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_NAMESPACE: %w", err))
+	}
 	if ok("EXTWORKER_LEDGER_MAX_CONNS") && c.LedgerMaxConns < 1 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_LEDGER_MAX_CONNS %d: must be at least 1", c.LedgerMaxConns))
 	}
@@ -516,6 +523,9 @@ func (c Config) authProblems() []error {
 			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_TOKEN_URL is required for OAuth2 client credentials"))
 		} else if err := checkHTTPURL(c.EngineOAuthTokenURL); err != nil {
 			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s: %w", RedactURL(c.EngineOAuthTokenURL), err))
+		} else if hasUserInfo(c.EngineOAuthTokenURL) {
+			errs = append(errs, errors.New("EXTWORKER_ENGINE_OAUTH_TOKEN_URL has credentials in its user part (not shown): "+
+				"put the client credentials in EXTWORKER_ENGINE_OAUTH_CLIENT_ID and EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET"))
 		}
 		if plaintextAuthURL(c.EngineOAuthTokenURL) && !c.EngineAllowPlaintextAuth {
 			errs = append(errs, fmt.Errorf("EXTWORKER_ENGINE_OAUTH_TOKEN_URL %s is plain http to a host that is not loopback: "+
@@ -566,7 +576,7 @@ func checkAMQPURL(raw string, allowPlaintext bool) error {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return errors.New("not a URL")
+		return errors.New(notAURLHint)
 	case u.Scheme != "amqp" && u.Scheme != "amqps":
 		return fmt.Errorf("scheme %q: want amqps (or amqp)", u.Scheme)
 	case u.Host == "":
@@ -577,12 +587,44 @@ func checkAMQPURL(raw string, allowPlaintext bool) error {
 	return nil
 }
 
+// engineURLProblems refuses what EXTWORKER_ENGINE_URL must not hold: credentials in its
+// user part (sent as Basic authentication past EXTWORKER_ENGINE_ALLOW_PLAINTEXT_AUTH's
+// check, and shown wherever the URL is: a token as the user name is not masked as a
+// password is), and a query string or fragment (the REST API is addressed by path, so
+// such a URL never works, and it would end up in the derived Cockpit link). Neither is
+// echoed.
+func engineURLProblems(raw string) []error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // checkHTTPURL reports it
+	}
+	var errs []error
+	if u.User != nil {
+		errs = append(errs, errors.New("EXTWORKER_ENGINE_URL has credentials in its user part (not shown): remove them, and "+
+			"put the credentials in EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD (or the token variables)"))
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#") {
+		errs = append(errs, errors.New("EXTWORKER_ENGINE_URL has a query string or fragment (not shown): the engine's REST root "+
+			"is a scheme, host and path only (a # or ? in a password must be percent-encoded, and credentials go in their own variables)"))
+	}
+	return errs
+}
+
+// hasUserInfo reports whether raw parses as a URL with user info.
+func hasUserInfo(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.User != nil
+}
+
+// notAURLHint is the problem with a URL that does not parse, and its likeliest cause.
+const notAURLHint = "not a URL (a #, /, ?, @ or % in a password must be percent-encoded: %23, %2F, %3F, %40, %25)"
+
 // checkHTTPURL accepts an absolute http or https URL.
 func checkHTTPURL(raw string) error {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return errors.New("not a URL")
+		return errors.New(notAURLHint)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return errors.New("scheme must be http or https")
 	case u.Host == "":
@@ -601,7 +643,11 @@ func CheckDatabaseURL(dsn string) error {
 		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: sslmode %q: want one of %s", RedactURL(dsn), mode, strings.Join(SSLModes, ", "))
 	}
 	if _, err := DatabaseConfig(dsn); err != nil {
-		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: %s", RedactURL(dsn), Scrub(err.Error(), dsnSecrets(dsn)...))
+		msg := Scrub(err.Error(), dsnSecrets(dsn)...)
+		if _, perr := url.Parse(dsn); perr != nil && strings.Contains(dsn, "://") {
+			msg = notAURLHint // pgx's message quotes the URL, its password's tail included
+		}
+		return fmt.Errorf("EXTWORKER_DATABASE_URL %s: %s", RedactURL(dsn), msg)
 	}
 	return nil
 }
@@ -731,7 +777,8 @@ func NewLogger(c Config, w io.Writer) *slog.Logger {
 	}
 	if format == "text" {
 		// Colours only on a terminal: in a file they are escape sequences.
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal}))
+		// Process data in messages and attributes is escaped (termsafeHandler).
+		return slog.New(termsafeHandler{tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal})})
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationText}))
 }
@@ -948,11 +995,12 @@ func orNone(d time.Duration) time.Duration {
 }
 
 // RedactURL hides credentials (user info, and password or sslpassword parameters) in a
-// URL or a key=value connection string, for messages.
+// URL or a key=value connection string, for messages. All user info goes, a user name
+// alone too (a token), up to the last @: a password may hold an unescaped @.
 func RedactURL(u string) string {
-	if i := strings.Index(u, "@"); i > 0 {
-		if j := strings.Index(u, "://"); j > 0 && j < i {
-			u = u[:j+3] + "***" + u[i:]
+	if j := strings.Index(u, "://"); j > 0 {
+		if i := strings.LastIndex(u[j+3:], "@"); i >= 0 {
+			u = u[:j+3] + "***" + u[j+3+i:]
 		}
 	}
 	return MaskParams(u)

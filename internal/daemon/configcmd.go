@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/internal/termsafe"
 	"github.com/extworker/extworker/internal/tracing"
 )
 
@@ -96,7 +97,9 @@ func EffectiveConfig(sets []VarSet, lookup func(string) (string, bool)) []Effect
 			case e.Value == "":
 			case cv.secret == "true":
 				e.Value = masked
-			case cv.secret == "url":
+			case cv.secret == "url" || strings.Contains(e.Value, "://"):
+				// Every URL, tagged secret or not (the OAuth2 token endpoint's, Cockpit's),
+				// may carry a password in its user info.
 				e.Value = MaskURL(e.Value)
 			}
 			out = append(out, e)
@@ -116,20 +119,48 @@ func formatValue(v reflect.Value) string {
 }
 
 // MaskURL keeps a URL or connection string readable (user, host, database, parameters)
-// and masks its password and password-like parameters.
+// and masks its password and password-like parameters. A URL that does not parse is not
+// shown at all (its password cannot be told from the rest: a # or / in it), nor one with
+// an @ past its user info (a password with an unescaped @, /, ? or # that Go reads as
+// the host, path, query or fragment). An http(s) URL's user name alone is masked too: it
+// is sent as Basic authentication, often a token.
 func MaskURL(s string) string {
-	if u, err := url.Parse(s); err == nil && strings.Contains(s, "://") && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			// url.UserPassword would escape the stars; splice the text instead.
-			if i, j := strings.Index(s, "://"), strings.LastIndex(s, "@"); i > 0 && j > i {
-				if k := strings.Index(s[i+3:j], ":"); k >= 0 {
-					s = s[:i+3+k+1] + masked + s[j:]
-				}
-			}
-		}
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return MaskParams(s) // key=value connection string
 	}
-	return MaskParams(s)
+	u, err := url.Parse(s)
+	if err != nil {
+		return notAURL
+	}
+	rest := s[i+3:]
+	userinfo := ""
+	if u.User != nil {
+		at := strings.LastIndex(rest, "@")
+		if at < 0 {
+			return notAURL
+		}
+		userinfo, rest = rest[:at], rest[at+1:]
+	}
+	if strings.Contains(rest, "@") {
+		return notAURL
+	}
+	if u.User != nil {
+		_, hasPassword := u.User.Password()
+		switch {
+		case hasPassword:
+			user, _, _ := strings.Cut(userinfo, ":")
+			userinfo = user + ":" + masked
+		case u.Scheme == "http" || u.Scheme == "https":
+			userinfo = masked
+		}
+		rest = userinfo + "@" + rest
+	}
+	return MaskParams(s[:i+3] + rest)
 }
+
+// notAURL is what `extworker config` shows for a URL variable whose value does not parse.
+const notAURL = "(not shown: not a URL)"
 
 // printConfig prints the variables, then traces (a line, or the JSON object's "traces").
 func printConfig(sets []VarSet, lookup func(string) (string, bool), traces string, asJSON bool, w io.Writer) error {
@@ -145,7 +176,9 @@ func printConfig(sets []VarSet, lookup func(string) (string, bool), traces strin
 	tw := newTabWriter(w)
 	fmt.Fprintln(tw, "VARIABLE\tVALUE\tFROM")
 	for _, v := range vars {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, v.Value, v.Source)
+		// Values come from the environment: print control characters as escapes, as the
+		// JSON encoder does.
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, termsafe.Value(v.Value), termsafe.Value(v.Source))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"path"
 	"strings"
 )
 
@@ -85,26 +87,36 @@ type Derived struct {
 }
 
 // derived is what `extworker config` shows for the variables whose default is derived
-// from another one: EXTWORKER_CONSOLE_COCKPIT_URL from the engine's URL.
+// from another one: EXTWORKER_CONSOLE_COCKPIT_URL from the engine's URL, or why none is.
 func (c Config) derived() map[string]Derived {
 	if c.ConsoleCockpitURL != "" {
 		return nil
 	}
-	return map[string]Derived{"EXTWORKER_CONSOLE_COCKPIT_URL": {Value: c.CockpitURL(), From: "EXTWORKER_ENGINE_URL"}}
+	v := c.CockpitURL()
+	if v == "" {
+		v = noCockpitURL
+	}
+	return map[string]Derived{"EXTWORKER_CONSOLE_COCKPIT_URL": {Value: v, From: "EXTWORKER_ENGINE_URL"}}
 }
 
+// noCockpitURL is what `extworker config` shows when no Cockpit link is derived.
+const noCockpitURL = "(none: EXTWORKER_ENGINE_URL's path does not end in /engine-rest; set EXTWORKER_CONSOLE_COCKPIT_URL)"
+
 // CockpitURL is where the console links into Cockpit: EXTWORKER_CONSOLE_COCKPIT_URL, or
-// the engine's address with /camunda in place of /engine-rest (the distribution's
-// layout), without credentials.
+// the engine's address with /camunda in place of a final /engine-rest (the
+// distribution's layout), without credentials, query or fragment. An engine URL whose
+// path (cleaned) does not end in /engine-rest derives none: "" (no Cockpit links).
 func (c Config) CockpitURL() string {
 	if c.ConsoleCockpitURL != "" {
 		return strings.TrimSuffix(c.ConsoleCockpitURL, "/")
 	}
-	u := RedactURL(c.EngineURL)
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.LastIndex(u[i+3:], "@"); at >= 0 { // no credentials in a link
-			u = u[:i+3] + u[i+3+at+1:]
-		}
+	u, err := url.Parse(c.EngineURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return ""
 	}
-	return strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/engine-rest") + "/camunda"
+	p := path.Clean("/" + u.EscapedPath())
+	if p != "/engine-rest" && !strings.HasSuffix(p, "/engine-rest") {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + strings.TrimSuffix(p, "engine-rest") + "camunda"
 }

@@ -58,11 +58,11 @@ func TestConsoleConfig(t *testing.T) {
 }
 
 // The console's database defaults to the worker's; Cockpit is found beside the engine's
-// REST root, without credentials, unless EXTWORKER_CONSOLE_COCKPIT_URL says otherwise.
+// REST root, unless EXTWORKER_CONSOLE_COCKPIT_URL says otherwise.
 // `extworker config` lists the console's variables, the database URL's password masked.
 func TestConsoleConfigDefaults(t *testing.T) {
 	testenv.ClearConfigEnv(t)
-	t.Setenv("EXTWORKER_ENGINE_URL", "https://ops:pw@camunda.example:8443/engine-rest/")
+	t.Setenv("EXTWORKER_ENGINE_URL", "https://camunda.example:8443/engine-rest/")
 	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, c.DatabaseURL, c.ConsoleDatabase())

@@ -3,9 +3,11 @@ package daemon_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +49,22 @@ func TestTextLogNoColoursOffTerminal(t *testing.T) {
 		assert.Contains(t, out, "engine gone", name)
 		assert.Contains(t, out, "long_poll=20s", name)
 		assert.NotContains(t, out, "\x1b[", "%s: no escape sequences", name)
+	}
+}
+
+// Text logs escape control characters in process data (a business key, an error's
+// text, a value a logger was made With): none reaches the terminal raw.
+func TestTextLogEscapesControlCharacters(t *testing.T) {
+	var buf bytes.Buffer
+	logger := daemon.NewLogger(daemon.Config{LogFormat: "text", LogLevel: "info"}, &buf).With("worker", "w\x1b]0;title\a")
+	logger.Info("task\x1b[2J done", "business_key", "bk\x1b[31mRED", slog.Group("effect", "idempotency_key", "k\x1b[0m\nforged line"),
+		"error", errors.New("engine said \x1b[1mno"), "n", 3)
+	out := buf.String()
+	assert.NotContains(t, out, "\x1b")
+	assert.NotContains(t, out, "\a")
+	assert.Equal(t, 1, strings.Count(out, "\n"), "one record, one line: %s", out)
+	// (tint quotes a value with a space as Go does, doubling the escapes' backslashes.)
+	for _, want := range []string{`bk\x1b[31mRED`, `x1b[0m`, `nforged line`, `engine said `, `x1b[1mno`, `w\x1b]0;title\a`, `task\x1b[2J done`} {
+		assert.Contains(t, out, want)
 	}
 }
