@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,34 +23,123 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// clusterInstances is how many invoices TestWorkersAcrossEngineCluster starts with; the
-// node is killed once half of them completed.
-const clusterInstances = 200
-
-// clusterBacklog is how many invoices the feeder keeps waiting for the workers.
-const clusterBacklog = 100
-
-// clusterLock: 5s locks and ledger leases rather than startNetWorker's 2s, which a worker
-// process starved of CPU by a restarting JVM beside a test suite on two cores can fail to
-// extend in time (the shipped defaults are 20s and 2m).
+// clusterLock: the short tier's 5s locks and ledger leases rather than startNetWorker's
+// 2s, which a worker process starved of CPU by a restarting JVM beside a test suite on two
+// cores can fail to extend in time.
 var clusterLock = []string{"EXTWORKER_LOCK_DURATION=5s", "EXTWORKER_LEDGER_LEASE=5s"}
 
 // afterFor is how long the work lasts at least after the killed node is back.
 const afterFor = 10 * time.Second
 
+// clusterTier is a tier of TestWorkersAcrossEngineCluster (docs/testing.md): the workers'
+// settings, the node it kills, and its load.
+type clusterTier struct {
+	tier faultTier
+	// victim is the node SIGKILLed once half of the first instances completed.
+	victim int
+	// instances are started before the workers; the node is killed once half of them
+	// completed. backlog is how many the feeder keeps waiting for the workers from then.
+	instances, backlog int
+}
+
+// clusterTiers run one after the other on one engine cluster (starting it is the slow
+// part), each killing and restarting a node of its own.
+//
+//   - defaults: the worker processes at the shipped settings (20s lock and long poll, 2m
+//     ledger lease, 10s provider timeout): faults_test.go's defaults tier, which sets
+//     where things are and nothing else. A task the dead node had locked for a poll whose
+//     answer never arrived waits out a 20s lock.
+//   - short: 5s locks and ledger leases (clusterLock), a 1s long poll and a 1.5s provider
+//     timeout (startNetWorker's).
+var clusterTiers = []clusterTier{
+	{tier: faultTiers[1], victim: 0, instances: 200, backlog: 100},
+	{tier: shortTier, victim: 1, instances: 200, backlog: 100},
+}
+
 // Three worker processes against an engine cluster (two nodes on one database behind
 // HAProxy: testenv.StartCluster), all through the balancer's URL, working through
 // invoices (a backlog kept up until afterFor after the restart) while one node is
-// SIGKILLed, once half of the first clusterInstances completed, and started again. Every instance completes, with no incident; no handler runs twice for a
-// task (a lost complete is resent, not redone: the worker logs); the provider charged
-// each invoice once and the ledger agrees (the oracle: internal/oracle). It logs the
+// SIGKILLed, once half of the first invoices completed, and started again; once per tier
+// (clusterTiers: the shipped defaults first, then short timeouts), on the same cluster.
+// Every instance completes, with no incident; no handler runs twice for a task (a lost
+// complete is resent, not redone: the worker logs); the provider charged each invoice
+// once and the ledger agrees (the oracle: internal/oracle). Each tier logs the
 // throughput (instances completed per second, from the engine's history) before, during
 // and after the node was down, how long after the kill it was back to 80% of before (in
 // 2s windows), and the dip when the restarted node rejoins.
 func TestWorkersAcrossEngineCluster(t *testing.T) {
 	cl := testenv.StartCluster(t, 2)
 	c := cl.Client(t)
+	for _, ct := range clusterTiers {
+		t.Run(ct.tier.name, func(t *testing.T) {
+			ct.tier.skipIfShort(t)
+			began := time.Now()
+			workersAcrossEngineCluster(t, cl, c, ct)
+			t.Logf("%s tier: %v", ct.tier.name, time.Since(began).Round(time.Millisecond))
+		})
+	}
+}
+
+// startClusterWorker starts a worker process in the tier through the cluster's balancer.
+func startClusterWorker(t *testing.T, f faultEnv, cl *testenv.Cluster, ft faultTier) *netWorker {
+	t.Helper()
+	if !ft.atDefaults() {
+		return startNetWorker(t, f, cl.URL(), testenv.DBURL(), clusterLock...)
+	}
+	id := testenv.Unique("net")
+	cmd := exec.Command(f.bin, "run")
+	// The tier's environment (no EXTWORKER_ setting but where things are), the cluster's
+	// balancer as the engine, and startNetWorker's credentials and JSON logs (info: the
+	// checks read "task handled").
+	cmd.Env = append(ft.env(f.ns, f.pay.URL()), "EXTWORKER_ENGINE_URL="+cl.URL(),
+		"EXTWORKER_ENGINE_USER="+testenv.AuthEngineUser, "EXTWORKER_ENGINE_PASSWORD="+testenv.AuthEnginePassword,
+		"EXTWORKER_WORKER_ID="+id, "EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json")
+	w := &netWorker{id: id, cmd: cmd, logs: &testenv.Buffer{}, exited: make(chan error, 1), began: time.Now()}
+	cmd.Stdout, cmd.Stderr = w.logs, w.logs
+	require.NoError(t, cmd.Start())
+	go func() { w.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-w.exited:
+			w.exited <- err
+		default:
+			_ = cmd.Process.Kill()
+			<-w.exited
+		}
+	})
+	return w
+}
+
+// stopAll sends SIGTERM to every worker at once and waits for each to exit cleanly: a
+// worker waits for its pending long poll (up to 20s at the defaults), so that the engine
+// does not go on locking tasks for it.
+func stopAll(t *testing.T, workers []*netWorker, within time.Duration) {
+	t.Helper()
+	for _, w := range workers {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for _, w := range workers {
+		select {
+		case err := <-w.exited:
+			w.exited <- err
+			assert.NoError(t, err, "worker %s exits cleanly on SIGTERM; logs:\n%s", w.id, w.logs.String())
+		case <-deadline.C:
+			t.Fatalf("worker %s did not stop within %v of SIGTERM", w.id, within)
+		}
+	}
+}
+
+func workersAcrossEngineCluster(t *testing.T, cl *testenv.Cluster, c *admin.Client, ct clusterTier) {
+	clusterInstances, clusterBacklog := ct.instances, ct.backlog
 	f := newFaultEnvOn(t, c, "cluster", 6*time.Minute)
+	timing := tierTiming(t, f.bin, ct.tier)
+	if !ct.tier.atDefaults() {
+		timing.lock, timing.lease = 5*time.Second, 5*time.Second // clusterLock
+	}
+	t.Logf("%s tier: lock %v, long poll %v, ledger lease %v, provider timeout %v; %d invoices, then a backlog of %d; node %d killed",
+		ct.tier.name, timing.lock, timing.longPoll, timing.lease, timing.providerTimeout, clusterInstances, clusterBacklog, ct.victim)
 	prefix := testenv.Unique("CL")
 
 	// The invoices: clusterInstances first, so that the workers run at full speed from the
@@ -56,6 +147,50 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 	// is back, so that the throughput is the workers' and the engine's at every moment.
 	var mu sync.Mutex
 	var ids, invoices []string
+	// startOne starts an invoice's instance. A start sent to the node being killed fails
+	// (its connection closed: EOF, or HAProxy's 502) and may have taken effect: the engine
+	// is asked by business key before the start is sent again, so that each invoice has
+	// one instance.
+	var startsLost, startsTookEffect int
+	startOne := func(inv string, k int64) (string, error) {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			pi, err := c.StartProcess(f.ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv,
+				Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(inv), "amountCents": camunda7.LongVar(1000 + k)}})
+			if err == nil {
+				return pi.ID, nil
+			}
+			mu.Lock()
+			startsLost++
+			mu.Unlock()
+			for {
+				if time.Now().After(deadline) {
+					return "", fmt.Errorf("no instance a minute after its start failed: %w", err)
+				}
+				retry := time.NewTimer(250 * time.Millisecond) // the live node takes over
+				select {
+				case <-retry.C:
+				case <-f.ctx.Done():
+					retry.Stop()
+					return "", f.ctx.Err()
+				}
+				hs, qerr := c.HistoricProcessInstances(f.ctx, url.Values{"processInstanceBusinessKey": {inv}})
+				if qerr != nil {
+					continue
+				}
+				if len(hs) > 1 {
+					return "", fmt.Errorf("%d instances", len(hs))
+				}
+				if len(hs) == 1 {
+					mu.Lock()
+					startsTookEffect++
+					mu.Unlock()
+					return hs[0].ID, nil
+				}
+				break // it did not take effect: start it again
+			}
+		}
+	}
 	start := func(n int) error {
 		mu.Lock()
 		from := len(ids)
@@ -70,14 +205,13 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 				defer wg.Done()
 				for k := range next {
 					inv := fmt.Sprintf("%s-%04d", prefix, k)
-					pi, err := c.StartProcess(f.ctx, demoProcessKey, admin.StartProcessRequest{BusinessKey: inv,
-						Variables: camunda7.Variables{"invoiceId": camunda7.StringVar(inv), "amountCents": camunda7.LongVar(1000 + int64(k))}})
+					id, err := startOne(inv, int64(k))
 					if err != nil {
 						errs <- fmt.Errorf("start invoice %s: %w", inv, err)
 						continue
 					}
 					mu.Lock()
-					ids[k], invoices[k] = pi.ID, inv
+					ids[k], invoices[k] = id, inv
 					mu.Unlock()
 				}
 			}()
@@ -111,7 +245,7 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 	began := time.Now()
 	var workers []*netWorker
 	for range 3 {
-		workers = append(workers, startNetWorker(t, f, cl.URL(), testenv.DBURL(), clusterLock...))
+		workers = append(workers, startClusterWorker(t, f, cl, ct.tier))
 	}
 	stopFeeding := make(chan struct{})
 	fed := make(chan error, 1)
@@ -135,7 +269,7 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 	}()
 
 	workers[0].eventually(t, 2*time.Minute, fmt.Sprintf("%d invoices completed", clusterInstances/2), func() bool { return finished() >= clusterInstances/2 })
-	const victim = 1
+	victim := ct.victim
 	kill := cl.Kill(t, victim)
 	cl.Restart(t, victim)
 	restarted := time.Now()
@@ -143,10 +277,9 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 	close(stopFeeding)
 	require.NoError(t, <-fed, "the feeder")
 	workers[0].eventually(t, 3*time.Minute, "every invoice completed", func() bool { return finished() == started() })
-	t.Logf("%d invoices through 3 workers and 2 nodes in %v", len(ids), time.Since(began).Round(time.Millisecond))
-	for _, w := range workers {
-		w.stop(t)
-	}
+	t.Logf("%d invoices through 3 workers and 2 nodes in %v; %d starts failed with the node (%d of them had taken effect)",
+		len(ids), time.Since(began).Round(time.Millisecond), startsLost, startsTookEffect)
+	stopAll(t, workers, timing.stop)
 
 	// Every instance completed, without an incident.
 	hist, err := invariants.AllPages(f.ctx, url.Values{"processInstanceBusinessKeyLike": {prefix + "-%"}}, c.HistoricProcessInstances)
@@ -288,8 +421,8 @@ func TestWorkersAcrossEngineCluster(t *testing.T) {
 			rejoinBack = at.Add(window).Sub(restarted)
 		}
 	}
-	t.Logf("instances %d, incidents %d, handler re-runs %d, max effects per intent %d; reports delivered after a resend %d, found taken effect after a lost answer %d; first resends by cause: %v",
-		len(hist), len(ours), reruns, maxEffects, resent, gone, causes)
+	t.Logf("%s tier: instances %d, incidents %d, handler re-runs %d, max effects per intent %d; reports delivered after a resend %d, found taken effect after a lost answer %d; first resends by cause: %v",
+		ct.tier.name, len(hist), len(ours), reruns, maxEffects, resent, gone, causes)
 	t.Logf("completions/s: before the kill %.1f (%v), node down %.1f (%v, kill to restarted), after %.1f (%v); back to >= 80%% of before %v after the kill (-1: not before the work ran out)",
 		before, kill.At.Sub(beforeFrom).Round(time.Millisecond), during, restarted.Sub(kill.At).Round(time.Millisecond),
 		after, afterFor, recovery.Round(100*time.Millisecond))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/daemon"
 	invariants "github.com/extworker/extworker/internal/oracle"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/tasks"
@@ -41,19 +43,37 @@ import (
 // failover: the ledger finds those intents dispatched again (or not at all) and asks
 // the provider, by the same provider key, which replays the charge it made. With
 // synchronous replication nothing acknowledged is lost: commits wait for the standby.
+//
+// Each mode runs in tiers (docs/testing.md): sync at the shipped defaults first
+// (sync/defaults), then both modes with short timeouts (async/short, sync/short). At the
+// defaults a provider call in flight at the kill leaves its intent dispatched under a 2m
+// lease (its confirmation could not be written), and its reconciliation waits for the
+// lease to end: the run lasts about the lease plus a long poll, where the short tier
+// takes seconds (docs/failover.md has the figures). The async mode's lost settlements do
+// not depend on the timing, so it runs in the short tier only.
 func TestLedgerFailover(t *testing.T) {
 	for _, mode := range []struct {
 		name   string
 		sync   bool
 		outage time.Duration
+		tiers  []faultTier
 	}{
-		{"async", false, failoverOutage},
+		{"async", false, failoverOutage, []faultTier{shortTier}},
 		// An outage longer than the demo's retry budget (about 3 s): a ledger that cannot
 		// reach its database defers the task, its retries kept, so no incident. (Before,
 		// 2 of 150 instances ended in incidents at 8 s.)
-		{"sync", true, 4 * failoverOutage},
+		{"sync", true, 4 * failoverOutage, []faultTier{faultTiers[1], shortTier}},
 	} {
-		t.Run(mode.name, func(t *testing.T) { ledgerFailover(t, mode.sync, mode.outage) })
+		t.Run(mode.name, func(t *testing.T) {
+			for _, ft := range mode.tiers {
+				t.Run(ft.name, func(t *testing.T) {
+					ft.skipIfShort(t)
+					began := time.Now()
+					ledgerFailover(t, mode.sync, mode.outage, ft)
+					t.Logf("%s/%s: %v", mode.name, ft.name, time.Since(began).Round(time.Millisecond))
+				})
+			}
+		})
 	}
 }
 
@@ -73,19 +93,32 @@ const (
 // settled are the states of an intent whose outcome the ledger has recorded.
 var settled = []string{string(idempotency.StateConfirmed), string(idempotency.StateReconciled), string(idempotency.StateRejected)}
 
-func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration) {
+func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration, ft faultTier) {
 	c := testenv.Engine(t)
 	pair := testenv.StartPGPair(t, sync)
 	ctx := testenv.Context(t, 8*time.Minute)
 	ns := testenv.Unique("failover")
+	// The workers run in this process and read its environment: at the defaults without
+	// any EXTWORKER_ setting (the harness's own EXTWORKER_TEST_ variables stay), as
+	// faultTier.env does for a worker process.
+	if ft.atDefaults() {
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "EXTWORKER_") && !strings.HasPrefix(k, "EXTWORKER_TEST_") {
+				t.Setenv(k, "") // restored at cleanup
+				require.NoError(t, os.Unsetenv(k))
+			}
+		}
+	}
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
 	t.Setenv("EXTWORKER_DATABASE_URL", pair.URL())
 	t.Setenv("EXTWORKER_LEDGER_NAMESPACE", ns)
-	// The short tier's timing (faults_test.go): a dead attempt's lease and lock run out
+	// The tier's timing (faults_test.go): none at the defaults; in the short tier a 2s
+	// lock and lease and a 1s long poll, so that a dead attempt's lease and lock run out
 	// within seconds.
-	t.Setenv("EXTWORKER_LOCK_DURATION", "2s")
-	t.Setenv("EXTWORKER_LEDGER_LEASE", "2s")
-	t.Setenv("EXTWORKER_LONG_POLL", "1s")
+	for _, kv := range ft.settings {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	require.NoError(t, extworker.Migrate(ctx, extworker.Options{}, io.Discard))
 
 	// The demo's process under a key and topics of the test's own: no other demo worker
@@ -110,6 +143,19 @@ func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration) {
 	// there (unknown outcomes).
 	pay.SlowDelay = 300 * time.Millisecond
 	pc := providerConfig{URL: pay.URL(), Timeout: 1500 * time.Millisecond, Search: true, SearchLag: time.Minute}
+	if ft.atDefaults() {
+		pc, err = loadProviderConfig() // the demo's defaults: a 10s provider timeout
+		require.NoError(t, err)
+		pc.URL = pay.URL()
+	}
+	// The workers' settings, as they read them; the ledger's lease, which a dead attempt's
+	// intent waits out, bounds the drain with a long poll (a deferred task's retry is
+	// handed over when a poll ends) and a minute.
+	cfg, err := daemon.LoadConfig()
+	require.NoError(t, err)
+	lease := cfg.LedgerLease
+	drainFor := max(3*time.Minute, lease+cfg.LongPoll+time.Minute)
+	t.Logf("%s tier: lock %v, long poll %v, ledger lease %v, provider timeout %v", ft.name, cfg.LockDuration, cfg.LongPoll, lease, pc.Timeout)
 
 	// Two workers, never restarted.
 	wctx, stopWorkers := context.WithCancel(ctx)
@@ -188,7 +234,7 @@ func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration) {
 	})
 
 	ids := starter.wait(t)
-	st, engine := drainFailover(t, ctx, c, key, ids, began)
+	st, engine := drainFailover(t, ctx, c, key, ids, began, drainFor)
 	for _, w := range workers {
 		select {
 		case err := <-w.done:
@@ -301,6 +347,21 @@ func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration) {
 		}
 	}
 	assert.Zero(t, pay.DoubleCharges(), "no invoice charged twice")
+
+	// How long the run lasted past the kill: the last instance's end, and how long the
+	// unknown outcomes waited (from their dispatch to their reconciliation: the lease).
+	var lastEnd time.Time
+	for _, h := range engine.Instances {
+		if h.EndTime.After(lastEnd) {
+			lastEnd = h.EndTime.Time
+		}
+	}
+	var waitMin, waitMax float64
+	require.NoError(t, newPrimary.QueryRow(ctx, `SELECT coalesce(min(w), 0), coalesce(max(w), 0) FROM (
+			SELECT extract(epoch FROM r.at - (SELECT max(d.at) FROM extworker_intent_events d WHERE d.intent_id = r.intent_id AND d.to_state = 'dispatched' AND d.at < r.at))::float8 w
+			FROM extworker_intent_events r JOIN extworker_intents i ON i.id = r.intent_id WHERE i.namespace = $1 AND r.to_state = 'reconciled') x`, ns).Scan(&waitMin, &waitMax))
+	t.Logf("%s tier: the last instance ended %v after the kill; unknown outcomes reconciled %.1f-%.1fs after their dispatch (lease %v)",
+		ft.name, lastEnd.Sub(killed).Round(time.Millisecond), waitMin, waitMax, lease)
 
 	heldN := 0
 	require.NoError(t, newPrimary.QueryRow(ctx, `SELECT count(*) FROM extworker_intents WHERE namespace = $1 AND state = 'operator_hold'`, ns).Scan(&heldN))
@@ -486,12 +547,12 @@ func (s *invoiceStream) wait(t *testing.T) []string {
 
 // drainFailover waits until every instance has ended or holds an incident, then checks
 // I3 (no lost instances) as the soak does; no incident is allowed.
-func drainFailover(t *testing.T, ctx context.Context, c *admin.Client, key string, ids []string, since time.Time) (invariants.InstanceCounts, invariants.EngineState) {
+func drainFailover(t *testing.T, ctx context.Context, c *admin.Client, key string, ids []string, since time.Time, within time.Duration) (invariants.InstanceCounts, invariants.EngineState) {
 	t.Helper()
 	q := invariants.EngineQuery{ProcessDefinitionKey: key, BusinessKeyPrefix: "FO-", ErrorEndActivities: []string{"invoiceDeclined"},
 		Since: since.Add(-time.Minute)}
 	var st invariants.EngineState
-	testenv.Eventually(t, 3*time.Minute, "every instance to end or hold an incident", func() (bool, error) {
+	testenv.Eventually(t, within, "every instance to end or hold an incident", func() (bool, error) {
 		var err error
 		st, err = invariants.ReadEngine(ctx, c, q)
 		if err != nil {
