@@ -588,6 +588,9 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := typedText("resolve", [][2]string{{"--reason", *reason}, {"--provider-ref", *ref}, {"--error-code", *code}}, values); err != nil {
+		return err
+	}
 
 	l, closeLedger, err := e.open(ctx)
 	if err != nil {
@@ -607,6 +610,35 @@ func (e *effectsCmd) resolve(ctx context.Context, args []string) error {
 		return e.pending(l.Namespace(), res.Row, *res.Pending, *asJSON)
 	}
 	return e.applied(ctx, "resolve", l, res.Row, *asJSON)
+}
+
+// typedText refuses, as a usage error, what an operator typed that the console's form
+// would refuse (console.CheckTypedReason and the rest: a control character, a byte that is
+// not UTF-8, an invisible character, too much), before anything is opened: the tool
+// stores nothing the console would not.
+func typedText(cmd string, flags [][2]string, values keyValues) error {
+	checks := map[string]func(string) error{"--reason": console.CheckTypedReason, "--provider-ref": console.CheckTypedProviderRef,
+		"--error-code": console.CheckTypedErrorCode}
+	var problems []string
+	for _, f := range flags {
+		if err := checks[f[0]](f[1]); err != nil {
+			problems = append(problems, f[0]+": "+err.Error())
+		}
+	}
+	names := make([]string, 0, len(values))
+	for name := range values {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := console.CheckTypedValues(name + "=" + fmt.Sprint(values[name])); err != nil {
+			problems = append(problems, "--value: "+err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return usageError{fmt.Errorf("effects %s: %s", cmd, strings.Join(problems, "; "))}
+	}
+	return nil
 }
 
 // resolveVerdict reads resolve's flags into the verdict's state, refusing in one error
@@ -830,6 +862,9 @@ func (e *effectsCmd) decide(ctx context.Context, cmd string, args []string) erro
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("effects %s: %s", cmd, strings.Join(problems, "; "))
+	}
+	if err := typedText(cmd, [][2]string{{"--reason", *reason}}, nil); err != nil {
+		return err
 	}
 	l, closeLedger, err := e.open(ctx)
 	if err != nil {

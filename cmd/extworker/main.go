@@ -33,11 +33,7 @@ import (
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "extworker:", termsafe.String(err.Error()))
-		var ce daemon.ConfigError
-		if errors.As(err, &ce) {
-			os.Exit(daemon.ExitConfig) // retrying cannot help: a supervisor may stop restarting
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err)) // 78 configuration, 2 usage, else 1 (usage.go)
 	}
 }
 
