@@ -33,6 +33,7 @@ const (
 	NameKafka            = "kafka reachable"
 	NameLockLongPoll     = "lock vs long poll"
 	NameShutdownLongPoll = "shutdown vs long poll"
+	NameConsole          = "operator console"
 )
 
 // NameQueue is the check of one queue the inbox consumes from.
@@ -421,6 +422,38 @@ func Address(variable, addr string, err error) Check {
 			"set "+variable+" to a free address (one per worker on a host), or stop what listens there (ss -ltnp)")
 	}
 	return ok(name, addr+" is free")
+}
+
+// ConsoleFacts is what opening the operator console gave.
+type ConsoleFacts struct {
+	OwnLogin bool   // EXTWORKER_CONSOLE_DATABASE_URL is set (else the console uses the worker's)
+	Err      error  // console.Open's
+	Notice   string // what its pages say of its database login ("" when it may do an operator's work)
+}
+
+// Console judges the operator console as `extworker console serve` and a worker with
+// EXTWORKER_CONSOLE_ADDR open it: a configuration error stops either (exit 78), a
+// database it cannot log in to as well; a login outside the console's role serves, with
+// a notice on every page that operators' approvals will be refused.
+func Console(f ConsoleFacts) Check {
+	dbVar := "EXTWORKER_DATABASE_URL (the console's login without EXTWORKER_CONSOLE_DATABASE_URL)"
+	if f.OwnLogin {
+		dbVar = "EXTWORKER_CONSOLE_DATABASE_URL"
+	}
+	var ce daemon.ConfigError
+	switch {
+	case f.Err != nil && errors.As(f.Err, &ce):
+		return fail(NameConsole, "does not start: "+f.Err.Error(),
+			"correct the variable named (docs/console.md): the console, and a worker with EXTWORKER_CONSOLE_ADDR, exit 78 with it")
+	case f.Err != nil:
+		return fail(NameConsole, "does not start: "+f.Err.Error(),
+			"check "+dbVar+" (host, port, database, user, password, sslmode) and that the login may connect; the console, and a worker with EXTWORKER_CONSOLE_ADDR, stop with it")
+	case f.Notice != "" && f.OwnLogin:
+		return fail(NameConsole, f.Notice, "set EXTWORKER_CONSOLE_DATABASE_URL to a login in the console's role (docs/console.md, docs/operators.md#database-roles)")
+	case f.Notice != "":
+		return warn(NameConsole, f.Notice, "set EXTWORKER_CONSOLE_DATABASE_URL to a login in the console's role (docs/console.md, docs/operators.md#database-roles)")
+	}
+	return ok(NameConsole, "its configuration loads as `extworker console serve` loads it; its database login may do an operator's work")
 }
 
 // NameConfig is the first check: the configuration itself.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/inbox"
+	"github.com/extworker/extworker/internal/console"
 	"github.com/extworker/extworker/internal/daemon"
 	"github.com/extworker/extworker/migrations"
 )
@@ -53,6 +55,7 @@ func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Opti
 		dbAt  *time.Duration
 		amqpC []Check
 		kafka []Check
+		cons  []Check
 		addrs []Check
 		wg    sync.WaitGroup
 	)
@@ -60,6 +63,7 @@ func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Opti
 	wg.Go(probe(func(ctx context.Context) { db, dbAt = probeDatabase(ctx, cfg) }))
 	wg.Go(probe(func(ctx context.Context) { amqpC = probeAMQP(ctx, cfg, opts.Queues) }))
 	wg.Go(probe(func(ctx context.Context) { kafka = probeKafka(ctx, cfg) }))
+	wg.Go(probe(func(ctx context.Context) { cons = probeConsole(ctx, cfg) }))
 	wg.Go(func() { addrs = probeAddresses(ctx, cfg, ops) })
 	wg.Wait()
 
@@ -68,6 +72,7 @@ func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Opti
 	out = append(out, Clock(ClockFacts{Engine: eng.offset, EngineUnknown: eng.plain.unknown, Database: dbAt}))
 	out = append(out, amqpC...)
 	out = append(out, kafka...)
+	out = append(out, cons...)
 	out = append(out, Relations(cfg)...)
 	out = append(out, addrs...)
 	// Errors from the services may quote what they were given: no secret of the
@@ -429,6 +434,44 @@ func probeKafka(ctx context.Context, cfg daemon.Config) []Check {
 			"check EXTWORKER_KAFKA_BROKERS (host:port of each), EXTWORKER_KAFKA_TLS, and that the brokers run")}
 	}
 	return []Check{ok(NameKafka, brokers+": a broker answers")}
+}
+
+// probeConsole checks the operator console, when EXTWORKER_CONSOLE_ADDR turns it on, by
+// opening it as `extworker console serve` and a worker do (console.Open: the operators
+// file, the trusted proxies, the session key, the allowed hosts, its database login),
+// on a read-only session, and asking it what it says of its login.
+func probeConsole(ctx context.Context, cfg daemon.Config) []Check {
+	if cfg.ConsoleAddr == "" {
+		return nil
+	}
+	c := cfg
+	ro, err := readOnlyURL(cfg.ConsoleDatabase())
+	if err != nil {
+		return []Check{Console(ConsoleFacts{OwnLogin: cfg.ConsoleDatabaseURL != "", Err: err})}
+	}
+	c.ConsoleDatabaseURL = ro
+	srv, err := console.Open(ctx, c, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return []Check{Console(ConsoleFacts{OwnLogin: cfg.ConsoleDatabaseURL != "", Err: err})}
+	}
+	defer srv.Close()
+	return []Check{Console(ConsoleFacts{OwnLogin: cfg.ConsoleDatabaseURL != "", Notice: srv.Notice()})}
+}
+
+// readOnlyURL is a PostgreSQL connection string (a URL or key=value pairs) whose every
+// transaction is read-only: the doctor never writes.
+func readOnlyURL(s string) (string, error) {
+	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+		return s + " default_transaction_read_only=on", nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", errors.New("the database URL does not parse") // the error would quote it
+	}
+	q := u.Query()
+	q.Set("default_transaction_read_only", "on")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // probeAddresses binds each address this host's worker would listen on, and lets it go.

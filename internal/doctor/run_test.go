@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/internal/daemon"
@@ -190,6 +193,61 @@ func TestEngineClockUnread(t *testing.T) {
 		assert.Contains(t, c.Found, tc.found)
 		assert.Regexp(t, `engine 26y\d*d? behind|engine unknown`, c.Found)
 	}
+}
+
+// The operator console, when EXTWORKER_CONSOLE_ADDR is set, is opened as `extworker
+// console serve` opens it: each setting that stops it fails the check, with its fix.
+func TestConsole(t *testing.T) {
+	healthy(t)
+	checks := run(t, doctor.Options{})
+	assert.NotContains(t, checks, doctor.NameConsole, "no console configured, no check")
+
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	hash := func(cost int) string {
+		h, err := bcrypt.GenerateFromPassword([]byte("correct horse battery"), cost)
+		require.NoError(t, err)
+		return string(h)
+	}
+	good := file("good", "alice:"+hash(10)+"\n")
+	t.Setenv("EXTWORKER_CONSOLE_ADDR", testenv.FreeAddr(t))
+	t.Setenv("EXTWORKER_CONSOLE_OPERATORS_FILE", good)
+	t.Setenv("EXTWORKER_CONSOLE_DATABASE_URL", testenv.DBURLAs(testenv.ConsoleLogin))
+	assertStatus(t, requireCheck(t, run(t, doctor.Options{}), doctor.NameConsole), doctor.OK, "")
+
+	for _, tc := range []struct {
+		name, env, value, found, fix string
+	}{
+		{"missing operators file", "EXTWORKER_CONSOLE_OPERATORS_FILE", filepath.Join(dir, "absent"), "no such file", "exit 78"},
+		{"empty operators file", "EXTWORKER_CONSOLE_OPERATORS_FILE", file("empty", "# nobody\n"), "no operators", "exit 78"},
+		{"cheap hash", "EXTWORKER_CONSOLE_OPERATORS_FILE", file("cheap", "alice:"+hash(5)+"\n"), "bcrypt cost 5", "exit 78"},
+		{"wrong console password", "EXTWORKER_CONSOLE_DATABASE_URL", strings.Replace(testenv.DBURLAs(testenv.ConsoleLogin),
+			testenv.ConsoleLogin+":"+testenv.ConsoleLogin+"@", testenv.ConsoleLogin+":wrong-pw-4711@", 1), "password authentication failed", "check EXTWORKER_CONSOLE_DATABASE_URL"},
+		{"login outside the console role", "EXTWORKER_CONSOLE_DATABASE_URL", testenv.DBURLAs(testenv.WorkerLogin), "not an operator's", "a login in the console's role"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			checks := run(t, doctor.Options{})
+			c := requireCheck(t, checks, doctor.NameConsole)
+			assertStatus(t, c, doctor.Fail, tc.fix)
+			assert.Contains(t, c.Found, tc.found)
+			for _, c := range checks {
+				assert.NotContains(t, c.Found+c.Fix, "wrong-pw-4711")
+			}
+		})
+	}
+
+	// A proxy's header, believed from anyone.
+	t.Setenv("EXTWORKER_CONSOLE_OPERATORS_FILE", "")
+	t.Setenv("EXTWORKER_CONSOLE_AUTH_HEADER", "X-Forwarded-User")
+	t.Setenv("EXTWORKER_CONSOLE_TRUSTED_PROXIES", "0.0.0.0/0")
+	c := requireCheck(t, run(t, doctor.Options{}), doctor.NameConsole)
+	assertStatus(t, c, doctor.Fail, "exit 78")
+	assert.Contains(t, c.Found, "too wide")
 }
 
 // scratchSchema returns the ledger database's URL (as its owner) with a new, empty
