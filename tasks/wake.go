@@ -24,7 +24,7 @@ import (
 const wakeMargin = 100 * time.Millisecond
 
 // wakeSchedule is the set of moments a wake is due, earliest first. Moments closer than
-// wakeMargin to one already due are one wake.
+// wakeCoalesce to one already due are one wake.
 type wakeSchedule struct {
 	mu   sync.Mutex
 	due  []time.Time
@@ -66,11 +66,16 @@ func (s *wakeSchedule) take(now time.Time) bool {
 	return n > 0
 }
 
-// scheduleWake inserts at into due (sorted), unless a moment within wakeMargin of it is
+// wakeCoalesce is how close two moments are that one wake serves (the retry timeouts of
+// tasks that failed together end together): no more than wakeMargin, or the wake kept, the
+// earlier, could come before the later task's retry timeout has ended.
+const wakeCoalesce = wakeMargin
+
+// scheduleWake inserts at into due (sorted), unless a moment within wakeCoalesce of it is
 // there already, and reports whether at is now the earliest.
 func scheduleWake(due []time.Time, at time.Time) ([]time.Time, bool) {
 	i, _ := slices.BinarySearchFunc(due, at, time.Time.Compare)
-	if (i > 0 && at.Sub(due[i-1]) < wakeMargin) || (i < len(due) && due[i].Sub(at) < wakeMargin) {
+	if (i > 0 && at.Sub(due[i-1]) < wakeCoalesce) || (i < len(due) && due[i].Sub(at) < wakeCoalesce) {
 		return due, false
 	}
 	return slices.Insert(due, i, at), i == 0
@@ -105,18 +110,6 @@ func lockWatchPeriod(cfg Config, locks []time.Duration) time.Duration {
 	return max(p, time.Second)
 }
 
-// foreignLockEnd is when the earliest lock of tasks (sorted by lock end) not held by self
-// ends; false if every one is ours (our running tasks' locks are kept alive, our retry
-// timeouts are scheduled by send).
-func foreignLockEnd(tasks []camunda7.ExternalTask, self string) (time.Time, bool) {
-	for _, t := range tasks {
-		if t.WorkerID != self && !t.LockExpirationTime.IsZero() {
-			return t.LockExpirationTime.Time, true
-		}
-	}
-	return time.Time{}, false
-}
-
 // wakeLoop sends the scheduled wakes and runs the lock watch until ctx ends. A wake or a
 // watch is only worth its request while a long poll is pending: a poll sent later tries
 // once at once, and gets the task then.
@@ -125,13 +118,12 @@ func (w *Worker) wakeLoop(ctx context.Context) {
 	if !ok || w.cfg.AsyncResponseTimeout <= 0 {
 		return
 	}
-	period := lockWatchPeriod(w.cfg, w.reg.lockDurations())
-	var watchAt time.Time // the next lock watch, once a poll is pending; zero: at once
+	lw := lockWatch{period: lockWatchPeriod(w.cfg, w.reg.lockDurations())}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		timer.Stop()
-		if at, ok := nextWakeEvent(w.wakes.next(), watchAt, period > 0 && w.polling.pending(), time.Now()); ok {
+		if at, ok := nextWakeEvent(w.wakes.next(), lw.next, lw.period > 0 && w.polling.pending(), time.Now()); ok {
 			timer.Reset(max(time.Until(at), 0))
 		}
 		select {
@@ -143,13 +135,14 @@ func (w *Worker) wakeLoop(ctx context.Context) {
 			continue
 		case <-timer.C:
 		}
-		now := time.Now()
-		if period > 0 && !now.Before(watchAt) && w.polling.pending() {
-			w.watchLocks(ctx, now.Add(period))
-			watchAt = now.Add(period)
+		wake := false
+		if now := time.Now(); lw.period > 0 && !now.Before(lw.next) && w.polling.pending() {
+			wake = w.watchLocks(ctx, &lw, now)
 		}
-		if w.wakes.take(time.Now()) && w.polling.pending() {
-			w.wake(ctx, wk)
+		if w.wakes.take(time.Now()) || wake {
+			if w.polling.pending() {
+				w.wake(ctx, wk)
+			}
 		}
 	}
 }
@@ -169,28 +162,113 @@ func nextWakeEvent(wake, watchAt time.Time, watching bool, now time.Time) (time.
 	return wake, !wake.IsZero()
 }
 
-// watchLocks schedules a wake at the end of the earliest lock another worker holds on
-// each topic, of those ending before horizon (ended ones included: a wake at once).
-func (w *Worker) watchLocks(ctx context.Context, horizon time.Time) {
+// lockWatch is what the lock watch remembers from one query to the next.
+type lockWatch struct {
+	period time.Duration        // the longest time between two queries; 0: no watch
+	next   time.Time            // when to query next; zero: at once
+	woken  map[string]wokenLock // the ended foreign locks the poll was woken for, by task id
+	failed bool                 // the last query failed (logged once)
+}
+
+// wokenLock is an ended lock the poll was woken for, and how often.
+type wokenLock struct {
+	end   time.Time
+	tries int
+}
+
+const (
+	// watchGap is the least time between two queries of the lock watch: it bounds them
+	// while a dead worker's locks end one after the other.
+	watchGap = 500 * time.Millisecond
+	// maxWakeTries is how often the poll is woken for one ended lock whose task stays
+	// unfetched: a clock ahead of the engine's woke it too early, or the topic's filters
+	// (a process definition, a tenant) leave the task out of this worker's polls.
+	maxWakeTries = 3
+)
+
+// decideWatch is what a lock watch at now does with the locks of its query (tasks, of
+// every topic): wake the poll when another worker's lock has ended (each ended lock at
+// most maxWakeTries times, a watchGap apart), and when to query next: at the next end of
+// another worker's lock, to see whether it was extended (a live worker extends its locks
+// long before they end, a dead one does not), at the latest period from now, at the
+// earliest watchGap from now. It returns the woken locks that are still ended.
+func decideWatch(tasks []camunda7.ExternalTask, self string, woken map[string]wokenLock, now time.Time, period time.Duration) (
+	wake bool, next time.Time, stillWoken map[string]wokenLock) {
+	next, stillWoken = now.Add(period), map[string]wokenLock{}
+	for _, t := range tasks {
+		end := t.LockExpirationTime.Time
+		if t.WorkerID == self || end.IsZero() {
+			continue // our own locks are kept alive, our retry timeouts scheduled by send
+		}
+		if end.After(now) {
+			next = minTime(next, end.Add(wakeMargin))
+			continue
+		}
+		wl := woken[t.ID]
+		if !wl.end.Equal(end) {
+			wl = wokenLock{end: end}
+		}
+		if wl.tries < maxWakeTries {
+			wl.tries++
+			wake = true
+			next = minTime(next, now) // again after watchGap: taken, or woken again
+		}
+		stillWoken[t.ID] = wl
+	}
+	return wake, maxTime(next, now.Add(watchGap)), stillWoken
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// watchLocks queries, on each topic, the locks that end (or ended) before the next watch
+// at the latest, and reports whether to wake the poll (decideWatch).
+func (w *Worker) watchLocks(ctx context.Context, lw *lockWatch, now time.Time) bool {
 	w.mu.Lock()
 	ours := len(w.active) + len(w.held)
 	w.mu.Unlock()
+	var all []camunda7.ExternalTask
+	var failed error
 	for _, name := range w.reg.names {
 		qctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 		tasks, err := w.c.ExternalTasks(qctx, camunda7.ExternalTaskQuery{TopicName: name, Active: true, WithRetriesLeft: true,
-			LockExpirationBefore: horizon, ByLockExpiration: true, MaxResults: min(ours+1, 200)})
+			LockExpirationBefore: now.Add(lw.period), ByLockExpiration: true, MaxResults: min(ours+watchResults, 200)})
 		cancel()
 		w.stats.LockWatches.Add(1)
 		if err != nil {
 			w.obs.EngineError("query", err)
-			w.log.Debug("watching other workers' locks failed; will try again", slog.String("topic", name), slog.Any("error", err))
+			failed = err
 			continue
 		}
-		if end, ok := foreignLockEnd(tasks, w.cfg.WorkerID); ok {
-			w.wakes.add(end.Add(wakeMargin))
-		}
+		all = append(all, tasks...)
 	}
+	switch {
+	case failed != nil && !lw.failed:
+		w.log.Warn("watching other workers' locks failed: a dead worker's task waits for the end of this worker's long poll until it works again",
+			slog.Any("error", failed))
+	case failed == nil && lw.failed:
+		w.log.Info("watching other workers' locks works again")
+	}
+	lw.failed = failed != nil
+	var wake bool
+	wake, lw.next, lw.woken = decideWatch(all, w.cfg.WorkerID, lw.woken, now, lw.period)
+	return wake
 }
+
+// watchResults is how many locks beyond the worker's own one watch query reads per topic:
+// the ends of a dead worker's locks, which the next watches take one by one.
+const watchResults = 20
 
 // waker is an Engine that can wake its pending long polls, as *camunda7.Client can; with
 // another Engine the worker sends no wakes and runs no lock watch.

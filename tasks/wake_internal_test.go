@@ -49,18 +49,54 @@ func TestLockWatchPeriod(t *testing.T) {
 	assert.Equal(t, 20*time.Second, lockWatchPeriod(Config{}.WithDefaults(), []time.Duration{DefaultLockDuration}), "the shipped defaults")
 }
 
-func TestForeignLockEnd(t *testing.T) {
-	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
-	task := func(worker string, end time.Time) camunda7.ExternalTask {
-		return camunda7.ExternalTask{WorkerID: worker, LockExpirationTime: camunda7.Time{Time: end}}
+func TestDecideWatch(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	const period = 20 * time.Second
+	lock := func(id, worker string, end time.Duration) camunda7.ExternalTask {
+		return camunda7.ExternalTask{ID: id, WorkerID: worker, LockExpirationTime: camunda7.Time{Time: now.Add(end)}}
 	}
-	_, ok := foreignLockEnd(nil, "me")
-	assert.False(t, ok)
-	_, ok = foreignLockEnd([]camunda7.ExternalTask{task("me", t0), task("me", t0.Add(time.Second))}, "me")
-	assert.False(t, ok, "our own locks are kept alive or scheduled already")
-	end, ok := foreignLockEnd([]camunda7.ExternalTask{task("me", t0), task("peer", t0.Add(time.Second)), task("other", t0.Add(2*time.Second))}, "me")
-	assert.True(t, ok)
-	assert.Equal(t, t0.Add(time.Second), end, "the earliest lock another worker holds")
+
+	wake, next, woken := decideWatch(nil, "me", nil, now, period)
+	assert.False(t, wake)
+	assert.Equal(t, now.Add(period), next, "no lock: the next watch after the period")
+	assert.Empty(t, woken)
+
+	wake, next, _ = decideWatch([]camunda7.ExternalTask{lock("a", "me", time.Second), lock("b", "me", -time.Second)}, "me", nil, now, period)
+	assert.False(t, wake, "our own locks are kept alive or scheduled already")
+	assert.Equal(t, now.Add(period), next)
+
+	// A dead worker's five locks ending one after the other: the watch comes back at the
+	// first end, not after the period, and wakes once it has ended.
+	dead := []camunda7.ExternalTask{lock("t1", "dead", 2*time.Second), lock("t2", "dead", 4*time.Second), lock("t3", "dead", 6*time.Second)}
+	wake, next, woken = decideWatch(dead, "me", nil, now, period)
+	assert.False(t, wake, "nothing has ended yet")
+	assert.Equal(t, now.Add(2*time.Second+wakeMargin), next, "watch again when the earliest lock ends")
+	// at t1's end: t1 ended (not yet taken), t2 and t3 to come
+	at := now.Add(2*time.Second + wakeMargin)
+	wake, next, woken = decideWatch(dead, "me", nil, at, period)
+	assert.True(t, wake, "t1's lock ended: wake the poll")
+	assert.Equal(t, at.Add(watchGap), next, "look again soon: taken, or wake again")
+	assert.Equal(t, 1, woken["t1"].tries)
+
+	// A live worker extends its lock before it ends: the watch sees the new end and does
+	// not wake.
+	wake, next, _ = decideWatch([]camunda7.ExternalTask{lock("busy", "live", 13*time.Second)}, "me", nil, now, period)
+	assert.False(t, wake)
+	assert.Equal(t, now.Add(13*time.Second+wakeMargin), next)
+
+	// An ended lock whose task this worker's polls never take (another tenant, a clock
+	// ahead of the engine's): woken for at most maxWakeTries times, then left alone.
+	stale := []camunda7.ExternalTask{lock("stale", "gone", -time.Minute)}
+	woken = nil
+	for i := 1; i <= maxWakeTries+2; i++ {
+		wake, next, woken = decideWatch(stale, "me", woken, now.Add(time.Duration(i)*time.Second), period)
+		assert.Equal(t, i <= maxWakeTries, wake, "watch %d", i)
+	}
+	assert.Equal(t, now.Add(time.Duration(maxWakeTries+2)*time.Second).Add(period), next, "no more soon watches for it")
+
+	// Locks about to end are not watched more often than every watchGap.
+	_, next, _ = decideWatch([]camunda7.ExternalTask{lock("x", "dead", 10*time.Millisecond)}, "me", nil, now, period)
+	assert.Equal(t, now.Add(watchGap), next)
 }
 
 func TestNextWakeEvent(t *testing.T) {

@@ -3,6 +3,7 @@ package tasks_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,33 +45,53 @@ func TestWorkerRetriesWhenItsRetryTimeoutEnds(t *testing.T) {
 	f.waitEnded(ids, time.Minute)
 	after := time.Duration(retriedAt.Load() - failedAt.Load())
 	t.Logf("retried %v after the failure (retry timeout 1s, long poll 20s); wakes %d", after, w.Stats().Wakes.Load())
-	assert.Less(t, after, 3*time.Second, "picked up when the retry timeout ended, not when the poll did")
+	// 1.3-1.4 s measured; the bound leaves room for a loaded CI machine (queries took
+	// 0.8 s at a load of 18 on two cores) and is far from the 16-21 s of a poll that
+	// nothing wakes.
+	assert.Less(t, after, 10*time.Second, "picked up when the retry timeout ended, not when the poll did")
 	assert.Positive(t, w.Stats().Wakes.Load(), "the worker woke its pending poll")
 }
 
-// A task whose worker died holding a 5 s lock is picked up by a worker at the shipped
-// defaults within a second of the lock's end: its lock watch saw the lock and woke its
-// pending poll when it ended.
-func TestWorkerPicksUpADeadPeersTaskWhenItsLockEnds(t *testing.T) {
+// The tasks of a worker that died holding three locks ending 2 s apart are each picked up
+// by a worker at the shipped defaults at its lock's end (within a second on a quiet engine): its lock watch
+// sees the locks, queries again when each is due to end, finds it not extended (its worker
+// is dead) and wakes its pending poll. (An outside tester found the first version woke
+// only for the earliest lock of each query: the others waited up to the poll's end.)
+func TestWorkerPicksUpADeadPeersTasksWhenTheirLocksEnd(t *testing.T) {
 	f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
-	ids := f.start(1)
+	ids := f.start(3)
 	peer := testenv.Unique("dead-peer")
-	held, err := f.c.FetchAndLock(f.ctx, camunda7.FetchAndLockRequest{WorkerID: peer, MaxTasks: 1,
-		Topics: []camunda7.FetchTopic{{TopicName: f.m.Topic, LockDuration: 5 * time.Second}}})
-	require.NoError(t, err)
-	require.Len(t, held, 1)
-	lockEnd := held[0].LockExpirationTime.Time
-	var startedAt atomic.Int64
+	lockEnds := map[string]time.Time{}
+	for _, lock := range []time.Duration{5 * time.Second, 7 * time.Second, 9 * time.Second} {
+		held, err := f.c.FetchAndLock(f.ctx, camunda7.FetchAndLockRequest{WorkerID: peer, MaxTasks: 1,
+			Topics: []camunda7.FetchTopic{{TopicName: f.m.Topic, LockDuration: lock}}})
+		require.NoError(t, err)
+		require.Len(t, held, 1)
+		lockEnds[held[0].ID] = held[0].LockExpirationTime.Time
+	}
+	var mu sync.Mutex
+	started := map[string]time.Time{}
 	reg := tasks.NewRegistry()
 	register(t, reg, f.m.Topic, func(ctx context.Context, tk *tasks.Task) (camunda7.Variables, error) {
-		startedAt.CompareAndSwap(0, time.Now().UnixNano())
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := started[tk.ID()]; !ok {
+			started[tk.ID()] = time.Now()
+		}
 		return nil, nil
 	}, tasks.TopicOptions{})
 	w, _ := f.run(reg, shippedDefaults(t))
 	f.waitEnded(ids, time.Minute)
-	after := time.Unix(0, startedAt.Load()).Sub(lockEnd)
-	t.Logf("picked up %v after the dead peer's lock ended (lock 5s, long poll 20s); lock watches %d, wakes %d",
-		after, w.Stats().LockWatches.Load(), w.Stats().Wakes.Load())
-	assert.Less(t, after, time.Second, "picked up within a second of the lock's end")
-	assert.Positive(t, w.Stats().Wakes.Load(), "the worker woke its pending poll")
+	mu.Lock()
+	defer mu.Unlock()
+	for id, end := range lockEnds {
+		after := started[id].Sub(end)
+		t.Logf("task %s picked up %v after the dead peer's lock ended", id, after)
+		// 0.3-0.4 s measured; the bound leaves room for a loaded CI machine (queries took
+		// 0.8 s at a load of 18 on two cores) and is far from the 11-15 s here of a poll
+		// that nothing wakes.
+		assert.Less(t, after, 10*time.Second, "picked up at its lock's end, not at the end of the poll")
+	}
+	t.Logf("lock watches %d, wakes %d (long poll 20s)", w.Stats().LockWatches.Load(), w.Stats().Wakes.Load())
+	assert.Positive(t, w.Stats().Wakes.Load(), "the worker woke its pending poll (other clients of the engine may wake it too)")
 }

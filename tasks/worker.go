@@ -77,11 +77,15 @@ type Config struct {
 	// when the earliest lock another worker holds on its topics ends (one query per
 	// topic), to wake its poll then: the engine does not hand a task whose lock ran out to
 	// a pending poll until the poll ends (docs/engine-facts.md), so a dead peer's task
-	// would wait up to AsyncResponseTimeout after its lock. The end of a retry timeout
+	// would wait up to AsyncResponseTimeout after its lock. The watch also queries again
+	// when a lock it saw is due to end, to tell a dead worker's lock (not extended: the
+	// poll is woken) from a live one's (extended: nothing to do), at most every 0.5 s
+	// while a dead worker's locks end one after the other. A lock shorter than the period
+	// taken just after a query is seen only at the next one. The end of a retry timeout
 	// the worker reported itself wakes its poll without a query. Default: the long poll
 	// or the shortest lock of the topics, whichever is shorter (at defaults 20s: 3
-	// queries a minute per topic while idle, none while every slot is busy); negative: no
-	// watch.
+	// queries a minute per topic while idle and no other worker holds a lock, none while
+	// every slot is busy); at least 1s; negative: no watch.
 	LockWatch time.Duration
 	// IdlePollInterval is the least time between the starts of two fetches when the first
 	// one came back empty: with NoLongPoll, or an engine that
@@ -208,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReportRetryFor < 0 {
 		errs = append(errs, fmt.Errorf("ReportRetryFor %v: must not be negative", c.ReportRetryFor))
+	}
+	if c.LockWatch > 0 && c.LockWatch < time.Second {
+		errs = append(errs, fmt.Errorf("LockWatch %v: must be at least 1s (or negative: no watch): each watch is a query per topic", c.LockWatch))
 	}
 	if c.IdlePollInterval < 0 {
 		errs = append(errs, fmt.Errorf("IdlePollInterval %v: must not be negative", c.IdlePollInterval))

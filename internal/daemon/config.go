@@ -445,8 +445,8 @@ func (c Config) pollProblems() []error {
 	if ok("EXTWORKER_REPORT_RETRY_FOR") && c.ReportRetryFor < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_REPORT_RETRY_FOR %v: must not be negative", c.ReportRetryFor))
 	}
-	if ok("EXTWORKER_LOCK_WATCH") && c.LockWatch < 0 {
-		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_WATCH %v: must not be negative (0 turns the lock watch off)", c.LockWatch))
+	if ok("EXTWORKER_LOCK_WATCH") && (c.LockWatch < 0 || (c.LockWatch > 0 && c.LockWatch < time.Second)) {
+		errs = append(errs, fmt.Errorf("EXTWORKER_LOCK_WATCH %v: must be at least 1s (each watch is a query per topic), or 0 to turn the lock watch off", c.LockWatch))
 	}
 	if ok("EXTWORKER_IDLE_POLL_INTERVAL") && c.IdlePollInterval < 0 {
 		errs = append(errs, fmt.Errorf("EXTWORKER_IDLE_POLL_INTERVAL %v: must not be negative", c.IdlePollInterval))

@@ -429,7 +429,10 @@ func TestConfigLockWatch(t *testing.T) {
 	assert.Equal(t, 5*time.Second, c.WorkerConfig(nil).LockWatch)
 	t.Setenv("EXTWORKER_LOCK_WATCH", "-1s")
 	_, err = daemon.LoadConfig()
-	require.ErrorContains(t, err, "EXTWORKER_LOCK_WATCH -1s: must not be negative")
+	require.ErrorContains(t, err, "EXTWORKER_LOCK_WATCH -1s: must be at least 1s")
+	t.Setenv("EXTWORKER_LOCK_WATCH", "1ms")
+	_, err = daemon.LoadConfig()
+	require.ErrorContains(t, err, "EXTWORKER_LOCK_WATCH 1ms: must be at least 1s", "a watch every millisecond would be a busy loop of queries")
 }
 
 // Each of the ledger database's hosts is given 5 s to connect unless the URL (or
