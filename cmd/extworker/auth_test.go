@@ -60,3 +60,22 @@ func TestAuthEngineWrongPassword(t *testing.T) {
 	require.ErrorIs(t, err, camunda7.ErrUnauthorized)
 	assert.NotContains(t, err.Error(), "wrong-s3cret")
 }
+
+// `extworker version` with credentials the engine rejects exits 78 (docs/configuration.md:
+// rejected credentials are a configuration problem), saying what to check, never the
+// password; the program's own version is printed first all the same.
+func TestVersionRejectedCredentialsExit78(t *testing.T) {
+	testenv.AuthEngine(t)
+	testenv.ClearConfigEnv(t)
+	t.Setenv("EXTWORKER_ENGINE_URL", testenv.AuthEngineURL())
+	t.Setenv("EXTWORKER_ENGINE_USER", testenv.AuthEngineUser)
+	t.Setenv("EXTWORKER_ENGINE_PASSWORD", "wrong-s3cret")
+	var out bytes.Buffer
+	err := run([]string{"version"}, &out, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Equal(t, daemon.ExitConfig, exitCode(err), "%v", err)
+	assert.Contains(t, err.Error(), "rejected the credentials")
+	assert.Contains(t, err.Error(), "EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD")
+	assert.NotContains(t, err.Error(), "wrong-s3cret")
+	assert.Regexp(t, `^extworker `, out.String())
+}

@@ -91,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 			v, err := c.Version(ctx)
 			if err != nil {
-				return fmt.Errorf("engine at %s: %w", daemon.RedactURL(cfg.EngineURL), err)
+				return daemon.EngineError(cfg, err) // rejected credentials: 78
 			}
 			fmt.Fprintln(stdout, "engine "+v)
 			return nil

@@ -208,6 +208,23 @@ func CheckClient(ctx context.Context, c Config, client *camunda7.Client, logger 
 		return nil
 	}
 	where := RedactURL(c.EngineURL)
+	if err := EngineError(c, err); errors.As(err, new(ConfigError)) {
+		return err
+	}
+	if errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrUnknownOutcome) {
+		// Unreachable is not misconfigured: start anyway, and let the fetch loop back off
+		// until the engine answers, instead of exiting into a supervisor's restart loop.
+		logger.Warn("engine not reachable at start; the worker will keep trying", slog.String("engine_url", where), slog.Any("error", err))
+		return nil
+	}
+	return fmt.Errorf("engine at %s: %w", where, err)
+}
+
+// EngineError is err, from a request to the engine, for a message: a ConfigError (exit
+// 78), saying which variables to check, when the engine rejected the credentials or asks
+// for some, or the token endpoint rejected the client; otherwise err naming the engine.
+func EngineError(c Config, err error) error {
+	where := RedactURL(c.EngineURL)
 	methods := c.authMethods()
 	var ce *camunda7.Error
 	switch {
@@ -220,11 +237,6 @@ func CheckClient(ctx context.Context, c Config, client *camunda7.Client, logger 
 	case TokenRejected(err):
 		return ConfigError{fmt.Errorf("engine at %s: the token endpoint rejected the client: check %s: %w",
 			where, AuthVars["oauth2"], err)}
-	case errors.Is(err, camunda7.ErrNotSent) || errors.Is(err, camunda7.ErrUnknownOutcome):
-		// Unreachable is not misconfigured: start anyway, and let the fetch loop back off
-		// until the engine answers, instead of exiting into a supervisor's restart loop.
-		logger.Warn("engine not reachable at start; the worker will keep trying", slog.String("engine_url", where), slog.Any("error", err))
-		return nil
 	}
 	return fmt.Errorf("engine at %s: %w", where, err)
 }
