@@ -349,7 +349,8 @@ func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration, ft faultTi
 	assert.Zero(t, pay.DoubleCharges(), "no invoice charged twice")
 
 	// How long the run lasted past the kill: the last instance's end, and how long the
-	// unknown outcomes waited (from their dispatch to their reconciliation: the lease).
+	// reconciled intents waited (from their last dispatch to their reconciliation: the
+	// lease, for an unknown outcome; with async, the invoices delivered again count too).
 	var lastEnd time.Time
 	for _, h := range engine.Instances {
 		if h.EndTime.After(lastEnd) {
@@ -360,7 +361,7 @@ func ledgerFailover(t *testing.T, sync bool, outageFor time.Duration, ft faultTi
 	require.NoError(t, newPrimary.QueryRow(ctx, `SELECT coalesce(min(w), 0), coalesce(max(w), 0) FROM (
 			SELECT extract(epoch FROM r.at - (SELECT max(d.at) FROM extworker_intent_events d WHERE d.intent_id = r.intent_id AND d.to_state = 'dispatched' AND d.at < r.at))::float8 w
 			FROM extworker_intent_events r JOIN extworker_intents i ON i.id = r.intent_id WHERE i.namespace = $1 AND r.to_state = 'reconciled') x`, ns).Scan(&waitMin, &waitMax))
-	t.Logf("%s tier: the last instance ended %v after the kill; unknown outcomes reconciled %.1f-%.1fs after their dispatch (lease %v)",
+	t.Logf("%s tier: the last instance ended %v after the kill; reconciliations %.1f-%.1fs after the intent's last dispatch (lease %v)",
 		ft.name, lastEnd.Sub(killed).Round(time.Millisecond), waitMin, waitMax, lease)
 
 	heldN := 0
