@@ -88,8 +88,9 @@ func ClockSkew(engine, database *time.Duration) Check {
 type ClockFacts struct {
 	Engine, Database *time.Duration
 	// EngineUnknown says why the engine's clock could not be read although it answered
-	// (no Date header, or one that is not a date); "" otherwise.
-	EngineUnknown string
+	// (no Date header, or one that is not a date); "" otherwise. DatabaseUnknown, the
+	// same of the database's (its clock_timestamp() failed).
+	EngineUnknown, DatabaseUnknown string
 }
 
 // Clock judges the clocks. The ledger's leases run on the database's clock and the locks
@@ -110,6 +111,9 @@ func Clock(f ClockFacts) Check {
 	if f.Engine != nil {
 		note("engine", *f.Engine)
 	}
+	if f.DatabaseUnknown != "" {
+		parts = append(parts, "database unknown ("+f.DatabaseUnknown+")")
+	}
 	if f.Database != nil {
 		note("database", *f.Database)
 	}
@@ -129,6 +133,8 @@ func Clock(f ClockFacts) Check {
 	case f.EngineUnknown != "":
 		return warn(NameClock, found, "compare the engine host's clock with this host's by hand (date -u on each), and check that nothing "+
 			"in front of the engine (a proxy) strips or rewrites its Date header")
+	case f.DatabaseUnknown != "":
+		return warn(NameClock, found, "compare the database host's clock with this host's by hand (date -u on each); the error says why it could not be read")
 	}
 	return ok(NameClock, found)
 }
@@ -369,7 +375,8 @@ func PublicConnect(database string, public bool, roles migrations.Roles) Check {
 // QueueFacts is what the broker says of a queue and its companions (nil: absent).
 type QueueFacts struct {
 	Queue               string
-	Main, Retry, Parked *int // messages in each; nil when the queue does not exist
+	Main, Retry, Parked *int  // messages in each; nil when the queue does not exist
+	Err                 error // a declaration the broker refused for another reason than absence
 }
 
 // MaxQueueName is AMQP 0-9-1's limit on a queue's name (a short string), in bytes. The
@@ -394,6 +401,10 @@ func ValidQueue(q string) error {
 // broker or virtual host); parked messages are a warning.
 func Queue(f QueueFacts, retry, dlq string) Check {
 	name := NameQueue(f.Queue)
+	if f.Err != nil { // not known to be absent: "start the worker" would not help
+		return fail(name, "cannot be checked: "+f.Err.Error(),
+			"check that EXTWORKER_AMQP_URL's user may use "+f.Queue+" in its virtual host (rabbitmqctl list_permissions -p VHOST)")
+	}
 	var missing []string
 	for _, q := range []struct {
 		name string

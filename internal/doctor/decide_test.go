@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -227,4 +228,21 @@ func TestWriteLongName(t *testing.T) {
 	assert.Equal(t, "OK    "+long, lines[1])
 	assert.Equal(t, "                        0 ready", lines[2])
 	assert.Equal(t, "OK    broker reachable  answers", lines[3])
+}
+
+// A queue the broker refuses to declare for another reason than absence (access
+// refused) is not "absent: start the worker".
+func TestQueueRefused(t *testing.T) {
+	refused := &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED - access to queue 'orders' in vhost 'extworker' refused"}
+	c := doctor.Queue(doctor.QueueFacts{Queue: "orders", Err: refused}, "orders.retry", "orders.dlq")
+	assertStatus(t, c, doctor.Fail, "rabbitmqctl list_permissions")
+	assert.Contains(t, c.Found, "ACCESS_REFUSED")
+	assert.NotContains(t, c.Fix, "start the worker")
+}
+
+// A database that answers but whose clock could not be read is a warning, not ok.
+func TestDatabaseClockUnknown(t *testing.T) {
+	c := doctor.Clock(doctor.ClockFacts{Engine: ptr(0), DatabaseUnknown: "SELECT clock_timestamp(): canceling statement due to statement timeout"})
+	assertStatus(t, c, doctor.Warn, "date -u")
+	assert.Contains(t, c.Found, "database unknown (SELECT clock_timestamp(): canceling statement")
 }

@@ -10,9 +10,14 @@
 // probe, one failing probe never stopping the others, and a check whose probe could not
 // run because another failed is skipped, naming what it needs.
 //
+// No check writes: the database session is read-only (default_transaction_read_only),
+// the console's as well, and the version table is looked up (to_regclass) before
+// migrations.Check, which would create it.
+//
 // The existing checks are reused, not copied: the credential check is
 // daemon.CheckClient, the migration check migrations.Check, who may connect
-// migrations.PublicCanConnect, the database's TLS daemon.DatabaseTLSWarning. The
+// migrations.PublicCanConnect, the database's TLS daemon.DatabaseTLSWarning, the
+// console's configuration and login console.Open. The
 // configuration's own problems (values out of range, the relations refused at start)
 // are daemon.LoadConfig's: with them the doctor runs nothing and exits 78.
 package doctor

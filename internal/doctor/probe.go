@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Opti
 	var (
 		eng   engineFacts
 		db    []Check
-		dbAt  *time.Duration
+		dbAt  dbClock
 		amqpC []Check
 		kafka []Check
 		cons  []Check
@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg daemon.Config, ops daemon.OpsConfig, opts Opti
 
 	out := eng.checks(cfg)
 	out = append(out, db...)
-	out = append(out, Clock(ClockFacts{Engine: eng.offset, EngineUnknown: eng.plain.unknown, Database: dbAt}))
+	out = append(out, Clock(ClockFacts{Engine: eng.offset, EngineUnknown: eng.plain.unknown, Database: dbAt.offset, DatabaseUnknown: dbAt.unknown}))
 	out = append(out, amqpC...)
 	out = append(out, kafka...)
 	out = append(out, cons...)
@@ -209,8 +209,15 @@ func engineClock(ctx context.Context, cfg daemon.Config) clockAnswer {
 	return clockAnswer{offset: &d}
 }
 
+// dbClock is the database's clock against this host's, or why it is unknown although
+// the database answered.
+type dbClock struct {
+	offset  *time.Duration
+	unknown string
+}
+
 // probeDatabase checks the ledger's database and returns its clock against this host's.
-func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, *time.Duration) {
+func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, dbClock) {
 	where := daemon.RedactURL(cfg.DatabaseURL)
 	needDB := func(names ...string) []Check {
 		var out []Check
@@ -222,7 +229,7 @@ func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, *time.Durat
 	dependents := []string{NameMigrated, NameRoles, NameLogin, NameGrants, NamePublicConnect}
 	pcfg, err := daemon.DatabaseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return append([]Check{fail(NameDatabase, where+": "+err.Error(), "correct EXTWORKER_DATABASE_URL")}, needDB(dependents...)...), nil
+		return append([]Check{fail(NameDatabase, where+": "+err.Error(), "correct EXTWORKER_DATABASE_URL")}, needDB(dependents...)...), dbClock{}
 	}
 	pcfg.MaxConns, pcfg.MinConns = 1, 0
 	// A check never writes: every transaction of the doctor's session is read-only, so a
@@ -240,16 +247,18 @@ func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, *time.Durat
 	if err != nil {
 		found := where + ": " + err.Error()
 		fix := "check EXTWORKER_DATABASE_URL (host, port, database, user, password, sslmode) and that PostgreSQL runs and accepts this host (pg_hba.conf)"
-		return append(append(out, fail(NameDatabase, found, fix)), needDB(dependents...)...), nil
+		return append(append(out, fail(NameDatabase, found, fix)), needDB(dependents...)...), dbClock{}
 	}
 	var dbNow time.Time
 	sent := time.Now()
 	err = pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow)
 	received := time.Now()
-	var offset *time.Duration
+	var offset dbClock
 	if err == nil {
 		d := dbNow.Sub(sent.Add(received.Sub(sent) / 2))
-		offset = &d
+		offset.offset = &d
+	} else {
+		offset.unknown = "SELECT clock_timestamp(): " + err.Error()
 	}
 	out = append([]Check{ok(NameDatabase, where+" answers")}, out...)
 
@@ -397,25 +406,35 @@ func probeAMQP(ctx context.Context, cfg daemon.Config, queues []string) []Check 
 			continue
 		}
 		f := QueueFacts{Queue: q}
-		f.Main, f.Retry, f.Parked = queueDepth(conn, q), queueDepth(conn, inbox.RetryQueue(q)), queueDepth(conn, inbox.DeadLetterQueue(q))
+		var errs [3]error
+		f.Main, errs[0] = queueDepth(conn, q)
+		f.Retry, errs[1] = queueDepth(conn, inbox.RetryQueue(q))
+		f.Parked, errs[2] = queueDepth(conn, inbox.DeadLetterQueue(q))
+		f.Err = errors.Join(errs[:]...)
 		out = append(out, Queue(f, inbox.RetryQueue(q), inbox.DeadLetterQueue(q)))
 	}
 	return out
 }
 
 // queueDepth declares q passively on a channel of its own (a queue that does not exist
-// closes the channel) and returns its message count, or nil when it does not exist.
-func queueDepth(conn *amqp.Connection, q string) *int {
+// closes the channel) and returns its message count; nil and no error when the broker
+// says it does not exist (404), an error when it could not tell (access refused, a
+// channel it would not open).
+func queueDepth(conn *amqp.Connection, q string) (*int, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	defer ch.Close()
 	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-	if err != nil {
-		return nil
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return &st.Messages, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return nil, nil
 	}
-	return &st.Messages
+	return nil, err
 }
 
 // probeKafka checks the Kafka brokers, when configured.
