@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/extworker/extworker/internal/daemon"
 )
@@ -112,6 +114,9 @@ func (o *operatorsCmd) add(ctx context.Context, args []string) error {
 		dbLogin = login
 	}
 	if _, err := c.Exec(ctx, `INSERT INTO extworker_operators (name, db_login) VALUES ($1, $2)`, pos[0], dbLogin); err != nil {
+		if msg := alreadyRegistered(ctx, c, pos[0], *login, err); msg != "" {
+			return fmt.Errorf("operators add %s: %s (extworker operators list shows who is)", pos[0], msg)
+		}
 		return fmt.Errorf("operators add %s: %w (the ledger's owner registers operators; a name or a login is registered once)", pos[0], err)
 	}
 	fmt.Fprintf(o.stdout, "ledger: operator %s registered", pos[0])
@@ -120,6 +125,34 @@ func (o *operatorsCmd) add(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintln(o.stdout)
 	return nil
+}
+
+// alreadyRegistered says plainly which of the register's unique rules err, from adding
+// name with login, broke: the name itself, a name that reads as it, or the login; "" for
+// any other error. Adding a name twice is refused, not taken as done: the second add may
+// mean another person, or another login.
+func alreadyRegistered(ctx context.Context, c *pgx.Conn, name, login string, err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		return ""
+	}
+	switch pe.ConstraintName {
+	case "extworker_operators_pkey":
+		return fmt.Sprintf("operator %s is already registered", name)
+	case "extworker_operators_name_ci":
+		var other string
+		if c.QueryRow(ctx, `SELECT name FROM extworker_operators WHERE extworker_name_skeleton(name) = extworker_name_skeleton($1)`, name).Scan(&other) != nil {
+			other = "a registered name"
+		}
+		return fmt.Sprintf("the name reads as %s, already registered (names that read alike are one name: I, l and 1; O and 0; rn and m; case; trailing punctuation)", other)
+	case "extworker_operators_db_login_key":
+		var other string
+		if c.QueryRow(ctx, `SELECT name FROM extworker_operators WHERE db_login = $1`, login).Scan(&other) != nil {
+			other = "another operator"
+		}
+		return fmt.Sprintf("database login %s is already registered, to %s (a login is one person's)", login, other)
+	}
+	return ""
 }
 
 func (o *operatorsCmd) remove(ctx context.Context, args []string) error {
