@@ -22,7 +22,8 @@ const doctorUsage = `usage: extworker doctor [--queue Q]... [--timeout 5s]
 Checks what a worker on this host needs, as configured by the EXTWORKER_* variables:
 the engine (reachable, version, credentials), the clocks, the ledger database (reachable,
 migrated, roles, the login, the worker role's grants, who may connect), the brokers, the
-relations between the configured durations, and the listening addresses. Each check
+operator console (with EXTWORKER_CONSOLE_ADDR), the relations between the configured
+durations, and the listening addresses. No check writes anything. Each check
 prints OK, WARN, FAIL or SKIP, with the fix under each that is not ok (docs/doctor.md).
 
 exit status: 0 every check ok (warnings allowed), 1 a check failed, 2 a usage error (a bad
