@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -69,7 +70,8 @@ func serveChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	cfg := humantask.Config{Engine: admin.New(ec), Pool: pool, Identity: id, Namespace: os.Getenv(childEnv + "_NS")}
+	cfg := humantask.Config{Engine: admin.New(ec), Pool: pool, Identity: id, Namespace: os.Getenv(childEnv + "_NS"),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if l := os.Getenv(childEnv + "_LEASE"); l != "" {
 		if cfg.Lease, err = time.ParseDuration(l); err != nil {
 			return fail(err)

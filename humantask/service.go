@@ -96,6 +96,13 @@ func New(cfg Config) (*Service, error) {
 	}
 	l, err := idempotency.New(cfg.Pool, idempotency.Config{Namespace: cfg.Namespace, Lease: cfg.Lease,
 		InProgressBackoff: 100 * time.Millisecond, ReconcileBackoff: 100 * time.Millisecond,
+		// The engine settles every command once it answers, so an operator hold (a command
+		// answered 503 until an operator acts) is for a long outage only, not for the
+		// ledger's defaults of 5 inconclusive reconciliations (1.5s of an engine not
+		// answering, at this backoff) or 10 attempts cut off (service processes killed, or
+		// a dispatch outlasting the lease under load): the load test put commands on hold
+		// with those. At 100, the backoff doubling up to 102s, a hold comes after hours.
+		MaxAttempts: 100, MaxReconciliations: 100,
 		// The engine's history is the lookup, for as long as it keeps the task.
 		ProviderWindow: 10 * 365 * 24 * time.Hour, Logger: cfg.Logger})
 	if err != nil {
