@@ -34,8 +34,12 @@ func runConsole(args []string, in io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 1 && args[0] == "serve" {
 		return daemon.Command([]string{"console serve"}, consoleUsage, stdout, stderr, serveConsole)
 	}
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(stdout, consoleUsage)
+		return nil
+	}
 	if len(args) != 2 || args[0] != "hash-password" {
-		return errors.New(consoleUsage)
+		return usageError{errors.New(consoleUsage)} // no subcommand, or another: exit 2
 	}
 	name := args[1]
 	line, err := bufio.NewReader(in).ReadString('\n')

@@ -46,6 +46,23 @@ func TestConsoleHashPassword(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"console"}, &out, &errOut), "usage: extworker console hash-password NAME")
 }
 
+// `extworker console` without a subcommand (or with an unknown one) is a usage error,
+// exit status 2, with the usage; --help prints it on standard output and succeeds.
+func TestConsoleWithoutSubcommandIsUsageError(t *testing.T) {
+	for _, args := range [][]string{{"console"}, {"console", "frobnicate"}, {"console", "serve", "extra"}} {
+		var out, errOut bytes.Buffer
+		err := run(args, &out, &errOut)
+		require.Error(t, err, "%q", args)
+		assert.Contains(t, err.Error(), "usage: extworker console hash-password NAME", "%q", args)
+		assert.Equal(t, 2, exitCode(err), "%q", args)
+	}
+	for _, help := range []string{"-h", "--help", "help"} {
+		var out, errOut bytes.Buffer
+		require.NoError(t, run([]string{"console", help}, &out, &errOut), help)
+		assert.Contains(t, out.String(), "usage: extworker console serve", help)
+	}
+}
+
 // `extworker console serve` runs the console alone, as docs/console.md shows it: a
 // process with the console's variables and the ledger's database, no worker, no topic,
 // and no engine that answers (its address is only for the engine's view and the links).
