@@ -115,3 +115,42 @@ func TestRestartedServiceSettlesACommandTheEngineCompleted(t *testing.T) {
 	assert.Equal(t, int32(1), completes.Load(), "the engine was asked to complete once")
 	assert.Equal(t, "reconciled", e.intentState(t))
 }
+
+// TestEngineSilentWhileSettlingDoesNotHoldTheCommand: the engine completes the task, its
+// answer is lost, and then it answers nothing for 4s, while the service tries to settle
+// the command from its history again and again. The command is not put on hold for an
+// operator (the ledger's default of 5 inconclusive reconciliations did that within
+// 1.5s): once the engine answers, the client's next send gets the command's 200.
+func TestEngineSilentWhileSettlingDoesNotHoldTheCommand(t *testing.T) {
+	e := newEnv(t, nil)
+	task := e.startInstance(t, nil)
+	tag := e.etag(t, task, "alice")
+	target, err := url.Parse(testenv.EngineURL())
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	var silentUntil atomic.Int64 // unix nanos
+	var completes atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if time.Now().UnixNano() < silentUntil.Load() {
+			panic(http.ErrAbortHandler) // no answer
+		}
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/complete") {
+			completes.Add(1)
+			rp.ServeHTTP(httptest.NewRecorder(), r)
+			silentUntil.Store(time.Now().Add(4 * time.Second).UnixNano())
+			panic(http.ErrAbortHandler) // the answer is lost
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := camunda7.New(camunda7.Config{BaseURL: srv.URL + target.Path})
+	require.NoError(t, err)
+	e.start(t, admin.New(c))
+
+	r, unsettled := untilAnswered(t, time.Minute, e.srv.URL, task, "alice", "silent-1", tag, `{}`)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	assert.JSONEq(t, completedBody(t, task, "silent-1", "alice"), string(r.body))
+	assert.Equal(t, int32(1), completes.Load(), "the engine was asked to complete once")
+	assert.Equal(t, "reconciled", e.intentState(t))
+	t.Logf("settled after %d answers 503", unsettled)
+}
