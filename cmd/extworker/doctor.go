@@ -31,11 +31,6 @@ flag, an argument), 78 the configuration cannot be read
 
 flags:`
 
-// doctorExit ends the process; a variable for the tests. The doctor's usage errors exit
-// with doctor.ExitUsage (2), which main's mapping (78 for a configuration error, 1 for the
-// rest) does not give: 1 is the doctor's "a check failed".
-var doctorExit = os.Exit
-
 // runDoctor is `extworker doctor`. It reads the configuration itself, unlike the other
 // commands, so that an unreadable one is reported as the doctor's first check.
 func runDoctor(args []string, stdout, stderr io.Writer) error {
@@ -58,11 +53,9 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	fs.DurationVar(&opts.Timeout, "timeout", 5*time.Second, "bound on each probe (engine, database, broker); positive")
+	// A usage error exits 2 (usage.go), never 1: the doctor's "a check failed".
 	usageErr := func(err error) error {
-		err = fmt.Errorf("doctor: %w (usage: extworker doctor [--queue Q]... [--timeout 5s])", err)
-		fmt.Fprintln(stderr, "extworker:", termsafe.String(err.Error()))
-		doctorExit(doctor.ExitUsage)
-		return err // reached in the tests only
+		return usageError{fmt.Errorf("doctor: %w (usage: extworker doctor [--queue Q]... [--timeout 5s])", err)}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
