@@ -374,7 +374,30 @@ func workersAcrossEngineCluster(t *testing.T, cl *testenv.Cluster, c *admin.Clie
 					trail = append(trail, fmt.Sprintf("%v %v %v: %v %v %v", r["time"], r["worker_id"], r["level"], r["msg"], r["error"], r["reason"]))
 				}
 			}
-			t.Errorf("external task %s: its handler ran %d times; the workers' records about it:\n  %s", id, n, strings.Join(trail, "\n  "))
+			// And what else those workers warned about from 10s before the first record to
+			// the last one (a lock extension that failed, a report resent), kill included.
+			var first, lastAt time.Time
+			who := map[any]bool{}
+			for _, r := range records {
+				if r["external_task_id"] == id {
+					at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
+					if first.IsZero() {
+						first = at
+					}
+					lastAt = at
+					who[r["worker_id"]] = true
+				}
+			}
+			var around []string
+			for _, r := range records {
+				at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
+				if who[r["worker_id"]] && r["level"] != "INFO" && r["external_task_id"] != id &&
+					!at.Before(first.Add(-10*time.Second)) && !at.After(lastAt) && len(around) < 40 {
+					around = append(around, fmt.Sprintf("%v %v %v: %v %v %v", r["time"], r["worker_id"], r["level"], r["msg"], r["external_task_id"], r["error"]))
+				}
+			}
+			t.Errorf("external task %s: its handler ran %d times (node killed at %v); the workers' records about it:\n  %s\nthose workers' other warnings meanwhile (at most 40):\n  %s",
+				id, n, kill.At.UTC().Format(time.RFC3339Nano), strings.Join(trail, "\n  "), strings.Join(around, "\n  "))
 		}
 	}
 	assert.Len(t, runs, 2*len(ids), "handler runs: one per task (collect payment and send receipt per invoice)")
