@@ -40,6 +40,12 @@ type clusterTier struct {
 	// instances are started before the workers; the node is killed once half of them
 	// completed. backlog is how many the feeder keeps waiting for the workers from then.
 	instances, backlog int
+	// lockLostRuns tolerates a second run of a task's handler when one of the runs lost
+	// its lock (its report refused: another worker had the task): with 5s locks a worker
+	// starved of CPU by a restarting JVM can fail to extend in time (seen once in three
+	// runs at a load of 30 on two cores; the ledger replayed the effect, one per intent).
+	// The defaults tier's 20s locks tolerate none.
+	lockLostRuns bool
 }
 
 // clusterTiers run one after the other on one engine cluster (starting it is the slow
@@ -53,7 +59,7 @@ type clusterTier struct {
 //     timeout (startNetWorker's).
 var clusterTiers = []clusterTier{
 	{tier: faultTiers[1], victim: 0, instances: 200, backlog: 100},
-	{tier: shortTier, victim: 1, instances: 200, backlog: 100},
+	{tier: shortTier, victim: 1, instances: 200, backlog: 100, lockLostRuns: true},
 }
 
 // Three worker processes against an engine cluster (two nodes on one database behind
@@ -327,7 +333,7 @@ func workersAcrossEngineCluster(t *testing.T, cl *testenv.Cluster, c *admin.Clie
 
 	// No handler ran twice for a task: each task's handler ends in one "task handled" (or
 	// "reporting the result failed") record, over all workers' logs.
-	runs := map[string]int{}
+	runs, lockLost := map[string]int{}, map[string]int{}
 	resent, gone := 0, 0
 	causes := map[string]int{} // why a report was sent again
 	var records []map[string]any
@@ -344,6 +350,9 @@ func workersAcrossEngineCluster(t *testing.T, cl *testenv.Cluster, c *admin.Clie
 			case msg == "task handled", msg == "reporting the result failed":
 				if id, _ := r["external_task_id"].(string); id != "" {
 					runs[id]++
+					if r["outcome"] == "lock-lost" {
+						lockLost[id]++
+					}
 				}
 			case msg == "report delivered":
 				resent++
@@ -366,6 +375,10 @@ func workersAcrossEngineCluster(t *testing.T, cl *testenv.Cluster, c *admin.Clie
 	}
 	reruns := 0
 	for id, n := range runs {
+		if n > 1 && ct.lockLostRuns && n-1 <= lockLost[id] {
+			t.Logf("external task %s: its handler ran %d times, %d of them losing the lock to another worker (tolerated in this tier)", id, n, lockLost[id])
+			continue
+		}
 		if n > 1 {
 			reruns += n - 1
 			var trail []string
