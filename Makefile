@@ -85,9 +85,19 @@ cluster-tools: # haproxy, which the tests' clusters need (testenv.StartCluster; 
 test: $(NEEDS)
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./...
-	$(GO) test -race -count=1 -timeout 45m -tags failpoints $(GOTESTFLAGS) ./...
+	$(GO) test -race -count=1 -timeout 45m -tags failpoints $(if $(SKIP_BEYOND),-skip '$(BEYOND_TESTS)') $(GOTESTFLAGS) ./...
 	cd examples/courier && $(GO) vet ./... && $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./... # the example manifests against the Kubernetes API's types
+
+# The tests beyond one machine (docs/deployment.md): workers across an engine cluster
+# behind HAProxy with a node SIGKILLed, the cluster's conformance facts, and the ledger on a
+# PostgreSQL primary failing over to its standby. make test runs them with the rest; CI runs
+# them in a stage of their own beside it (make test SKIP_BEYOND=1, make test-beyond): most
+# of their time is JVMs starting and outages waited out, not the cores.
+BEYOND_TESTS := ^(TestWorkersAcrossEngineCluster|TestLedgerFailover|TestConformanceClusterNodeDeath|TestClusterBalancesKillAndRestart|TestPGPairFailover|TestPGPairURLSilentFirstHost)$$
+.PHONY: test-beyond
+test-beyond: $(NEEDS)
+	$(GO) test -race -count=1 -timeout 30m -tags failpoints -run '$(BEYOND_TESTS)' ./examples/invoice/ ./camunda7/ ./internal/testenv/
 
 # The quick loop, with no services: nothing is started and none is reached. go vet in
 # both build-tag sets, then every package's tests with the race detector, -short, and
