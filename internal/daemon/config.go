@@ -172,6 +172,22 @@ type Config struct {
 	// address with /camunda in place of /engine-rest.
 	ConsoleCockpitURL string `envconfig:"CONSOLE_COCKPIT_URL"`
 
+	// The human-task completion service (package humantask, docs/humantasks.md): off
+	// unless TasksAddr is set; its variables are checked in humantasks.go.
+	TasksAddr           string   `envconfig:"TASKS_ADDR"`
+	TasksAuthHeader     string   `envconfig:"TASKS_AUTH_HEADER"`
+	TasksGroupsHeader   string   `envconfig:"TASKS_GROUPS_HEADER"`
+	TasksTrustedProxies []string `envconfig:"TASKS_TRUSTED_PROXIES"` // comma-separated CIDRs or addresses
+	TasksJWTIssuer      string   `envconfig:"TASKS_JWT_ISSUER"`
+	TasksJWKSURL        string   `envconfig:"TASKS_JWT_JWKS_URL"`
+	TasksJWTAudience    string   `envconfig:"TASKS_JWT_AUDIENCE"`
+	TasksJWTUserClaim   string   `envconfig:"TASKS_JWT_USER_CLAIM" default:"sub"`
+	TasksJWTGroupsClaim string   `envconfig:"TASKS_JWT_GROUPS_CLAIM"`
+	TasksTLSCertFile    string   `envconfig:"TASKS_TLS_CERT_FILE"`
+	TasksTLSKeyFile     string   `envconfig:"TASKS_TLS_KEY_FILE"`
+	TasksPage           bool     `envconfig:"TASKS_PAGE"`
+	TasksNamespace      string   `envconfig:"TASKS_NAMESPACE" default:"humantask"`
+
 	lockWatchSet bool
 	// fromFile maps a secret's variable (EXTWORKER_ENGINE_PASSWORD) to the file it was read
 	// from, for `extworker config`.
@@ -318,6 +334,7 @@ func (c Config) problems() []error {
 	errs = append(errs, c.engineProblems()...)
 	errs = append(errs, c.databaseProblems()...)
 	errs = append(errs, c.consoleProblems()...)
+	errs = append(errs, c.tasksProblems()...)
 	errs = append(errs, c.ledgerProblems()...)
 	errs = append(errs, c.pollProblems()...)
 	errs = append(errs, c.shutdownProblems()...)
