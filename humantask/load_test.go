@@ -23,11 +23,11 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-// TestLoadDoubleSubmitsWithServiceKills: 50 users (candidates of every task through the
-// group approvers) double-submit completions of 200 tasks at once, against two service
-// processes (short tier: a 5s ledger lease, loadLease) behind a round-robin client, while one of
-// them is SIGKILLed at random every 3-6s (once 30 more requests have been answered
-// since the last kill) and started again on its address.
+// TestLoadDoubleSubmitsWithServiceKills: 50 users (candidates of every task through a
+// group of the test's own) double-submit completions of 200 tasks at once, against two
+// service processes (short tier: a 5s ledger lease, loadLease) behind a round-robin
+// client, while one of them is SIGKILLed at random every 3-6s (once 30 more requests have
+// been answered since the last kill) and started again on its address.
 //
 // Every task is given to two users, who load its form first (its ETag), then send the
 // command twice at the same time: the same command id (a double click) or two fresh ones
@@ -42,6 +42,19 @@ import (
 // 200, which its engine history's marker names (one completion accepted by the engine
 // per task, counted in front of it); every other command of the task got 409 naming the
 // winner's user, or 412; no intent is left unsettled.
+// loadBPMN waits in one user task "approve" for the candidate group %[2]s.
+const loadBPMN = `<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:camunda="http://camunda.org/schema/1.0/bpmn"
+  id="defs-%[1]s" targetNamespace="http://extworker.dev/test">
+  <bpmn:process id="%[1]s" isExecutable="true" camunda:historyTimeToLive="P1D">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="approve"/>
+    <bpmn:userTask id="approve" camunda:candidateGroups="%[2]s"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="approve" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>`
+
 // loadLease is the service processes' ledger lease in the load test. A dispatch (four
 // engine calls: the task, its identity links, its form variables, the completion) is
 // cut off at nine tenths of the lease: with 2s, on this 2-core machine at a load average
@@ -53,14 +66,23 @@ func TestLoadDoubleSubmitsWithServiceKills(t *testing.T) {
 	if testing.Short() && !testenv.InCI() {
 		t.Skip("the load test takes about a minute; -short skips it outside CI")
 	}
-	const (
-		users, tasks, perTask, changed = 50, 200, 2, 10
-		group                          = "approvers"
-	)
+	const users, tasks, perTask, changed = 50, 200, 2, 10
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	e := newEnv(t, nil)
+	// The tasks' candidates are a group of the test's own: no other test (of another
+	// package, running meanwhile on the same engine) finds 200 tasks in its users' lists.
+	group := testenv.Unique("load")
+	e.key = testenv.Unique("load-approval")
+	dep, err := e.engine.Deploy(testenv.Context(t, time.Minute), admin.Deployment{Name: e.key, Resources: []admin.Resource{{Name: e.key + ".bpmn",
+		Content: fmt.Appendf(nil, loadBPMN, e.key, group)}}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = e.engine.DeleteDeployment(ctx, dep.ID, true)
+	})
 	engineURL, completions := countingEngine(t)
 
 	// the tasks
