@@ -472,8 +472,10 @@ func (s *Service) tasksOf(ctx context.Context, who Identity) ([]Task, error) {
 	out := []Task{}
 	for _, q := range queries {
 		q.Set("maxResults", limit)
+		// Newest first, at most MaxTasks: a task just assigned or offered is always in the
+		// list, however many older ones wait.
 		q.Set("sortBy", "created")
-		q.Set("sortOrder", "asc")
+		q.Set("sortOrder", "desc")
 		ts, err := s.cfg.Engine.UserTasks(ctx, q)
 		if err != nil {
 			return nil, err
