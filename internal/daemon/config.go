@@ -616,7 +616,9 @@ func engineURLProblems(raw string) []error {
 		return nil // checkHTTPURL reports it
 	}
 	var errs []error
-	if u.User != nil {
+	// An @ anywhere is a credential: a password with an unescaped / is read as a host,
+	// port and path (http://u:1234/secret@host/...), and the "path" would be logged.
+	if _, rest, _ := strings.Cut(raw, "://"); u.User != nil || strings.Contains(rest, "@") {
 		errs = append(errs, errors.New("EXTWORKER_ENGINE_URL has credentials in its user part (not shown): remove them, and "+
 			"put the credentials in EXTWORKER_ENGINE_USER and EXTWORKER_ENGINE_PASSWORD (or the token variables)"))
 	}

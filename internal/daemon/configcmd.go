@@ -156,7 +156,27 @@ func MaskURL(s string) string {
 		}
 		rest = userinfo + "@" + rest
 	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		rest = maskQuery(rest) // a token or client secret as a parameter
+	}
 	return MaskParams(s[:i+3] + rest)
+}
+
+// maskQuery masks every value of a URL's query string and drops its fragment: outside a
+// connection string (whose parameters MaskParams knows), any of them may be a token.
+func maskQuery(rest string) string {
+	rest, _, _ = strings.Cut(rest, "#")
+	base, query, ok := strings.Cut(rest, "?")
+	if !ok {
+		return rest
+	}
+	params := strings.Split(query, "&")
+	for j, kv := range params {
+		if k, _, hasValue := strings.Cut(kv, "="); hasValue {
+			params[j] = k + "=" + masked
+		}
+	}
+	return base + "?" + strings.Join(params, "&")
 }
 
 // notAURL is what `extworker config` shows for a URL variable whose value does not parse.

@@ -47,13 +47,19 @@ func TestConfigNeverShowsSecretsInURLs(t *testing.T) {
 		{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL", "http://idp:idp-pa55wd@127.0.0.1/token"},
 		{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL", "https://idp:pa55wd#x@idp.example/token"},
 		{"EXTWORKER_CONSOLE_COCKPIT_URL", "https://ops:pa55wd@cockpit.example/camunda"},
+		// A second outside tester: an unescaped / makes the password a path (host "u",
+		// port 1234), and secrets in query strings.
+		{"EXTWORKER_ENGINE_URL", "http://u:1234/pa55wd@127.0.0.1:8081/engine-rest"},
+		{"EXTWORKER_ENGINE_URL", "http://127.0.0.1:8081/engine-rest?token=pa55wd"},
+		{"EXTWORKER_ENGINE_OAUTH_TOKEN_URL", "http://127.0.0.1:9/token?client_secret=pa55wd"},
+		{"EXTWORKER_CONSOLE_COCKPIT_URL", "https://cockpit.example/camunda?access_token=pa55wd"},
 	} {
 		t.Run(tc.name+" "+tc.value, func(t *testing.T) {
 			testenv.ClearConfigEnv(t)
 			t.Setenv(tc.name, tc.value)
 			if strings.Contains(tc.name, "OAUTH") {
 				t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_ID", "worker")
-				t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_pa55wdRET", "client-s3cret")
+				t.Setenv("EXTWORKER_ENGINE_OAUTH_CLIENT_SECRET", "client-s3cret")
 			}
 			table, asJSON, _ := configOutput(t)
 			for _, secret := range []string{"pa55wd", "s3cret"} {
@@ -84,6 +90,7 @@ func TestEngineURLRefusesCredentials(t *testing.T) {
 		"http://admin:SECRETPW@10.0.0.7:8080/engine-rest",
 		"http://TOKSECRET@127.0.0.1:18779/engine-rest",
 		"https://admin:SECRETPW@bpm.example.com/engine-rest",
+		"http://u:1234/SECRETPW@127.0.0.1:8081/engine-rest", // Go reads host u, port 1234, the password as the path
 	} {
 		testenv.ClearConfigEnv(t)
 		t.Setenv("EXTWORKER_ENGINE_URL", v)
