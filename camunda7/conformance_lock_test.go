@@ -316,8 +316,8 @@ func TestConformanceWakeHandsOverToPendingPoll(t *testing.T) {
 	})
 }
 
-// The lock-watch query (tasks.Worker: the earliest lock on a topic) is honoured: a lock
-// ending after lockExpirationBefore is left out, a task never locked has no lock end, and
+// The lock-watch query (tasks.Worker: the locks on a topic) is honoured: a lock ending
+// after lockExpirationBefore, or before lockExpirationAfter, is left out, a task never locked has no lock end, and
 // the result is sorted by lock end.
 func TestConformanceLockExpirationQuery(t *testing.T) {
 	e := newEnv(t, testenv.ModelOptions{})
@@ -335,6 +335,11 @@ func TestConformanceLockExpirationQuery(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	assert.Equal(t, []string{tasks[1].ID, tasks[0].ID}, []string{got[0].ID, got[1].ID}, "earliest lock end first")
+	q.LockExpirationAfter = time.Now().Add(90 * time.Second)
+	got, err = e.c.ExternalTasks(e.ctx, q)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "lockExpirationAfter leaves out the lock ending within 90 s")
+	assert.Equal(t, tasks[0].ID, got[0].ID)
 }
 
 // startLocked starts one instance per business key and locks their tasks for e.worker

@@ -389,9 +389,10 @@ type ExternalTaskQuery struct {
 	NoRetriesLeft        bool
 	// Active leaves out the tasks of suspended process instances.
 	Active bool
-	// LockExpirationBefore, if set, keeps only tasks whose lock ends (or ended) before
-	// it: tasks never locked, or unlocked, have no lock end and are left out.
-	LockExpirationBefore time.Time
+	// LockExpirationBefore and LockExpirationAfter, if set, keep only tasks whose lock
+	// ends (or ended) before, or after, them: tasks never locked, or unlocked, have no
+	// lock end and are left out.
+	LockExpirationBefore, LockExpirationAfter time.Time
 	// ByLockExpiration sorts the result by lock end, earliest first.
 	ByLockExpiration bool
 	// MaxResults caps the result; 0 means the engine's default (all).
@@ -423,6 +424,9 @@ func (q ExternalTaskQuery) values() url.Values {
 	flag("active", q.Active)
 	if !q.LockExpirationBefore.IsZero() {
 		v.Set("lockExpirationBefore", FormatDate(q.LockExpirationBefore))
+	}
+	if !q.LockExpirationAfter.IsZero() {
+		v.Set("lockExpirationAfter", FormatDate(q.LockExpirationAfter))
 	}
 	if q.ByLockExpiration {
 		v.Set("sortBy", "lockExpirationTime")

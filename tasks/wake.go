@@ -191,8 +191,10 @@ const (
 // most maxWakeTries times, a watchGap apart), and when to query next: at the next end of
 // another worker's lock, to see whether it was extended (a live worker extends its locks
 // long before they end, a dead one does not), at the latest period from now, at the
-// earliest watchGap from now. It returns the woken locks that are still ended.
-func decideWatch(tasks []camunda7.ExternalTask, self string, woken map[string]wokenLock, now time.Time, period time.Duration) (
+// earliest watchGap from now. When the query's answer was cut at its limit (full), the
+// locks behind the ended ones were not seen: the watch comes back when those ended ones
+// are too old to be read again (staleLock). It returns the woken locks still ended.
+func decideWatch(tasks []camunda7.ExternalTask, full bool, self string, woken map[string]wokenLock, now time.Time, period time.Duration) (
 	wake bool, next time.Time, stillWoken map[string]wokenLock) {
 	next, stillWoken = now.Add(period), map[string]wokenLock{}
 	for _, t := range tasks {
@@ -203,6 +205,9 @@ func decideWatch(tasks []camunda7.ExternalTask, self string, woken map[string]wo
 		if end.After(now) {
 			next = minTime(next, end.Add(wakeMargin))
 			continue
+		}
+		if full {
+			next = minTime(next, end.Add(staleLock))
 		}
 		wl := woken[t.ID]
 		if !wl.end.Equal(end) {
@@ -240,10 +245,13 @@ func (w *Worker) watchLocks(ctx context.Context, lw *lockWatch, now time.Time) b
 	w.mu.Unlock()
 	var all []camunda7.ExternalTask
 	var failed error
+	full := false
 	for _, name := range w.reg.names {
 		qctx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+		limit := min(ours+watchResults, 200)
 		tasks, err := w.c.ExternalTasks(qctx, camunda7.ExternalTaskQuery{TopicName: name, Active: true, WithRetriesLeft: true,
-			LockExpirationBefore: now.Add(lw.period), ByLockExpiration: true, MaxResults: min(ours+watchResults, 200)})
+			LockExpirationAfter: now.Add(-staleLock), LockExpirationBefore: now.Add(lw.period), ByLockExpiration: true,
+			MaxResults: limit})
 		cancel()
 		w.stats.LockWatches.Add(1)
 		if err != nil {
@@ -252,6 +260,7 @@ func (w *Worker) watchLocks(ctx context.Context, lw *lockWatch, now time.Time) b
 			continue
 		}
 		all = append(all, tasks...)
+		full = full || len(tasks) == limit
 	}
 	switch {
 	case failed != nil && !lw.failed:
@@ -262,9 +271,15 @@ func (w *Worker) watchLocks(ctx context.Context, lw *lockWatch, now time.Time) b
 	}
 	lw.failed = failed != nil
 	var wake bool
-	wake, lw.next, lw.woken = decideWatch(all, w.cfg.WorkerID, lw.woken, now, lw.period)
+	wake, lw.next, lw.woken = decideWatch(all, full, w.cfg.WorkerID, lw.woken, now, lw.period)
 	return wake
 }
+
+// staleLock is how long ago a lock may have ended for the watch to still look at it: the
+// watches around its end have woken the poll for it maxWakeTries times by then. Older
+// ones (a task of another tenant or process definition whose worker is gone, which this
+// worker's polls never take) would otherwise sort first and hide the locks that matter.
+const staleLock = maxWakeTries*watchGap + 2*wakeMargin
 
 // watchResults is how many locks beyond the worker's own one watch query reads per topic:
 // the ends of a dead worker's locks, which the next watches take one by one.

@@ -56,31 +56,31 @@ func TestDecideWatch(t *testing.T) {
 		return camunda7.ExternalTask{ID: id, WorkerID: worker, LockExpirationTime: camunda7.Time{Time: now.Add(end)}}
 	}
 
-	wake, next, woken := decideWatch(nil, "me", nil, now, period)
+	wake, next, woken := decideWatch(nil, false, "me", nil, now, period)
 	assert.False(t, wake)
 	assert.Equal(t, now.Add(period), next, "no lock: the next watch after the period")
 	assert.Empty(t, woken)
 
-	wake, next, _ = decideWatch([]camunda7.ExternalTask{lock("a", "me", time.Second), lock("b", "me", -time.Second)}, "me", nil, now, period)
+	wake, next, _ = decideWatch([]camunda7.ExternalTask{lock("a", "me", time.Second), lock("b", "me", -time.Second)}, false, "me", nil, now, period)
 	assert.False(t, wake, "our own locks are kept alive or scheduled already")
 	assert.Equal(t, now.Add(period), next)
 
 	// A dead worker's five locks ending one after the other: the watch comes back at the
 	// first end, not after the period, and wakes once it has ended.
 	dead := []camunda7.ExternalTask{lock("t1", "dead", 2*time.Second), lock("t2", "dead", 4*time.Second), lock("t3", "dead", 6*time.Second)}
-	wake, next, woken = decideWatch(dead, "me", nil, now, period)
+	wake, next, woken = decideWatch(dead, false, "me", nil, now, period)
 	assert.False(t, wake, "nothing has ended yet")
 	assert.Equal(t, now.Add(2*time.Second+wakeMargin), next, "watch again when the earliest lock ends")
 	// at t1's end: t1 ended (not yet taken), t2 and t3 to come
 	at := now.Add(2*time.Second + wakeMargin)
-	wake, next, woken = decideWatch(dead, "me", nil, at, period)
+	wake, next, woken = decideWatch(dead, false, "me", nil, at, period)
 	assert.True(t, wake, "t1's lock ended: wake the poll")
 	assert.Equal(t, at.Add(watchGap), next, "look again soon: taken, or wake again")
 	assert.Equal(t, 1, woken["t1"].tries)
 
 	// A live worker extends its lock before it ends: the watch sees the new end and does
 	// not wake.
-	wake, next, _ = decideWatch([]camunda7.ExternalTask{lock("busy", "live", 13*time.Second)}, "me", nil, now, period)
+	wake, next, _ = decideWatch([]camunda7.ExternalTask{lock("busy", "live", 13*time.Second)}, false, "me", nil, now, period)
 	assert.False(t, wake)
 	assert.Equal(t, now.Add(13*time.Second+wakeMargin), next)
 
@@ -89,13 +89,19 @@ func TestDecideWatch(t *testing.T) {
 	stale := []camunda7.ExternalTask{lock("stale", "gone", -time.Minute)}
 	woken = nil
 	for i := 1; i <= maxWakeTries+2; i++ {
-		wake, next, woken = decideWatch(stale, "me", woken, now.Add(time.Duration(i)*time.Second), period)
+		wake, next, woken = decideWatch(stale, false, "me", woken, now.Add(time.Duration(i)*time.Second), period)
 		assert.Equal(t, i <= maxWakeTries, wake, "watch %d", i)
 	}
 	assert.Equal(t, now.Add(time.Duration(maxWakeTries+2)*time.Second).Add(period), next, "no more soon watches for it")
 
+	// An answer cut at its limit by ended locks: the watch comes back when they are too
+	// old to be read again, to see the locks behind them.
+	tried := map[string]wokenLock{"old": {end: now.Add(-time.Second), tries: maxWakeTries}}
+	_, next, _ = decideWatch([]camunda7.ExternalTask{lock("old", "gone", -time.Second)}, true, "me", tried, now, period)
+	assert.Equal(t, now.Add(staleLock-time.Second), next)
+
 	// Locks about to end are not watched more often than every watchGap.
-	_, next, _ = decideWatch([]camunda7.ExternalTask{lock("x", "dead", 10*time.Millisecond)}, "me", nil, now, period)
+	_, next, _ = decideWatch([]camunda7.ExternalTask{lock("x", "dead", 10*time.Millisecond)}, false, "me", nil, now, period)
 	assert.Equal(t, now.Add(watchGap), next)
 }
 

@@ -3,6 +3,7 @@ package tasks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/extworker/extworker/camunda7"
+	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/internal/testenv"
 	"github.com/extworker/extworker/tasks"
 )
@@ -94,4 +96,44 @@ func TestWorkerPicksUpADeadPeersTasksWhenTheirLocksEnd(t *testing.T) {
 	}
 	t.Logf("lock watches %d, wakes %d (long poll 20s)", w.Stats().LockWatches.Load(), w.Stats().Wakes.Load())
 	assert.Positive(t, w.Stats().Wakes.Load(), "the worker woke its pending poll (other clients of the engine may wake it too)")
+}
+
+// Locks that ended long ago on tasks this worker's polls never take (here: another
+// business key than its topic's filter; in production another tenant's or process
+// definition's, whose worker is gone) do not hide a dead worker's lock on a task it
+// does take. (An outside tester found 20 of them sorted first and filled the watch's
+// query: the lock that mattered was never seen, and its task waited for the poll's end.)
+func TestWorkerLockWatchSeesPastStaleLocks(t *testing.T) {
+	f := newFixture(t, testenv.ModelOptions{NoMessageWait: true})
+	mine := testenv.Unique("mine")
+	start := func(bk string) string {
+		pi, err := f.c.StartProcess(f.ctx, f.m.Key, admin.StartProcessRequest{BusinessKey: bk})
+		require.NoError(t, err)
+		return pi.ID
+	}
+	for i := range 22 {
+		start(fmt.Sprintf("other-%d", i))
+	}
+	ghost := testenv.Unique("ghost")
+	stale, err := f.c.FetchAndLock(f.ctx, camunda7.FetchAndLockRequest{WorkerID: ghost, MaxTasks: 22,
+		Topics: []camunda7.FetchTopic{{TopicName: f.m.Topic, LockDuration: time.Second}}})
+	require.NoError(t, err)
+	require.Len(t, stale, 22)
+	id := start(mine)
+	held, err := f.c.FetchAndLock(f.ctx, camunda7.FetchAndLockRequest{WorkerID: testenv.Unique("dead-peer"), MaxTasks: 1,
+		Topics: []camunda7.FetchTopic{{TopicName: f.m.Topic, LockDuration: 8 * time.Second, BusinessKey: mine}}})
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	var startedAt atomic.Int64
+	reg := tasks.NewRegistry()
+	register(t, reg, f.m.Topic, func(ctx context.Context, tk *tasks.Task) (camunda7.Variables, error) {
+		startedAt.CompareAndSwap(0, time.Now().UnixNano())
+		return nil, nil
+	}, tasks.TopicOptions{BusinessKey: mine})
+	w, _ := f.run(reg, shippedDefaults(t))
+	f.waitEnded([]string{id}, time.Minute)
+	after := time.Unix(0, startedAt.Load()).Sub(held[0].LockExpirationTime.Time)
+	t.Logf("picked up %v after the dead peer's lock ended, past 22 stale locks; lock watches %d, wakes %d",
+		after, w.Stats().LockWatches.Load(), w.Stats().Wakes.Load())
+	assert.Less(t, after, 10*time.Second, "picked up at its lock's end, not at the end of the poll")
 }
