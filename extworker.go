@@ -52,6 +52,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/humantask"
 	"github.com/extworker/extworker/idempotency"
 	"github.com/extworker/extworker/inbox"
 	"github.com/extworker/extworker/inbox/callback"
@@ -95,6 +96,8 @@ type App struct {
 	errs         []error
 	// stopTracing flushes and stops the TracerProvider New installed; nil without one.
 	stopTracing func(context.Context) error
+	// taskGuards are the human tasks' business rules (App.HumanTasks).
+	taskGuards map[string]humantask.Guard
 }
 
 // Options are what New takes besides the environment. The zero value is the default.
@@ -281,8 +284,8 @@ func (a *App) Run(ctx context.Context) error {
 	if len(a.errs) > 0 {
 		return errors.Join(a.errs...)
 	}
-	if len(a.registry.Topics()) == 0 && !a.consumes() {
-		return daemon.ConfigError{Err: errors.New("no topics registered and no messages taken in: call App.Handle, App.Consume, App.ConsumeKafka or App.Callback before Run")}
+	if len(a.registry.Topics()) == 0 && !a.consumes() && !a.servesHumanTasks() {
+		return daemon.ConfigError{Err: errors.New("no topics registered and no messages taken in: call App.Handle, App.Consume, App.ConsumeKafka or App.Callback before Run (or serve human tasks: EXTWORKER_TASKS_ADDR)")}
 	}
 	_, stopOps, err := daemon.StartOps(ctx, a.ops, a.promReg, a.client, a.opsPool, a.metrics, a.logger)
 	if err != nil {
@@ -295,6 +298,13 @@ func (a *App) Run(ctx context.Context) error {
 			return err
 		}
 		defer stopConsole()
+	}
+	if a.servesHumanTasks() {
+		stopTasks, err := a.serveHumanTasks(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopTasks()
 	}
 	var background sync.WaitGroup
 	defer background.Wait()
