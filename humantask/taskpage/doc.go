@@ -3,16 +3,22 @@
 // lists the caller's user tasks and completes one through Service.Complete.
 //
 //	GET  /ui/                 the caller's tasks
-//	GET  /ui/tasks/{id}       one task's form: its form variables as inputs, and two
-//	                          hidden fields, a command id minted when the form renders
-//	                          (128 random bits) and the task's ETag (If-Match)
-//	POST /ui/tasks/{id}       completes it and shows the answer, with its status
+//	GET  /ui/tasks/{id}       redirects to ?command=<id>, a command id minted for the
+//	                          form (128 random bits), and shows the form: the task's
+//	                          form variables as inputs, the command id and the task's
+//	                          ETag (If-Match) as hidden fields; once that command was
+//	                          sent, its recorded answer instead (Service.Answer)
+//	POST /ui/tasks/{id}       completes it (Service.Complete) and shows the answer,
+//	                          with its status
 //
 // The command id belongs to the rendered form, not to the click: a double click, a
-// browser's resubmit and a resubmit after the back button (the form page is cached for
-// history navigation, so the back button brings the same form, the same id) are one
-// command, and get one answer, the same page each time. Loading the form again is a new
-// command.
+// browser's resubmit and a resubmit after the back button (the browser's back/forward
+// cache brings the same form back; a browser that loads the address again gets the
+// command's answer) are one command, with one answer, the same page each time. A post
+// runs to its answer even when the browser drops it, as a double click does to the
+// first post. Only a new load of the task ("Reload the task", the list) is a new
+// command. The command id is a capability: whoever has the address reads that
+// command's answer (who completed the task, and when).
 //
 // The answers read as pages: completed (200); "already completed by X at T" (409); "this
 // task changed since you opened it; reload it" (412); "not yours" (403); the business
