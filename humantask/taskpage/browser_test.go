@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -65,6 +66,7 @@ type env struct {
 	engine  *admin.Client
 	key, ns string
 	srv     *httptest.Server
+	svc     *humantask.Service
 	proxies map[string]string // user -> the proxy's URL
 
 	mu        sync.Mutex
@@ -95,6 +97,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	svc, err := humantask.New(humantask.Config{Engine: e.engine, Pool: e.pool, Identity: id, Namespace: e.ns, Lease: 5 * time.Second})
 	require.NoError(t, err)
+	e.svc = svc
 	page, err := taskpage.New(taskpage.Config{Service: svc, Identity: id})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -376,8 +379,9 @@ func (b *browser) screenshot(name string) {
 }
 
 // The sample task page in headless Chromium, against the engine and the ledger: a
-// double click, a back-button resubmit, two users on one task, and a form left open
-// while the task is claimed and then reassigned. With EXTWORKER_SCREENSHOTS=DIR each
+// double click, a back-button resubmit, two users on one task, a form posted from
+// another site's page, and a form left open while the task is claimed and then
+// reassigned. With EXTWORKER_SCREENSHOTS=DIR each
 // result page is written there (docs/images holds the ones docs/humantasks.md shows).
 func TestTaskPageInBrowser(t *testing.T) {
 	e := newEnv(t)
@@ -466,6 +470,34 @@ func TestTaskPageInBrowser(t *testing.T) {
 		commands, _ := e.completions(t, task)
 		assert.Equal(t, []string{aliceCmd + " by alice"}, commands)
 		assert.ElementsMatch(t, []string{aliceCmd + " confirmed", bobCmd + " rejected"}, e.ledger(t, task))
+	})
+
+	t.Run("a form from another site completes nothing", func(t *testing.T) {
+		alice.t = t
+		ctx := testenv.Context(t, time.Minute)
+		task := e.startInstance(t)
+		// The other site knows the task, its ETag and the form's fields; alice's proxy
+		// names her on whatever her browser sends it.
+		tk, err := e.svc.Task(ctx, humantask.Identity{User: "alice"}, task)
+		require.NoError(t, err)
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprintf(w, `<!doctype html><form method="post" action="%s/ui/tasks/%s">
+<input type="hidden" name="command" value="0123456789abcdef0123456789abcdef">
+<input type="hidden" name="etag" value="%s">
+<input type="hidden" name="kind.approved" value="boolean"><input type="hidden" name="var.approved" value="true">
+<button id="win" type="submit">Claim your prize</button></form>`, e.proxies["alice"], task, html.EscapeString(tk.ETag))
+		}))
+		defer evil.Close()
+		require.NoError(t, alice.do(chromedp.Navigate(evil.URL)))
+		resp, err := chromedp.RunResponse(alice.bounded(), chromedp.Click(chromedp.CSS("#win")))
+		require.NoError(t, err)
+		assert.Equal(t, int64(http.StatusForbidden), resp.Status)
+		assert.Contains(t, alice.text("#message"), "not sent from this site's own page; nothing was done")
+		commands, waiting := e.completions(t, task)
+		assert.True(t, waiting)
+		assert.Empty(t, commands)
+		assert.Empty(t, e.ledger(t, task), "nothing recorded")
 	})
 
 	t.Run("a form left open while the task changes", func(t *testing.T) {
