@@ -20,6 +20,10 @@
 //   - /metrics, /healthz and /readyz on EXTWORKER_HTTP_ADDR;
 //   - with EXTWORKER_CONSOLE_ADDR, the operator console (docs/console.md) on a listener of
 //     its own: intents in doubt, verdicts and the two-person rule, parked messages;
+//   - with EXTWORKER_TASKS_ADDR, the human-task completion service (package humantask,
+//     docs/humantasks.md) on a listener of its own: Camunda user tasks completed once per
+//     command, with business rules from HumanTasks and, with EXTWORKER_TASKS_PAGE, a
+//     sample task page;
 //   - with EXTWORKER_AMQP_URL, the outbox relay: events handlers add in their transactions
 //     (package outbox) are published to RabbitMQ with publisher confirms; and the
 //     consumers Consume registers (package inbox): each message recorded before it is
