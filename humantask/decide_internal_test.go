@@ -1,6 +1,7 @@
 package humantask
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -44,7 +45,9 @@ func TestSettle(t *testing.T) {
 
 // checkCompletion alone: 403 before 412, a claimed task only for its assignee.
 func TestCheckCompletion(t *testing.T) {
-	open := Task{ID: "t", CandidateUsers: []string{"alice"}, CandidateGroups: []string{"approvers"}, ETag: `"e1"`}
+	open := Task{ID: "t", CandidateUsers: []string{"alice"}, CandidateGroups: []string{"approvers"}, ETag: `"e1"`,
+		Variables: camunda7.Variables{"amount": camunda7.LongVar(100), "note": camunda7.StringVar("x"), "ok": camunda7.BoolVar(true),
+			"unset": camunda7.NullVar(), "due": {Type: "Date", Value: []byte(`"2026-12-03T08:00:00.000+0000"`)}}}
 	claimed := open
 	claimed.Assignee = "bob"
 	for _, c := range []struct {
@@ -52,18 +55,27 @@ func TestCheckCompletion(t *testing.T) {
 		task    Task
 		who     Identity
 		ifMatch string
+		form    Form
 		want    int
 	}{
-		{"candidate user", open, Identity{User: "alice"}, `"e1"`, 0},
-		{"candidate group", open, Identity{User: "dave", Groups: []string{"x", "approvers"}}, `"e1"`, 0},
-		{"stranger", open, Identity{User: "carol"}, `"e1"`, http.StatusForbidden},
-		{"stranger with a stale tag", open, Identity{User: "carol"}, `"old"`, http.StatusForbidden},
-		{"stale", open, Identity{User: "alice"}, `"old"`, http.StatusPreconditionFailed},
-		{"assignee", claimed, Identity{User: "bob"}, `"e1"`, 0},
-		{"candidate of a claimed task", claimed, Identity{User: "alice"}, `"e1"`, http.StatusForbidden},
+		{"candidate user", open, Identity{User: "alice"}, `"e1"`, nil, 0},
+		{"candidate group", open, Identity{User: "dave", Groups: []string{"x", "approvers"}}, `"e1"`, nil, 0},
+		{"stranger", open, Identity{User: "carol"}, `"e1"`, nil, http.StatusForbidden},
+		{"stranger with a stale tag", open, Identity{User: "carol"}, `"old"`, nil, http.StatusForbidden},
+		{"stale", open, Identity{User: "alice"}, `"old"`, nil, http.StatusPreconditionFailed},
+		{"assignee", claimed, Identity{User: "bob"}, `"e1"`, nil, 0},
+		{"candidate of a claimed task", claimed, Identity{User: "alice"}, `"e1"`, nil, http.StatusForbidden},
+		// A value must fit the type of the variable it overwrites (an outside tester turned
+		// an Integer amount into the String "notanumber"); a new name may be set.
+		{"fitting values", open, Identity{User: "alice"}, `"e1"`, Form{"amount": json.Number("250"), "note": "y", "ok": false, "unset": "now set", "new": "a comment"}, 0},
+		{"a string for a number", open, Identity{User: "alice"}, `"e1"`, Form{"amount": "notanumber"}, http.StatusUnprocessableEntity},
+		{"a number for a string", open, Identity{User: "alice"}, `"e1"`, Form{"note": json.Number("1")}, http.StatusUnprocessableEntity},
+		{"a string for a boolean", open, Identity{User: "alice"}, `"e1"`, Form{"ok": "true"}, http.StatusUnprocessableEntity},
+		{"a Date from a form", open, Identity{User: "alice"}, `"e1"`, Form{"due": "2027-01-01"}, http.StatusUnprocessableEntity},
+		{"null for anything", open, Identity{User: "alice"}, `"e1"`, Form{"amount": nil}, 0},
 	} {
 		got := 0
-		if a := checkCompletion(c.task, c.who, c.ifMatch); a != nil {
+		if a := checkCompletion(c.task, c.who, c.ifMatch, c.form); a != nil {
 			got = a.Status
 		}
 		assert.Equal(t, c.want, got, c.name)

@@ -26,9 +26,13 @@
 //
 // In this order, against the engine's state when the command runs: the caller is the
 // task's assignee or, while nobody is assigned, a candidate (user, or a member of a
-// candidate group) — else 403; the task's ETag is If-Match — else 412; the Guard
-// registered for the task's definition key (Config.Guards) allows it — else 422 with the
-// guard's reason.
+// candidate group) — else 403; the task's ETag is If-Match — else 412; each value fits
+// the type of the variable it overwrites (a string a String, a number a Short, Integer,
+// Long or Double, a boolean a Boolean, null anything; a Date, Json or Object variable
+// cannot be set from a form here) — else 422; the Guard registered for the task's
+// definition key (Config.Guards) allows it — else 422 with the guard's reason. A form may
+// set variables the task does not have yet: a guard that must allow only some names
+// refuses the others. Strings are at most 4000 characters (the engine's column), else 400.
 //
 // # Answers
 //

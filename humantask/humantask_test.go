@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -328,6 +329,8 @@ func TestMissingHeadersAre428AndBadInputs400WithNothingStored(t *testing.T) {
 		"the marker's name":           {"alice", "k7", `{"extworker_completion_x": "forged"}`},
 		"two JSON values":             {"alice", "k8", `{} {}`},
 		"a number a Double cannot be": {"alice", "k9", `{"n": 1e999}`},
+		// the engine refuses a longer String on every attempt: it was answered 503 for ever
+		"a string the engine cannot store": {"alice", "k10", `{"note": "` + strings.Repeat("é", 4001) + `"}`},
 	} {
 		r := e.complete(t, task, c.user, c.key, tag, c.body)
 		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", name, r.body)

@@ -73,6 +73,14 @@ func (p *ProxyHeader) Identify(r *http.Request) (Identity, error) {
 	if !trustedAddr(p.TrustedProxies, r.RemoteAddr) {
 		return Identity{}, fmt.Errorf("%w: not from a trusted proxy", ErrNoIdentity)
 	}
+	// One value each, as the console asks: a proxy that adds its header to the client's
+	// instead of replacing it would otherwise let the client's value decide who it is.
+	if n := len(r.Header.Values(p.UserHeader)); n > 1 {
+		return Identity{}, fmt.Errorf("%w: %s has %d values; the proxy must replace the header, not add to it", ErrNoIdentity, p.UserHeader, n)
+	}
+	if n := len(r.Header.Values(p.GroupsHeader)); p.GroupsHeader != "" && n > 1 {
+		return Identity{}, fmt.Errorf("%w: %s has %d values; the proxy must replace the header, not add to it", ErrNoIdentity, p.GroupsHeader, n)
+	}
 	user := r.Header.Get(p.UserHeader)
 	if user == "" {
 		return Identity{}, fmt.Errorf("%w: no %s header", ErrNoIdentity, p.UserHeader)

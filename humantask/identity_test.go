@@ -116,4 +116,15 @@ func TestProxyHeaderIdentity(t *testing.T) {
 	r.RemoteAddr = "192.0.2.1:5555"
 	_, err = src.Identify(r)
 	assert.ErrorIs(t, err, humantask.ErrNoIdentity, "the header is not believed from elsewhere")
+
+	// A proxy that adds its header to the client's, instead of replacing it: the first
+	// value won, and the client chose who it was (an outside tester's find).
+	r.RemoteAddr = "10.1.2.3:5555"
+	r.Header.Add("X-User", "mallory")
+	_, err = src.Identify(r)
+	assert.ErrorIs(t, err, humantask.ErrNoIdentity, "two user headers: nobody")
+	r.Header.Set("X-User", "alice")
+	r.Header.Add("X-Groups", "admins")
+	_, err = src.Identify(r)
+	assert.ErrorIs(t, err, humantask.ErrNoIdentity, "two groups headers: nobody")
 }

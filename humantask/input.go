@@ -41,6 +41,10 @@ func checkName(what, s string, limit int) error {
 // parseForm reads a completion's body: a JSON object of scalar variables (strings,
 // booleans, numbers, null), valid UTF-8 without NUL bytes, none named with the
 // service's marker prefix.
+// maxStringVar is the most characters the engine stores in a String variable (its
+// column is varchar(4000)): a longer one is refused by the engine on every attempt.
+const maxStringVar = 4000
+
 func parseForm(body []byte) (Form, error) {
 	if !utf8.Valid(body) {
 		return nil, errors.New("the body is not valid UTF-8")
@@ -68,6 +72,9 @@ func parseForm(body []byte) (Form, error) {
 		case string:
 			if strings.ContainsRune(v, 0) || strings.ContainsRune(v, utf8.RuneError) {
 				return nil, fmt.Errorf("variable %q has a NUL byte or an invalid character", k)
+			}
+			if n := utf8.RuneCountInString(v); n > maxStringVar {
+				return nil, fmt.Errorf("variable %q has %d characters; the engine stores at most %d in a String variable", k, n, maxStringVar)
 			}
 		case json.Number:
 			if _, err := numberVar(v); err != nil {

@@ -237,7 +237,7 @@ func (s *Service) dispatch(ctx context.Context, c Command, who Identity) (idempo
 	case err != nil:
 		return idempotency.Result{}, idempotency.NotSent(err)
 	}
-	if a := checkCompletion(t, who, c.IfMatch); a != nil {
+	if a := checkCompletion(t, who, c.IfMatch, c.Form); a != nil {
 		return idempotency.Result{}, rejection(*a)
 	}
 	if g := s.cfg.Guards[t.TaskDefinitionKey]; g != nil {

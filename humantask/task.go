@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"time"
 
@@ -93,14 +96,49 @@ func allowed(t Task, who Identity) bool {
 
 // checkCompletion is the completion-time decision before the guard: nil when who may
 // complete t as the form it saw (ifMatch) showed it, or the answer refusing it.
-func checkCompletion(t Task, who Identity, ifMatch string) *Answer {
+func checkCompletion(t Task, who Identity, ifMatch string, f Form) *Answer {
 	switch {
 	case !allowed(t, who):
 		return refusal(403, t.ID, "not the assignee or a candidate of this task", "")
 	case ifMatch != t.ETag:
 		return refusal(412, t.ID, "the task changed since the form was loaded (stale If-Match)", "")
 	}
+	for _, name := range slices.Sorted(maps.Keys(f)) {
+		if v, ok := t.Variables[name]; ok && !fits(v.Type, f[name]) {
+			return refusal(http.StatusUnprocessableEntity, t.ID, "a value does not fit its variable's type",
+				fmt.Sprintf("variable %q is %s; the form sent %s", name, v.Type, kindOf(f[name])))
+		}
+	}
 	return nil
+}
+
+// fits reports whether a form's value may overwrite a variable of type typ: a string a
+// String, a number a number, a boolean a Boolean, null anything; a variable of another
+// type (a Date, a Json, an Object) cannot be set from a form here.
+func fits(typ string, v any) bool {
+	switch v.(type) {
+	case nil:
+		return true
+	case string:
+		return typ == camunda7.TypeString || typ == camunda7.TypeNull
+	case bool:
+		return typ == camunda7.TypeBoolean || typ == camunda7.TypeNull
+	case json.Number:
+		return slices.Contains([]string{camunda7.TypeShort, camunda7.TypeInteger, camunda7.TypeLong, camunda7.TypeDouble, camunda7.TypeNull}, typ)
+	}
+	return false
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	}
+	return "null"
 }
 
 // marker is what the engine records, in the completion's transaction, as the process
