@@ -25,13 +25,6 @@ const usage = `usage: courier
     COURIER_EVENTS  the queue or topic bookings are announced to (with a broker)
     COURIER_CLAIMS  the RabbitMQ queue of claims to consume (with EXTWORKER_AMQP_URL)`
 
-func main() {
-	if code, handled := commandLine(os.Args[1:], os.Stdout, os.Stderr); handled {
-		os.Exit(code)
-	}
-	extworker.Main(setup)
-}
-
 // commandLine handles the arguments, of which the program takes none: --help prints the
 // usage (exit 0), anything else the usage as an error (exit 2). Without arguments it
 // leaves the start to extworker.Main (handled false).
@@ -101,4 +94,11 @@ func plan(getenv func(string) string) (c courier, consume bool, note string) {
 		consume = false
 	}
 	return c, consume, note
+}
+
+func main() {
+	if code, handled := commandLine(os.Args[1:], os.Stdout, os.Stderr); handled {
+		os.Exit(code)
+	}
+	extworker.Main(setup)
 }
