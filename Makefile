@@ -169,7 +169,7 @@ bin/invoice: FORCE
 	$(GO) build -tags failpoints -o bin/invoice ./examples/invoice
 FORCE:
 soak-short: $(SOAK_NEEDS)
-	$(SOAK_RUN) -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -kafka -broker-restarts 2 -timeout 8m
+	$(SOAK_RUN) -instances 1000 -workers 3 -min-kills 25 -kill-every 2s -pg-restarts 1 -broker -kafka -broker-restarts 2 -timeout 12m
 .PHONY: soak-defaults
 soak-defaults: $(SOAK_NEEDS)
 	$(SOAK_RUN) -defaults -instances 300 -workers 3 -min-kills 10 -pg-restarts 1 -broker -broker-restarts 1 -timeout 8m
