@@ -100,20 +100,7 @@ func startClusterWorker(t *testing.T, f faultEnv, cl *testenv.Cluster, ft faultT
 	cmd.Env = append(ft.env(f.ns, f.pay.URL()), "EXTWORKER_ENGINE_URL="+cl.URL(),
 		"EXTWORKER_ENGINE_USER="+testenv.AuthEngineUser, "EXTWORKER_ENGINE_PASSWORD="+testenv.AuthEnginePassword,
 		"EXTWORKER_WORKER_ID="+id, "EXTWORKER_LOG_LEVEL=info", "EXTWORKER_LOG_FORMAT=json")
-	w := &netWorker{id: id, cmd: cmd, logs: &testenv.Buffer{}, exited: make(chan error, 1), began: time.Now()}
-	cmd.Stdout, cmd.Stderr = w.logs, w.logs
-	require.NoError(t, cmd.Start())
-	go func() { w.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case err := <-w.exited:
-			w.exited <- err
-		default:
-			_ = cmd.Process.Kill()
-			<-w.exited
-		}
-	})
-	return w
+	return startNetWorkerCmd(t, id, cmd)
 }
 
 // stopAll sends SIGTERM to every worker at once and waits for each to exit cleanly: a

@@ -315,20 +315,7 @@ func startNetWorker(t *testing.T, f faultEnv, engineURL, dbURL string, extra ...
 		"EXTWORKER_LOG_LEVEL=info",
 		"EXTWORKER_LOG_FORMAT=json", "EXTWORKER_HTTP_ADDR=127.0.0.1:0")
 	cmd.Env = append(cmd.Env, extra...)
-	w := &netWorker{id: id, cmd: cmd, logs: &testenv.Buffer{}, exited: make(chan error, 1), began: time.Now()}
-	cmd.Stdout, cmd.Stderr = w.logs, w.logs
-	require.NoError(t, cmd.Start())
-	go func() { w.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case err := <-w.exited:
-			w.exited <- err
-		default:
-			_ = cmd.Process.Kill()
-			<-w.exited
-		}
-	})
-	return w
+	return startNetWorkerCmd(t, id, cmd)
 }
 
 // note logs an injection or an observation with the time since the worker started.
@@ -451,4 +438,24 @@ func netLedgerRow(t *testing.T, f faultEnv, invoice string) idempotency.Row {
 	row, err := f.ledger.Operations().Get(f.ctx, "payment.collect", "invoice:"+invoice+":v1")
 	require.NoError(t, err)
 	return row
+}
+
+// startNetWorkerCmd starts cmd as the worker process id, its output in the worker's
+// logs; at cleanup a process still running is killed and reaped.
+func startNetWorkerCmd(t *testing.T, id string, cmd *exec.Cmd) *netWorker {
+	t.Helper()
+	w := &netWorker{id: id, cmd: cmd, logs: &testenv.Buffer{}, exited: make(chan error, 1), began: time.Now()}
+	cmd.Stdout, cmd.Stderr = w.logs, w.logs
+	require.NoError(t, cmd.Start())
+	go func() { w.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-w.exited:
+			w.exited <- err
+		default:
+			_ = cmd.Process.Kill()
+			<-w.exited
+		}
+	})
+	return w
 }
