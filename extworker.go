@@ -62,6 +62,7 @@ import (
 	"github.com/extworker/extworker/inbox/callback"
 	"github.com/extworker/extworker/internal/console"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/internal/termsafe"
 	"github.com/extworker/extworker/internal/tracing"
 	"github.com/extworker/extworker/metrics"
 	"github.com/extworker/extworker/outbox"
@@ -408,14 +409,21 @@ func Main(setup func(*App) error) {
 		}
 		return app.Run(ctx)
 	})
+	os.Exit(exitWith(os.Stderr, err))
+}
+
+// exitWith is Main's exit status for err, after printing err (if any) to w. An error
+// may quote what came from outside (an engine's answer, a header, a variable): printed
+// escaped (package termsafe), it cannot act on the terminal.
+func exitWith(w io.Writer, err error) int {
 	if err == nil {
-		os.Exit(0)
+		return 0
 	}
-	fmt.Fprintln(os.Stderr, "extworker:", err)
+	fmt.Fprintln(w, "extworker:", termsafe.String(err.Error()))
 	if IsConfigError(err) {
-		os.Exit(ExitConfig)
+		return ExitConfig
 	}
-	os.Exit(1)
+	return 1
 }
 
 // Serve is Main for a program with commands of its own (`myworker run` beside its

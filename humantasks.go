@@ -15,6 +15,7 @@ import (
 	"github.com/extworker/extworker/humantask"
 	"github.com/extworker/extworker/humantask/taskpage"
 	"github.com/extworker/extworker/internal/daemon"
+	"github.com/extworker/extworker/metrics"
 )
 
 // HumanTasks gives the human-task completion service (package humantask,
@@ -55,12 +56,16 @@ func (a *App) servesHumanTasks() bool { return a.cfg.TasksAddr != "" }
 // until stop is called. An address it cannot take, or TLS files it cannot load, is a
 // configuration error.
 func (a *App) serveHumanTasks(ctx context.Context) (stop func(), err error) {
-	id, err := a.cfg.TasksIdentity(ctx)
+	id, err := a.cfg.TasksIdentity()
 	if err != nil {
 		return nil, daemon.ConfigError{Err: fmt.Errorf("human tasks: %w", err)}
 	}
+	counts, err := metrics.NewHumanTaskMetrics(a.promReg)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := humantask.New(humantask.Config{Engine: admin.New(a.client), Pool: a.pool, Identity: id, Guards: a.taskGuards,
-		Namespace: a.cfg.TasksNamespace, Logger: a.logger})
+		Namespace: a.cfg.TasksNamespace, Logger: a.logger, Observer: counts, LedgerObserver: a.metrics})
 	if err != nil {
 		return nil, daemon.ConfigError{Err: err}
 	}
@@ -68,7 +73,7 @@ func (a *App) serveHumanTasks(ctx context.Context) (stop func(), err error) {
 	mux.Handle("/tasks", svc.Handler())
 	mux.Handle("/tasks/", svc.Handler())
 	if a.cfg.TasksPage {
-		page, err := taskpage.New(taskpage.Config{Service: svc, Identity: id, Logger: a.logger})
+		page, err := taskpage.New(taskpage.Config{Service: svc, Logger: a.logger})
 		if err != nil {
 			return nil, daemon.ConfigError{Err: err}
 		}

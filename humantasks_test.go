@@ -21,35 +21,20 @@ import (
 	"github.com/extworker/extworker/internal/testenv"
 )
 
-const humanTaskBPMN = `<?xml version="1.0" encoding="UTF-8"?>
-<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:camunda="http://camunda.org/schema/1.0/bpmn"
-  id="defs-%[1]s" targetNamespace="http://extworker.dev/test">
-  <bpmn:process id="%[1]s" isExecutable="true" camunda:historyTimeToLive="P1D">
-    <bpmn:startEvent id="start"/>
-    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="%[1]s-approve"/>
-    <bpmn:userTask id="%[1]s-approve" camunda:candidateUsers="alice"/>
-    <bpmn:sequenceFlow id="f2" sourceRef="%[1]s-approve" targetRef="end"/>
-    <bpmn:endEvent id="end"/>
-  </bpmn:process>
-</bpmn:definitions>`
-
 // A process that serves human tasks only: EXTWORKER_TASKS_ADDR turns the service on, on
 // its own listener, with the page under /ui/ (EXTWORKER_TASKS_PAGE) and the business
 // rules App.HumanTasks gave it; users are named by the trusted proxy's header. Run
 // ends with its context.
 func TestAppServesHumanTasks(t *testing.T) {
-	addr := testenv.FreeAddr(t)
+	addr, opsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	ns := testenv.Unique("ht")
-	app := newChannelsApp(t, map[string]string{"EXTWORKER_TASKS_ADDR": addr, "EXTWORKER_TASKS_AUTH_HEADER": "X-User",
+	app := newChannelsApp(t, map[string]string{"EXTWORKER_TASKS_ADDR": addr, "EXTWORKER_HTTP_ADDR": opsAddr, "EXTWORKER_TASKS_AUTH_HEADER": "X-User",
 		"EXTWORKER_TASKS_TRUSTED_PROXIES": "127.0.0.1,::1", "EXTWORKER_TASKS_PAGE": "true", "EXTWORKER_TASKS_NAMESPACE": ns})
 	engine := testenv.Engine(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	key := testenv.Unique("approval")
-	res, err := engine.Deploy(ctx, admin.Deployment{Name: key, Resources: []admin.Resource{{Name: key + ".bpmn",
-		Content: fmt.Appendf(nil, humanTaskBPMN, key)}}})
-	require.NoError(t, err)
+	testenv.DeployUserTask(t, engine, testenv.UserTaskProcess{Key: key, TaskID: key + "-approve", CandidateUsers: []string{"alice"}})
 	t.Cleanup(func() {
-		_ = engine.DeleteDeployment(context.Background(), res.ID, true)
 		_, _ = app.Pool().Exec(context.Background(), `DELETE FROM extworker_intents WHERE namespace = $1`, ns)
 	})
 	require.NoError(t, app.HumanTasks(map[string]humantask.Guard{key + "-approve": func(context.Context, humantask.Task, humantask.Form) error {
@@ -108,6 +93,14 @@ func TestAppServesHumanTasks(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
 	assert.Contains(t, string(b), "approvals wait for the quarter's close", "App.HumanTasks' guard")
+
+	// The service's metrics are the App's (an outside tester found none on /metrics).
+	resp, err = http.Get("http://" + opsAddr + "/metrics")
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(b), `extworker_humantask_commands_total{outcome="refused",status="422"} 1`)
+	assert.Regexp(t, `extworker_ledger_transitions_total\{[^}]*scope="humantask.complete"`, string(b), "the commands' ledger transitions")
 
 	status, header, body = get("/ui/tasks/"+ts[0].ID, "alice")
 	assert.Equal(t, http.StatusSeeOther, status, "the page mints the form's command id")

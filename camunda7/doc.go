@@ -37,7 +37,8 @@
 //     another worker, unlocked, or an expired lock being extended), ErrLockExpired
 //     (only the last: extendLock after the lock ran out and before anyone else took
 //     the task, which Lock can then take back), ErrSuspended, ErrOptimisticLock,
-//     ErrUnauthorized, ErrBadRequest, ErrNotFound.
+//     ErrFormRefused (a user task form's values refused on submit-form; FormRefusal
+//     gives the reason without the value), ErrUnauthorized, ErrBadRequest, ErrNotFound.
 //   - ErrNotSent (a *TransportError with Sent false, or an argument the client refused):
 //     the request never reached the engine, so it is safe to send again.
 //   - ErrUnknownOutcome (a *TransportError with Sent true, or a *ResponseError): the

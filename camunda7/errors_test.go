@@ -15,7 +15,7 @@ import (
 )
 
 // answerSentinels are the sentinels that classify an engine answer.
-var answerSentinels = []error{ErrNotFound, ErrTaskGone, ErrLockLost, ErrLockExpired, ErrSuspended, ErrOptimisticLock, ErrUnauthorized, ErrBadRequest, ErrThrottled}
+var answerSentinels = []error{ErrNotFound, ErrTaskGone, ErrLockLost, ErrLockExpired, ErrSuspended, ErrOptimisticLock, ErrFormRefused, ErrUnauthorized, ErrBadRequest, ErrThrottled}
 
 // transportSentinels never match an engine answer.
 var transportSentinels = []error{ErrNotSent, ErrUnknownOutcome, ErrMalformedResponse, ErrInvalidArgument}
@@ -80,6 +80,23 @@ func TestClassify(t *testing.T) {
 		{"optimistic locking, code null", false, 500, "OptimisticLockingException", "...", nil, ErrOptimisticLock},
 		{"code 1 under another type", true, 500, "ProcessEngineException", "...", code1, ErrOptimisticLock},
 
+		// submit-form: the form's values refused (TestFormRefusal gives the reasons), and what is not.
+		{"form field validation", false, 500, "RestException",
+			"Cannot submit task form t1: Invalid value submitted for form field 'amount': validation of max(1000) failed.", code0, ErrFormRefused},
+		{"enum form field", false, 500, "RestException", "Cannot submit task form t1: Invalid value for enum form property: secret", code0, ErrFormRefused},
+		{"date form field", false, 500, "RestException",
+			"Cannot submit task form t1: Could not parse value 'secret' as date using date format 'dd/MM/yyyy'.", code0, ErrFormRefused},
+		{"submit-form, optimistic locking", false, 500, "RestException",
+			"Cannot submit task form t1: ENGINE-03005 Execution of 'UPDATE ExecutionEntity' failed", code1, ErrOptimisticLock},
+		{"submit-form, a listener's expression", false, 500, "RestException",
+			"Cannot submit task form t1: Unknown property used in expression: ${nosuchbean}", code0, nil},
+		{"submit-form, a validation message without a code (an engine before 7.20)", false, 500, "RestException",
+			"Cannot submit task form t1: Invalid value submitted for form field 'amount': validation of max(1000) failed.", nil, nil},
+		{"submit-form, a validation message with a database's code", false, 500, "ProcessEngineException",
+			"Cannot submit task form t1: Invalid value submitted for form field 'amount': validation of max(1000) failed.", ptr(10000), nil},
+		{"validation message in a 404", false, 404, "RestException",
+			"Cannot submit task form t1: Invalid value submitted for form field 'amount': validation of max(1000) failed.", code0, ErrNotFound},
+
 		{"lock message on a non-task endpoint", false, 400, "RestException",
 			"External Task 1 cannot be completed by worker 'a'. It is locked by worker 'b'.", code0, ErrBadRequest},
 		{"lockTime not greater than 0", true, 400, "RestException", "lockTime is not greater than 0", code0, ErrBadRequest},
@@ -114,6 +131,42 @@ func TestClassify(t *testing.T) {
 			assert.True(t, SafeToRetry(e), "an engine answer proves nothing took effect")
 			assert.True(t, SafeToRetry(fmt.Errorf("worker: %w", e)))
 		})
+	}
+}
+
+// FormRefusal's reasons name the field and the validation, an enum's values or a date's
+// format, and never quote the value refused.
+func TestFormRefusal(t *testing.T) {
+	for _, c := range []struct{ msg, reason string }{
+		{"Cannot submit task form t1: Invalid value submitted for form field 'amount': validation of max(1000) failed.",
+			`form field "amount": validation of max(1000) failed`},
+		{"Cannot submit task form t1: Invalid value submitted for form field 'code': validation of required failed.",
+			`form field "code": validation of required failed`},
+		{"Cannot submit task form t1: Invalid value for enum form property: secret", "a value is not one of its enum field's values"},
+		{"Cannot submit task form t1: Could not parse value 'secret' as date using date format 'dd/MM/yyyy'.",
+			"a date is not in its field's format (dd/MM/yyyy unless the engine is configured otherwise)"},
+		// a value that reads like a field's refusal, quoted in another refusal, is not taken for one
+		{"Cannot submit task form t1: Invalid value for enum form property: form field 'secret': validation of required failed",
+			"a value is not one of its enum field's values"},
+		{"Cannot submit task form t1: Could not parse value 'x: Invalid value submitted for form field 'secret': validation of required failed' as date using date format 'dd/MM/yyyy'.",
+			"a date is not in its field's format (dd/MM/yyyy unless the engine is configured otherwise)"},
+	} {
+		err := fmt.Errorf("wrapped: %w", newError("submit", false, 500, "RestException", c.msg, ptr(0)))
+		got, ok := FormRefusal(err)
+		assert.True(t, ok, c.msg)
+		assert.Equal(t, c.reason, got)
+		assert.NotContains(t, got, "secret")
+	}
+	for _, err := range []error{
+		newError("submit", false, 500, "RestException", "Cannot submit task form t1: Unknown property used in expression", ptr(0)),
+		newError("submit", false, 500, "RestException", "Cannot submit task form t1: Invalid value for enum form property: x", ptr(1)),
+		newError("submit", false, 500, "RestException", "Cannot submit task form t1: Unknown property: Invalid value for enum form property: secret", ptr(0)),
+		newError("submit", false, 500, "RestException", "Cannot submit task form t1: a listener: Invalid value submitted for form field 'secret': validation of required failed.", ptr(0)),
+		&TransportError{Op: "submit", Sent: true, Err: io.EOF},
+		nil,
+	} {
+		_, ok := FormRefusal(err)
+		assert.False(t, ok, "%v", err)
 	}
 }
 

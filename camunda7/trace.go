@@ -80,6 +80,7 @@ var errorKinds = []struct {
 	{ErrNotFound, "not-found"},
 	{ErrSuspended, "suspended"},
 	{ErrOptimisticLock, "optimistic-lock"},
+	{ErrFormRefused, "form-refused"},
 	{ErrUnauthorized, "unauthorized"},
 	{ErrBadRequest, "bad-request"},
 }

@@ -500,6 +500,9 @@ func canonicalType(t string) string { return canonicalTypes[strings.ToLower(t)] 
 func (v Variable) rawValue() []byte { return bytes.TrimSpace(v.Value) }
 
 // isNull reports whether the value is absent or JSON null.
+// IsNull reports whether v's value is null (of any type).
+func (v Variable) IsNull() bool { return v.isNull() }
+
 func (v Variable) isNull() bool {
 	raw := v.rawValue()
 	return len(raw) == 0 || string(raw) == "null"

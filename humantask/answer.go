@@ -18,6 +18,11 @@ type Answer struct {
 	RetryAfter time.Duration
 }
 
+// StateKeyReused is the "state" of the 422 answering a command id sent again with
+// another request (another form, or by another route): that request was not sent, and
+// the command keeps its own answer (Service.Answer).
+const StateKeyReused = "key-reused"
+
 // answerBody is every answer's body; the fields an answer does not use are left out.
 type answerBody struct {
 	State       string `json:"state,omitempty"`
@@ -48,6 +53,13 @@ func conflict(taskID, by string, at time.Time) Answer {
 	}
 	return newAnswer(http.StatusConflict, answerBody{Error: msg, Task: taskID, CompletedBy: by,
 		CompletedAt: at.UTC().Format(time.RFC3339Nano)})
+}
+
+// suspended is the answer of a command on a task whose process is suspended: the
+// engine refuses to complete it until the process is activated again.
+func suspended(taskID string) Answer {
+	return newAnswer(http.StatusConflict, answerBody{State: "suspended", Task: taskID,
+		Error: "the task is suspended: it cannot be completed until its process is activated again"})
 }
 
 // refusal is an error answer: status, the error, and a reason (a guard's) if any.

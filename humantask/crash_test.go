@@ -2,6 +2,8 @@ package humantask_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/humantask"
 	"github.com/extworker/extworker/internal/testenv"
 )
 
@@ -125,12 +128,9 @@ func TestEngineSilentWhileSettlingDoesNotHoldTheCommand(t *testing.T) {
 	e := newEnv(t, nil)
 	task := e.startInstance(t, nil)
 	tag := e.etag(t, task, "alice")
-	target, err := url.Parse(testenv.EngineURL())
-	require.NoError(t, err)
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
 	var silentUntil atomic.Int64 // unix nanos
 	var completes atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c := proxiedEngine(t, func(w http.ResponseWriter, r *http.Request, rp http.Handler) {
 		if time.Now().UnixNano() < silentUntil.Load() {
 			panic(http.ErrAbortHandler) // no answer
 		}
@@ -141,11 +141,8 @@ func TestEngineSilentWhileSettlingDoesNotHoldTheCommand(t *testing.T) {
 			panic(http.ErrAbortHandler) // the answer is lost
 		}
 		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	c, err := camunda7.New(camunda7.Config{BaseURL: srv.URL + target.Path})
-	require.NoError(t, err)
-	e.start(t, admin.New(c))
+	})
+	e.start(t, c)
 
 	r, unsettled := untilAnswered(t, time.Minute, e.srv.URL, task, "alice", "silent-1", tag, `{}`)
 	require.Equal(t, http.StatusOK, r.status, string(r.body))
@@ -153,4 +150,182 @@ func TestEngineSilentWhileSettlingDoesNotHoldTheCommand(t *testing.T) {
 	assert.Equal(t, int32(1), completes.Load(), "the engine was asked to complete once")
 	assert.Equal(t, "reconciled", e.intentState(t))
 	t.Logf("settled after %d answers 503", unsettled)
+}
+
+// A list the engine cannot read is no empty list: when the query answers and the tasks'
+// own reads then fail, GET /tasks is a 503 with Retry-After, not 200 {"tasks":[]} (an
+// outside tester's finding: a user told she had nothing to do), whether the reads get no
+// answer or the engine's 500. A task the engine does not show is left out and counted
+// ("unavailable") while the others are listed; a hanging engine holds a list for three
+// times AnswerWithin, not 30s per task; one dropped read of a definition's XML does not hide its
+// tasks for a minute.
+func TestListTheEngineCannotRead(t *testing.T) {
+	e := newEnv(t, nil)
+	group := testenv.Unique("unread")
+	e.key = testenv.DeployUserTask(t, e.engine, testenv.UserTaskProcess{CandidateGroups: []string{group},
+		FormFields: []testenv.FormField{{ID: "approved", Type: "boolean"}}}).Key
+	first, second := e.startInstance(t, nil), e.startInstance(t, nil)
+	var fault atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool] // true: answered
+	c := proxiedEngine(t, func(w http.ResponseWriter, r *http.Request, rp http.Handler) {
+		if f := fault.Load(); f != nil && (*f)(w, r) {
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+	e.answerWithin = time.Second // a list: within 3s
+	e.start(t, c)
+	set := func(f func(w http.ResponseWriter, r *http.Request) bool) {
+		if f == nil {
+			fault.Store(nil)
+			return
+		}
+		fault.Store(&f)
+	}
+	engine500 := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"type":"ProcessEngineException","message":"boom","code":0}`)
+	}
+	list := func() reply { return e.do(t, http.MethodGet, "/tasks", "zoe", group, nil) }
+	var xmlReads atomic.Int32
+
+	for _, c := range []struct {
+		name  string
+		fault func(w http.ResponseWriter, r *http.Request) bool
+		want  int
+		shows []string
+	}{
+		{"no fault", nil, http.StatusOK, []string{first, second}},
+		{"every task's reads get no answer", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/task/") {
+				panic(http.ErrAbortHandler)
+			}
+			return false
+		}, http.StatusServiceUnavailable, nil},
+		{"every task's reads get the engine's 500", func(w http.ResponseWriter, r *http.Request) bool {
+			if strings.HasSuffix(r.URL.Path, "/identity-links") {
+				engine500(w)
+				return true
+			}
+			return false
+		}, http.StatusServiceUnavailable, nil},
+		{"one task's reads get the engine's 500", func(w http.ResponseWriter, r *http.Request) bool {
+			if strings.HasSuffix(r.URL.Path, "/task/"+first+"/identity-links") {
+				engine500(w)
+				return true
+			}
+			return false
+		}, http.StatusOK, []string{second}},
+		{"every task's reads hang", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/task/") {
+				<-r.Context().Done()
+				return true
+			}
+			return false
+		}, http.StatusServiceUnavailable, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			set(c.fault)
+			began := time.Now()
+			r := list()
+			took := time.Since(began)
+			require.Equal(t, c.want, r.status, string(r.body))
+			assert.Less(t, took, 10*time.Second, "answered within three times AnswerWithin (3s) and a moment")
+			if c.want != http.StatusOK {
+				assert.NotEmpty(t, r.header.Get("Retry-After"))
+				assert.NotContains(t, string(r.body), `"tasks"`)
+				return
+			}
+			var got humantask.TaskList
+			require.NoError(t, json.Unmarshal(r.body, &got))
+			var ids []string
+			for _, tk := range got.Tasks {
+				ids = append(ids, tk.ID)
+			}
+			assert.ElementsMatch(t, c.shows, ids)
+			assert.Equal(t, 2-len(c.shows), got.Unavailable, "the tasks left out are counted")
+		})
+	}
+
+	t.Run("one dropped read of the definition's XML", func(t *testing.T) {
+		e.start(t, c) // a fresh service: nothing cached
+		set(func(w http.ResponseWriter, r *http.Request) bool {
+			if strings.HasSuffix(r.URL.Path, "/xml") {
+				xmlReads.Add(1)
+				panic(http.ErrAbortHandler)
+			}
+			return false
+		})
+		assert.Equal(t, http.StatusServiceUnavailable, list().status, "the tasks' form fields could not be read")
+		require.Positive(t, xmlReads.Load())
+		set(nil)
+		r := list()
+		require.Equal(t, http.StatusOK, r.status, string(r.body))
+		assert.Contains(t, string(r.body), first, "read again at once, not hidden for a minute")
+		assert.Contains(t, string(r.body), second)
+	})
+}
+
+// A client that gives up on its requests (a short timeout, a closed tab) while the
+// command's outcome is unknown does not spend the command's reconciliations: a look at
+// the engine cut short by the caller is no answer. An outside tester's client, resending
+// with a 0.3s timeout while the engine answered in 1s, put its command on hold for an
+// operator in 34s (each cancelled look counted as one of the 100).
+func TestClientsGivingUpDoNotSpendReconciliations(t *testing.T) {
+	e := newEnv(t, nil)
+	task := e.startInstance(t, nil)
+	tag := e.etag(t, task, "alice")
+	var dropping, slow atomic.Bool
+	dropping.Store(true)
+	c := proxiedEngine(t, func(w http.ResponseWriter, r *http.Request, rp http.Handler) {
+		if dropping.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/complete") {
+			slow.Store(true)
+			panic(http.ErrAbortHandler) // not sent on; to the service, an answer lost
+		}
+		if slow.Load() && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/task/"+task) {
+			select { // the engine answering in 1s
+			case <-time.After(time.Second):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	})
+	e.start(t, c)
+
+	impatient := func(timeout time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, _ = post(ctx, e.srv.URL, task, "alice", "", "hasty-1", tag, `{}`)
+	}
+	impatient(3 * time.Second) // dispatched, its answer lost: unknown
+	require.True(t, slow.Load(), "the completion was sent")
+	for range 25 { // 25 looks at the engine, each given up after 0.3s
+		impatient(300 * time.Millisecond)
+	}
+	var n int
+	require.NoError(t, e.pool.QueryRow(testenv.Context(t, 10*time.Second),
+		`SELECT reconciliations FROM extworker_intents WHERE namespace = $1`, e.ns).Scan(&n))
+	assert.Zero(t, n, "reconciliations spent by clients giving up")
+	assert.NotEqual(t, "operator_hold", e.intentState(t))
+
+	dropping.Store(false)
+	slow.Store(false)
+	r, _ := untilAnswered(t, time.Minute, e.srv.URL, task, "alice", "hasty-1", tag, `{}`)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	assert.Equal(t, map[string]string{"command": "hasty-1", "user": "alice"}, e.marker(t, task))
+}
+
+// proxiedEngine is a client of the engine through a proxy of the test's own: handle gets
+// every request with the proxy to the engine (rp), and answers it, drops it or sends it on.
+func proxiedEngine(t *testing.T, handle func(w http.ResponseWriter, r *http.Request, rp http.Handler)) *admin.Client {
+	t.Helper()
+	target, err := url.Parse(testenv.EngineURL())
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(w, r, rp) }))
+	t.Cleanup(srv.Close)
+	c, err := camunda7.New(camunda7.Config{BaseURL: srv.URL + target.Path})
+	require.NoError(t, err)
+	return admin.New(c)
 }

@@ -27,19 +27,26 @@
 // In this order, against the engine's state when the command runs: the caller is the
 // task's assignee or, while nobody is assigned, a candidate (user, or a member of a
 // candidate group) — else 403; the task's ETag is If-Match — else 412; each value fits
-// the type of the variable it overwrites (a string a String, a number a Short, Integer,
-// Long or Double, a boolean a Boolean, null anything; a Date, Json or Object variable
-// cannot be set from a form here) — else 422; the Guard registered for the task's
-// definition key (Config.Guards) allows it — else 422 with the guard's reason. A form may
-// set variables the task does not have yet: a guard that must allow only some names
-// refuses the others. Strings are at most 4000 characters (the engine's column), else 400.
+// the type of the variable it overwrites, and keeps it (a string a String, an integer in
+// its range a Short, Integer or Long, a number a Double, a boolean a Boolean, null
+// anything; a Date, Json or Object variable cannot be set from a form here) — else 422; the Guard registered for the task's
+// definition key (Config.Guards) allows it — else 422 with the guard's reason. A task
+// whose form declares fields (camunda:formData in the process's BPMN; Task.Fields) is
+// completed with those only, less the readonly ones — else 422 naming them — and
+// through its form (submit-form), so the engine's validations hold (a refusal is a 422
+// naming the field and the validation); a task that declares none may set any
+// variable, and a guard that must allow only some names refuses the others. Strings
+// are at most 4000 characters (the engine's column), else 400.
 //
 // # Answers
 //
 //	200 {"state":"completed","task":…,"command":…,"completedBy":…}  this command completed it
 //	409 {"error":…,"task":…,"completedBy":…,"completedAt":…}         another command did (or someone
-//	                                                                 outside this service: no completedBy)
-//	412 stale If-Match; 403 not allowed; 404 unknown task; 422 guard refusal (with "reason")
+//	                                                                 outside this service: no completedBy),
+//	                                                                 told to a user who had a right on the task
+//	                                                                 (else 404); {"state":"suspended",…}: the
+//	                                                                 task's process is suspended
+//	412 stale If-Match (one ETag, a list, or *); 403 not allowed; 404 unknown task; 422 guard refusal (with "reason")
 //	    or an Idempotency-Key reused with another request
 //	428 no Idempotency-Key or If-Match; 400 a body, key, task id or user that cannot be
 //	    stored or sent (invalid UTF-8, NUL bytes, nested values); 401 no verified identity
@@ -56,7 +63,8 @@
 // A completion is an effect on the engine, and the effect ledger (package idempotency)
 // already runs effects at most once with a state machine this package reuses rather than
 // building a third one beside the ledger's and the inbox's: the intent is scope
-// "humantask.complete" with key "<task id>/<command id>", its request digest is the
+// "humantask.complete" with key "<task id>/<command id>/<digest of the user>" (a command
+// id is its sender's: another user's copy of it is another command), its request digest is the
 // digest of the user and the form (the form itself is never stored); the answer is
 // recorded as the intent's result (a 200's body) or its rejection (the status as code,
 // the body as message), built from non-secret fields only. The command is recorded, and
@@ -69,7 +77,8 @@
 // says it. A command whose answer was lost, or whose service died after calling the
 // engine, is settled from there on its next request (once the dead request's lease has
 // run out, Config.Lease): the task still waits → checked and completed anew; completed
-// with this command's marker → 200; with another's → 409; gone otherwise → 404.
+// with this command's marker → 200; with another's → 409 (404 to a user who never had a
+// right on the task, by the history's identity-link log); gone otherwise → 404.
 //
 // # Identity
 //

@@ -1,15 +1,17 @@
 package humantask
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/extworker/extworker/internal/webtrust"
 )
 
 // Identity is who sends a request: a user id and the groups it is in, as the engine's
@@ -30,7 +32,7 @@ var ErrNoIdentity = errors.New("humantask: no verified identity")
 
 // ProxyHeader takes the identity from headers a reverse proxy sets after authenticating
 // the user, believed only from the proxy's own addresses: the console's rule (package
-// internal/console, EXTWORKER_CONSOLE_AUTH_HEADER with TrustedProxies), mirrored here.
+// internal/webtrust, which both use).
 type ProxyHeader struct {
 	// UserHeader names the user, e.g. "X-Forwarded-User". Required.
 	UserHeader string
@@ -50,19 +52,9 @@ func NewProxyHeader(p ProxyHeader) (*ProxyHeader, error) {
 	if len(p.TrustedProxies) == 0 {
 		return nil, errors.New("humantask: ProxyHeader.TrustedProxies is required")
 	}
-	ps := make([]netip.Prefix, 0, len(p.TrustedProxies))
-	for _, pr := range p.TrustedProxies {
-		if a := pr.Addr(); a.Is4In6() && pr.Bits() >= 96 {
-			pr = netip.PrefixFrom(a.Unmap(), pr.Bits()-96)
-		}
-		least := 8
-		if pr.Addr().Is6() {
-			least = 32
-		}
-		if !pr.IsValid() || pr.Bits() < least {
-			return nil, fmt.Errorf("humantask: trusted proxy %s is too wide to name a proxy (at least /%d)", pr, least)
-		}
-		ps = append(ps, pr.Masked())
+	ps, err := webtrust.CheckProxies(p.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("humantask: %w", err)
 	}
 	p.TrustedProxies = ps
 	return &p, nil
@@ -70,7 +62,7 @@ func NewProxyHeader(p ProxyHeader) (*ProxyHeader, error) {
 
 // Identify believes the headers only from a trusted proxy.
 func (p *ProxyHeader) Identify(r *http.Request) (Identity, error) {
-	if !trustedAddr(p.TrustedProxies, r.RemoteAddr) {
+	if !webtrust.FromProxy(p.TrustedProxies, r.RemoteAddr) {
 		return Identity{}, fmt.Errorf("%w: not from a trusted proxy", ErrNoIdentity)
 	}
 	// One value each, as the console asks: a proxy that adds its header to the client's
@@ -96,25 +88,6 @@ func (p *ProxyHeader) Identify(r *http.Request) (Identity, error) {
 	return id, nil
 }
 
-// trustedAddr reports whether remote (host:port) is in one of ps.
-func trustedAddr(ps []netip.Prefix, remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap()
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // JWTConfig configures a bearer-token identity: tokens signed by a key of the JWKS at
 // JWKSURL, issued by Issuer, for Audience.
 type JWTConfig struct {
@@ -127,18 +100,23 @@ type JWTConfig struct {
 	GroupsClaim string
 	// Algorithms allowed; default RS256 and ES256.
 	Algorithms []string
+	// HTTPClient fetches the JWKS; default a client with a 10s timeout (TLS verified).
+	HTTPClient *http.Client
+	// RefetchEvery bounds how often the JWKS is fetched again for a token none of its
+	// keys verifies (a rotated key, or a forgery); default 10s.
+	RefetchEvery time.Duration
 }
 
 // JWT verifies "Authorization: Bearer" tokens with go-oidc: signature against the JWKS
-// (fetched and cached, refetched for an unknown key id), issuer, audience and expiry.
+// (fetched and cached, fetched again for a token no cached key verifies, at most once
+// per RefetchEvery), issuer, audience and expiry.
 type JWT struct {
 	cfg      JWTConfig
 	verifier *oidc.IDTokenVerifier
 }
 
-// NewJWT returns a JWT identity source. ctx configures the key set's HTTP client (see
-// oidc.ClientContext); its cancellation is ignored.
-func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
+// NewJWT returns a JWT identity source.
+func NewJWT(cfg JWTConfig) (*JWT, error) {
 	if cfg.Issuer == "" || cfg.Audience == "" || cfg.JWKSURL == "" {
 		return nil, errors.New("humantask: JWTConfig needs Issuer, Audience and JWKSURL")
 	}
@@ -148,16 +126,27 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 	if len(cfg.Algorithms) == 0 {
 		cfg.Algorithms = []string{oidc.RS256, oidc.ES256}
 	}
-	keys := oidc.NewRemoteKeySet(ctx, cfg.JWKSURL)
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.RefetchEvery == 0 {
+		cfg.RefetchEvery = 10 * time.Second
+	}
+	algs := make([]jose.SignatureAlgorithm, len(cfg.Algorithms))
+	for i, a := range cfg.Algorithms {
+		algs[i] = jose.SignatureAlgorithm(a)
+	}
+	keys := &keySet{url: cfg.JWKSURL, algs: algs, client: cfg.HTTPClient, every: cfg.RefetchEvery, now: time.Now}
 	v := oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{ClientID: cfg.Audience, SupportedSigningAlgs: cfg.Algorithms})
 	return &JWT{cfg: cfg, verifier: v}, nil
 }
 
 // Identify verifies r's bearer token. Its errors name what failed, never the token.
 func (j *JWT) Identify(r *http.Request) (Identity, error) {
-	auth := r.Header.Get("Authorization")
-	raw, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || raw == "" {
+	// The scheme is case-insensitive (RFC 9110 11.1): "bearer" is "Bearer".
+	scheme, raw, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	raw = strings.TrimSpace(raw)
+	if !strings.EqualFold(scheme, "Bearer") || raw == "" {
 		return Identity{}, fmt.Errorf("%w: no bearer token", ErrNoIdentity)
 	}
 	tok, err := j.verifier.Verify(r.Context(), raw)

@@ -1,14 +1,15 @@
 package humantask_test
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ type issuer struct {
 	url      string
 	key      *rsa.PrivateKey
 	stranger *rsa.PrivateKey
+	fetches  atomic.Int64 // of the JWKS
+	rotated  atomic.Bool  // the JWKS publishes the stranger's key too, as "k2"
 }
 
 func newIssuer(t *testing.T) *issuer {
@@ -34,18 +37,28 @@ func newIssuer(t *testing.T) *issuer {
 	require.NoError(t, err)
 	stranger, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
-	jwks := jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}}
+	iss := &issuer{key: key, stranger: stranger}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		iss.fetches.Add(1)
+		jwks := jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}}
+		if iss.rotated.Load() {
+			jwks.Keys = append(jwks.Keys, jose.JSONWebKey{Key: &stranger.PublicKey, KeyID: "k2", Algorithm: "RS256", Use: "sig"})
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(jwks)
 	}))
 	t.Cleanup(srv.Close)
-	return &issuer{url: srv.URL, key: key, stranger: stranger}
+	iss.url = srv.URL
+	return iss
 }
 
 func (i *issuer) mint(t *testing.T, key *rsa.PrivateKey, claims map[string]any) string {
+	return i.mintKid(t, key, "k1", claims)
+}
+
+func (i *issuer) mintKid(t *testing.T, key *rsa.PrivateKey, kid string, claims map[string]any) string {
 	t.Helper()
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
 	require.NoError(t, err)
 	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
 	require.NoError(t, err)
@@ -54,7 +67,7 @@ func (i *issuer) mint(t *testing.T, key *rsa.PrivateKey, claims map[string]any) 
 
 func TestJWTIdentity(t *testing.T) {
 	iss := newIssuer(t)
-	src, err := humantask.NewJWT(context.Background(), humantask.JWTConfig{Issuer: iss.url, Audience: "tasks", JWKSURL: iss.url + "/jwks",
+	src, err := humantask.NewJWT(humantask.JWTConfig{Issuer: iss.url, Audience: "tasks", JWKSURL: iss.url + "/jwks",
 		UserClaim: "preferred_username", GroupsClaim: "groups"})
 	require.NoError(t, err)
 	now := time.Now()
@@ -79,6 +92,12 @@ func TestJWTIdentity(t *testing.T) {
 	who, err := identify("Bearer " + iss.mint(t, iss.key, good))
 	require.NoError(t, err)
 	assert.Equal(t, humantask.Identity{User: "alice", Groups: []string{"approvers", "sales"}}, who)
+	// The scheme is case-insensitive (an outside tester's "bearer" was refused).
+	for _, scheme := range []string{"bearer ", "BEARER ", "Bearer  "} {
+		who, err := identify(scheme + iss.mint(t, iss.key, good))
+		require.NoError(t, err, scheme)
+		assert.Equal(t, "alice", who.User, scheme)
+	}
 
 	for name, auth := range map[string]string{
 		"no token":        "",
@@ -98,6 +117,41 @@ func TestJWTIdentity(t *testing.T) {
 			assert.NotContains(t, err.Error(), auth[7:], "%s: the error never carries the token", name)
 		}
 	}
+}
+
+// Forged tokens and unknown key ids do not make every request fetch the JWKS (an
+// outside tester saw one fetch per request); a key the provider rotates in is fetched
+// once the interval has passed.
+func TestJWTFetchesTheJWKSAtMostOncePerInterval(t *testing.T) {
+	iss := newIssuer(t)
+	src, err := humantask.NewJWT(humantask.JWTConfig{Issuer: iss.url, Audience: "tasks", JWKSURL: iss.url + "/jwks",
+		RefetchEvery: time.Hour})
+	require.NoError(t, err)
+	now := time.Now()
+	claims := map[string]any{"iss": iss.url, "aud": "tasks", "sub": "alice", "exp": now.Add(time.Hour).Unix()}
+	identify := func(tok string) error {
+		r := httptest.NewRequest(http.MethodGet, "/tasks", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		_, err := src.Identify(r)
+		return err
+	}
+	require.NoError(t, identify(iss.mint(t, iss.key, claims)))
+	for i := range 20 {
+		assert.Error(t, identify(iss.mint(t, iss.stranger, claims)), "forged %d", i)
+		assert.Error(t, identify(iss.mintKid(t, iss.stranger, fmt.Sprintf("unknown-%d", i), claims)), "unknown kid %d", i)
+	}
+	require.NoError(t, identify(iss.mint(t, iss.key, claims)))
+	assert.Equal(t, int64(1), iss.fetches.Load(), "one fetch for 42 tokens, 40 of them not verifying")
+
+	rotating, err := humantask.NewJWT(humantask.JWTConfig{Issuer: iss.url, Audience: "tasks", JWKSURL: iss.url + "/jwks",
+		RefetchEvery: 50 * time.Millisecond})
+	require.NoError(t, err)
+	src = rotating
+	require.NoError(t, identify(iss.mint(t, iss.key, claims)))
+	iss.rotated.Store(true)
+	rotatedToken := iss.mintKid(t, iss.stranger, "k2", claims)
+	assert.Eventually(t, func() bool { return identify(rotatedToken) == nil }, 5*time.Second, 20*time.Millisecond,
+		"a rotated-in key verifies once the interval has passed")
 }
 
 func TestProxyHeaderIdentity(t *testing.T) {

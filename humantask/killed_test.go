@@ -25,7 +25,7 @@ import (
 // command, the retry's answer is the command's 200, the same bytes as every later replay,
 // and another command gets 409 naming who completed the task.
 //
-// Both tiers: the service's defaults (the ledger lease of humantask.Config, 1m: a retry
+// Both tiers: the service's defaults (the ledger lease of humantask.Config, 20s: a retry
 // waits it out, answered 503 with Retry-After meanwhile), and a short lease (2s).
 
 // answer is one answer a client got.

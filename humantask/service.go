@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +26,7 @@ import (
 )
 
 // Scope is the ledger scope of a completion: its intents are "humantask.complete",
-// keyed "<task id>/<command id>".
+// keyed "<task id>/<command id>/<user digest>" (commandKey).
 const Scope = "humantask.complete"
 
 // Guard is a business rule for one task definition: nil allows the completion; an
@@ -45,7 +48,8 @@ type Config struct {
 	Namespace string
 	// Lease is how long one request owns a command; a request of the same command that
 	// comes meanwhile waits. After a crash, the command is settled from the engine once
-	// it has run out. Default 1m.
+	// it has run out. A dispatch (four engine calls) is cut off at nine tenths of it, its
+	// outcome then settled from the engine. Default 20s.
 	Lease time.Duration
 	// AnswerWithin bounds how long a completion waits for a command another request is
 	// running, or whose outcome is being reconciled, before answering 503 with
@@ -60,12 +64,25 @@ type Config struct {
 	// Observer is told what became of each completion request, for metrics (package
 	// metrics: NewHumanTaskMetrics). Default: nothing.
 	Observer Observer
+	// LedgerObserver is told of the ledger's transitions of the commands, for metrics
+	// (package metrics: the worker's Metrics). Default: nothing.
+	LedgerObserver idempotency.Observer
 }
+
+// maxReconciliations bounds the reconciliations of a command that end still unknown
+// (the engine could not be read) before it is held for an operator: a day of a client
+// asking once a second.
+const maxReconciliations = 24 * 60 * 60
 
 // Service completes Camunda 7 user tasks exactly once per command; see the package doc.
 type Service struct {
 	cfg    Config
 	ledger *idempotency.Ledger
+	fields fieldCache
+	// unverified limits the records of requests without a verified identity.
+	unverified logLimit
+	// faults are the commands the engine failed once in this process (faultAgain).
+	faults sync.Map
 }
 
 // New returns a Service.
@@ -77,7 +94,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Namespace = "humantask"
 	}
 	if cfg.Lease == 0 {
-		cfg.Lease = time.Minute
+		cfg.Lease = 20 * time.Second
 	}
 	if cfg.AnswerWithin == 0 {
 		cfg.AnswerWithin = 10 * time.Second
@@ -97,16 +114,21 @@ func New(cfg Config) (*Service, error) {
 	l, err := idempotency.New(cfg.Pool, idempotency.Config{Namespace: cfg.Namespace, Lease: cfg.Lease,
 		InProgressBackoff: 100 * time.Millisecond, ReconcileBackoff: 100 * time.Millisecond,
 		// The engine settles every command once it answers, so an operator hold (a command
-		// answered 503 until an operator acts) is for a long outage only, not for the
-		// ledger's defaults of 5 inconclusive reconciliations (1.5s of an engine not
-		// answering, at this backoff) or 10 attempts cut off (service processes killed, or
-		// a dispatch outlasting the lease under load): the load test put commands on hold
-		// with those. At 100, the backoff doubling up to 102s, a hold comes after hours.
-		MaxAttempts: 100, MaxReconciliations: 100,
+		// answered 503 until an operator acts) is for an engine that cannot be read for a
+		// day, not for the ledger's defaults of 5 inconclusive reconciliations or 10
+		// attempts cut off (service processes killed, or a dispatch outlasting the lease
+		// under load: the load test put commands on hold with those). A command whose
+		// outcome is unknown is reconciled on each of its requests, as often as a client
+		// sends them (Retry-After is at most 1s): at 100, an engine away two minutes put
+		// every such command on hold (TestEngineSIGKILLDuringCompletions).
+		MaxAttempts: 100, MaxReconciliations: maxReconciliations,
 		// The engine's history is the lookup, for as long as it keeps the task.
 		ProviderWindow: 10 * 365 * 24 * time.Hour, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("humantask: %w", err)
+	}
+	if cfg.LedgerObserver != nil {
+		l = l.WithHooks(idempotency.Hooks{Observer: cfg.LedgerObserver})
 	}
 	return &Service{cfg: cfg, ledger: l}, nil
 }
@@ -131,7 +153,7 @@ func (s *Service) Complete(ctx context.Context, who Identity, c Command) Answer 
 	// fresh: this request settled the command (its dispatch or reconciliation gave the
 	// answer), rather than finding it recorded.
 	var fresh atomic.Bool
-	in := idempotency.Intent{Scope: Scope, Key: c.TaskID + "/" + c.ID,
+	in := idempotency.Intent{Scope: Scope, Key: commandKey(c.TaskID, who.User, c.ID),
 		Request: map[string]any{"user": who.User, "form": c.Form},
 		Task:    idempotency.TaskRef{Actor: who.User, TaskID: c.TaskID}}
 	lookup := func(ctx context.Context, _ idempotency.Query) (idempotency.Reconciliation, error) {
@@ -155,12 +177,25 @@ func (s *Service) Complete(ctx context.Context, who Identity, c Command) Answer 
 		OnRejected: func(r *idempotency.Rejection) error { return r },
 	}
 	deadline := time.Now().Add(s.cfg.AnswerWithin)
+	var waited time.Duration
 	for {
 		rec, err := s.ledger.Do(ctx, in, eff)
 		a, wait := answerOf(rec, err)
+		if operatorSettled(rec, err) {
+			a, wait = s.fromEngine(ctx, c, who), 0
+		}
+		// Each wait at least doubles: a command the engine keeps refusing is asked again a
+		// few times within AnswerWithin, not dozens of times a second.
+		if wait > 0 {
+			wait = max(wait, min(2*waited, time.Second))
+			waited = wait
+		}
 		if wait == 0 || time.Now().Add(wait).After(deadline) {
 			if wait > 0 {
 				s.cfg.Logger.Warn("humantask: command not settled in time", slog.String("task", c.TaskID), slog.Any("error", err))
+			}
+			if recordedAnswer(err) {
+				s.faults.Delete(in.Key) // settled: a fault seen once is forgotten (faultAgain)
 			}
 			observe(s.cfg.Observer, a, recordedAnswer(err), fresh.Load())
 			return a
@@ -186,12 +221,15 @@ func checkCommand(who Identity, c Command) error {
 	for _, f := range []struct {
 		what, s string
 		limit   int
-	}{{"the task id", c.TaskID, maxTaskID}, {"the Idempotency-Key", c.ID, maxCommand}, {"the user", who.User, maxUser}} {
-		if err := checkName(f.what, f.s, f.limit); err != nil {
+	}{{"the task id", c.TaskID, maxTaskID}, {"the Idempotency-Key", c.ID, maxCommand}} {
+		if err := checkID(f.what, f.s, f.limit); err != nil {
 			return err
 		}
 	}
-	return nil
+	if err := checkName("the user", who.User, maxUser); err != nil {
+		return err
+	}
+	return checkForm(c.Form)
 }
 
 // answerOf is the answer of what the ledger returned, or (wait > 0) how long to wait
@@ -209,7 +247,8 @@ func answerOf(rec idempotency.Receipt, err error) (a Answer, wait time.Duration)
 		}
 		return Answer{Status: status, Body: []byte(rej.Message)}, 0
 	case errors.Is(err, idempotency.ErrDigestMismatch):
-		return *refusal(http.StatusUnprocessableEntity, "", "the Idempotency-Key was used with a different request", ""), 0
+		return newAnswer(http.StatusUnprocessableEntity, answerBody{State: StateKeyReused,
+			Error: "the Idempotency-Key was used with a different request: this request was not sent, and the command's answer stands (send the command's own request again for it)"}), 0
 	case errors.Is(err, idempotency.ErrInvalidIntent):
 		return *refusal(http.StatusBadRequest, "", "the command cannot be recorded as given", ""), 0
 	case errors.Is(err, idempotency.ErrOperatorHold):
@@ -220,6 +259,34 @@ func answerOf(rec idempotency.Receipt, err error) (a Answer, wait time.Duration)
 	return unsettled("the command's outcome is not settled yet", wait), wait
 }
 
+// operatorSettled reports whether the ledger's answer is an operator's resolution of
+// the command (`extworker effects resolve`) rather than an answer this service recorded:
+// a rejection whose code is no HTTP status, or a confirmation without a body.
+func operatorSettled(rec idempotency.Receipt, err error) bool {
+	var rej *idempotency.Rejection
+	if errors.As(err, &rej) {
+		_, perr := strconv.Atoi(rej.Code)
+		return perr != nil
+	}
+	body, _ := rec.Values["body"].(string)
+	return err == nil && body == ""
+}
+
+// fromEngine answers a command an operator settled: the row holds no answer of the
+// service's, and one operator's word is not the truth of a completion, so the answer is
+// the engine's (settle); a task still waiting → 409, the command closed.
+func (s *Service) fromEngine(ctx context.Context, c Command, who Identity) Answer {
+	st, err := s.engineState(ctx, c.TaskID, who)
+	if err != nil {
+		return unsettled("the engine could not be read", time.Second)
+	}
+	a, open := settle(st, c.TaskID, c.ID, who.User)
+	if open {
+		return *refusal(http.StatusConflict, c.TaskID, "an operator closed this command; send a new one", "")
+	}
+	return a
+}
+
 // okResult is what the ledger records of a completion: its answer's body.
 func okResult(a Answer) idempotency.Result {
 	return idempotency.Result{Values: map[string]any{"body": string(a.Body)}}
@@ -228,63 +295,19 @@ func okResult(a Answer) idempotency.Result {
 // rejection records a refusal as the command's answer.
 func rejection(a Answer) error { return idempotency.Rejected(strconv.Itoa(a.Status), string(a.Body)) }
 
-// dispatch runs the completion-time checks and completes the task with the marker.
-func (s *Service) dispatch(ctx context.Context, c Command, who Identity) (idempotency.Result, error) {
-	t, err := s.load(ctx, c.TaskID)
-	switch {
-	case taskMissing(err):
-		return s.settleGone(ctx, c, who)
-	case err != nil:
-		return idempotency.Result{}, idempotency.NotSent(err)
-	}
-	if a := checkCompletion(t, who, c.IfMatch, c.Form); a != nil {
-		return idempotency.Result{}, rejection(*a)
-	}
-	if g := s.cfg.Guards[t.TaskDefinitionKey]; g != nil {
-		if err := g(ctx, t, c.Form); err != nil {
-			if ctx.Err() != nil {
-				return idempotency.Result{}, idempotency.NotSent(err)
-			}
-			return idempotency.Result{}, rejection(*refusal(http.StatusUnprocessableEntity, t.ID, "refused by the task's business rule", err.Error()))
-		}
-	}
-	err = s.cfg.Engine.CompleteUserTask(ctx, c.TaskID, engineVariables(c.Form, c.TaskID, c.ID, who.User))
-	var answered *camunda7.Error
-	switch {
-	case err == nil:
-		return okResult(completed(c.TaskID, c.ID, who.User)), nil
-	case errors.As(err, &answered):
-		// The engine refused it: nothing happened. Gone meanwhile (another command won the
-		// race): settle from its history; still there: send again later.
-		return s.settleGone(ctx, c, who)
-	}
-	return idempotency.Result{}, err // the outcome is unknown: reconciled next
-}
-
-// settleGone settles a command whose task the engine no longer has, or refused to
-// complete, from the engine's state.
-func (s *Service) settleGone(ctx context.Context, c Command, who Identity) (idempotency.Result, error) {
-	st, err := s.engineState(ctx, c.TaskID)
-	if err != nil {
-		return idempotency.Result{}, idempotency.NotSent(err)
-	}
-	a, open := settle(st, c.TaskID, c.ID, who.User)
-	switch {
-	case open:
-		return idempotency.Result{}, idempotency.NotSent(errors.New("the engine did not complete the task; it still waits"))
-	case a.Status == http.StatusOK:
-		return okResult(a), nil
-	}
-	return idempotency.Result{}, rejection(a)
-}
-
 // reconcile settles a command whose dispatch has an unknown outcome (a lost answer, a
 // crash) from the engine: still waiting → sent again (after the checks, anew); completed
 // by this command → completed; otherwise its 409 or 404. settled: the command's answer
 // is decided.
 func (s *Service) reconcile(ctx context.Context, c Command, who Identity) (r idempotency.Reconciliation, settled bool, err error) {
-	st, err := s.engineState(ctx, c.TaskID)
-	if err != nil {
+	st, err := s.engineState(ctx, c.TaskID, who)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Cut short by the caller (a client that gave up), or by the lease: no answer. The
+		// ledger counts the first towards nothing (a client resending with a short timeout
+		// spent the command's reconciliations and put it on hold), the second as unknown.
+		return idempotency.Reconciliation{}, false, err
+	case err != nil:
 		return idempotency.StillUnknown("the engine could not be asked: " + err.Error()), false, nil
 	}
 	a, open := settle(st, c.TaskID, c.ID, who.User)
@@ -304,13 +327,21 @@ func taskMissing(err error) bool {
 	return errors.As(err, &e) && e.StatusCode == http.StatusNotFound && e.Type == "InvalidRequestException"
 }
 
-// load reads a waiting task with its candidates and form variables; an error matching
+// load reads a waiting task with its candidates, form variables and declared form
+// fields; an error matching
 // taskMissing when the engine has no such waiting task.
 func (s *Service) load(ctx context.Context, id string) (Task, error) {
 	t, err := s.cfg.Engine.UserTask(ctx, id)
 	if err != nil {
 		return Task{}, err
 	}
+	return s.loadRest(ctx, t)
+}
+
+// loadRest reads the rest of a waiting task t the engine answered (its candidates, form
+// variables and declared form fields).
+func (s *Service) loadRest(ctx context.Context, t *admin.UserTask) (Task, error) {
+	id := t.ID
 	links, err := s.cfg.Engine.UserTaskIdentityLinks(ctx, id)
 	if err != nil {
 		return Task{}, s.goneMeanwhile(ctx, id, err)
@@ -319,7 +350,29 @@ func (s *Service) load(ctx context.Context, id string) (Task, error) {
 	if err != nil {
 		return Task{}, s.goneMeanwhile(ctx, id, err)
 	}
-	return newTask(t, links, vars), nil
+	form, err := s.fields.form(ctx, t.ProcessDefinitionID, t.TaskDefinitionKey, s.cfg.Engine.ProcessDefinitionXML)
+	if err != nil {
+		return Task{}, s.goneMeanwhile(ctx, id, err)
+	}
+	if form.fields != nil {
+		// The engine answers every visible variable besides the declared fields: the form
+		// shows its fields only (and the ETag digests them only, so that a variable another
+		// branch sets does not make this form stale).
+		vars = maps.Collect(func(yield func(string, camunda7.Variable) bool) {
+			for _, name := range form.declared {
+				if v, ok := vars[name]; ok && !yield(name, v) {
+					return
+				}
+			}
+		})
+	}
+	// The markers of the instance's tasks completed before are the service's own: they
+	// name who completed another task, with which command, which a 404 hides from those
+	// who had no right on it.
+	maps.DeleteFunc(vars, func(name string, _ camunda7.Variable) bool { return strings.HasPrefix(name, markerPrefix) })
+	out := newTask(t, links, vars, form.fields)
+	out.defaulted = form.defaulted
+	return out, nil
 }
 
 // goneMeanwhile is err, or the engine's not-found answer when the task went away between two
@@ -331,13 +384,13 @@ func (s *Service) goneMeanwhile(ctx context.Context, id string, err error) error
 	return err
 }
 
-// engineState asks the engine what became of a task: waiting, or its history and the
-// marker its completion recorded.
-func (s *Service) engineState(ctx context.Context, id string) (engineState, error) {
-	_, err := s.cfg.Engine.UserTask(ctx, id)
+// engineState asks the engine what became of a task: waiting, or its history, the
+// marker its completion recorded, and whether who ever had a right on it.
+func (s *Service) engineState(ctx context.Context, id string, who Identity) (engineState, error) {
+	t, err := s.cfg.Engine.UserTask(ctx, id)
 	switch {
 	case err == nil:
-		return engineState{open: true}, nil
+		return engineState{open: true, suspended: t.Suspended}, nil
 	case !taskMissing(err):
 		return engineState{}, err
 	}
@@ -357,6 +410,16 @@ func (s *Service) engineState(ctx context.Context, id string) (engineState, erro
 			st.marker = &m
 		}
 	}
+	// The identity-link log is read only when the task itself does not already name who
+	// (its assignee, or the user whose command completed it).
+	if st.hadRight = hadRight(hs[0], st.marker, nil, who); st.hadRight {
+		return st, nil
+	}
+	log, err := s.cfg.Engine.HistoricIdentityLinks(ctx, url.Values{"taskId": {id}})
+	if err != nil {
+		return engineState{}, err
+	}
+	st.hadRight = hadRight(hs[0], st.marker, log, who)
 	return st, nil
 }
 
@@ -381,16 +444,48 @@ func (s *Service) identify(w http.ResponseWriter, r *http.Request) (Identity, bo
 	return who, true
 }
 
+// ErrUnusableIdentity is a sender whose user name cannot be stored or sent (invalid
+// UTF-8, control characters, too long).
+var ErrUnusableIdentity = errors.New("humantask: the user's name cannot be stored or sent")
+
+// Identify tells who sends r, as every route of the service does (and a page in front
+// of it should): the identity source's answer (an error matching ErrNoIdentity when it
+// knows none), the user's name checked (ErrUnusableIdentity), and the groups that can
+// name an engine group (the others dropped: none of them is any task's candidate).
+func (s *Service) Identify(r *http.Request) (Identity, error) {
+	who, err := s.cfg.Identity.Identify(r)
+	if err != nil {
+		if !errors.Is(err, ErrNoIdentity) {
+			err = fmt.Errorf("%w: %v", ErrNoIdentity, err)
+		}
+		if ok, suppressed := s.unverified.allow(time.Now()); ok {
+			s.cfg.Logger.Info("humantask: request without a verified identity", slog.String("why", err.Error()),
+				slog.Int("not_logged_since_the_last", suppressed))
+		}
+		return Identity{}, err
+	}
+	if err := checkName("the user", who.User, maxUser); err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnusableIdentity, err)
+	}
+	groups := make([]string, 0, len(who.Groups))
+	for _, g := range who.Groups {
+		if checkName("a group", g, maxGroup) == nil && !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	who.Groups = groups
+	return who, nil
+}
+
 // who is r's sender, or the answer refusing r: 401 when it is unknown, 400 when its
 // name cannot be stored.
 func (s *Service) who(r *http.Request) (Identity, *Answer) {
-	who, err := s.cfg.Identity.Identify(r)
-	if err != nil {
-		s.cfg.Logger.Info("humantask: request without a verified identity", slog.String("why", err.Error()))
+	who, err := s.Identify(r)
+	switch {
+	case errors.Is(err, ErrUnusableIdentity):
+		return Identity{}, refusal(http.StatusBadRequest, "", strings.TrimPrefix(err.Error(), ErrUnusableIdentity.Error()+": "), "")
+	case err != nil:
 		return Identity{}, refusal(http.StatusUnauthorized, "", "no verified identity", "")
-	}
-	if err := checkName("the user", who.User, maxUser); err != nil {
-		return Identity{}, refusal(http.StatusBadRequest, "", err.Error(), "")
 	}
 	return who, nil
 }
@@ -405,7 +500,13 @@ func (s *Service) complete(w http.ResponseWriter, r *http.Request) {
 		refuse(refused)
 		return
 	}
-	c := Command{TaskID: r.PathValue("id"), ID: r.Header.Get("Idempotency-Key"), IfMatch: strings.TrimSpace(r.Header.Get("If-Match"))}
+	// If-Match lines are one list (RFC 9110 5.3); two command ids are no command id.
+	c := Command{TaskID: r.PathValue("id"), ID: r.Header.Get("Idempotency-Key"),
+		IfMatch: strings.TrimSpace(strings.Join(r.Header.Values("If-Match"), ", "))}
+	if len(r.Header.Values("Idempotency-Key")) > 1 {
+		refuse(refusal(http.StatusBadRequest, "", "more than one Idempotency-Key", ""))
+		return
+	}
 	if c.ID == "" || c.IfMatch == "" {
 		refuse(refusal(http.StatusPreconditionRequired, "", "Idempotency-Key and If-Match (the task's ETag) are required", ""))
 		return
@@ -427,7 +528,7 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := checkName("the task id", id, maxTaskID); err != nil {
+	if err := checkID("the task id", id, maxTaskID); err != nil {
 		refusal(http.StatusBadRequest, "", err.Error(), "").write(w)
 		return
 	}
@@ -435,6 +536,9 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case taskMissing(err):
 		refusal(http.StatusNotFound, id, "no such task", "").write(w)
+	case engineFault(err) != nil:
+		s.cfg.Logger.Warn("humantask: the engine fails to show a task", slog.String("task", id), slog.Any("error", err))
+		refusal(http.StatusBadGateway, id, "the engine fails to show this task ("+engineFault(err).Type+"): an operator must look at the engine's log", "").write(w)
 	case err != nil:
 		s.cfg.Logger.Warn("humantask: read task", slog.String("task", id), slog.Any("error", err))
 		unsettled("the engine could not be read", time.Second).write(w)
@@ -451,54 +555,134 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tasks, err := s.tasksOf(r.Context(), who)
+	list, err := s.tasksOf(r.Context(), who)
 	if err != nil {
 		s.cfg.Logger.Warn("humantask: list tasks", slog.Any("error", err))
 		unsettled("the engine could not be read", time.Second).write(w)
 		return
 	}
-	writeJSON(w, map[string][]Task{"tasks": tasks})
+	writeJSON(w, list)
 }
 
+// TaskList is a user's tasks as far as the engine could show them.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+	// Unavailable counts the tasks the engine found for the user but could not show in
+	// time (each is logged): Tasks leaves them out. A list of none but such tasks is an
+	// error instead.
+	Unavailable int `json:"unavailable,omitempty"`
+}
+
+const (
+	// listReaders bounds the tasks of a list read side by side.
+	listReaders = 8
+	// listWithin times AnswerWithin bounds a list (30s by default): a hanging engine held
+	// one 30s per task, and at AnswerWithin alone a list timed out under CI's load.
+	listWithin = 3
+)
+
 // tasksOf lists who's tasks: assigned to who, or unassigned with who or one of its
-// groups as a candidate; each read whole, as GET /tasks/{id} shows it.
-func (s *Service) tasksOf(ctx context.Context, who Identity) ([]Task, error) {
-	limit := strconv.Itoa(s.cfg.MaxTasks)
-	queries := []url.Values{{"assignee": {who.User}}, {"candidateUser": {who.User}}}
-	if len(who.Groups) > 0 {
-		queries = append(queries, url.Values{"candidateGroups": {strings.Join(who.Groups, ",")}})
+// groups as a candidate; each read whole, as GET /tasks/{id} shows it, side by side and
+// within listWithin times AnswerWithin. A task the engine
+// does not show in time is left out and counted; when none is left to show, the list is
+// an error, not empty (a user was told she had nothing to do).
+func (s *Service) tasksOf(ctx context.Context, who Identity) (TaskList, error) {
+	ctx, cancel := context.WithTimeout(ctx, listWithin*s.cfg.AnswerWithin)
+	defer cancel()
+	found, err := s.findTasks(ctx, who)
+	if err != nil {
+		return TaskList{}, err
+	}
+	list := TaskList{Tasks: []Task{}}
+	var failed error
+	// In order, listReaders at a time, until MaxTasks are listed: the newest first.
+	for batch := range slices.Chunk(found, listReaders) {
+		if len(list.Tasks) >= s.cfg.MaxTasks {
+			break
+		}
+		read, errs := make([]Task, len(batch)), make([]error, len(batch))
+		var wg sync.WaitGroup
+		for i := range batch {
+			wg.Go(func() { read[i], errs[i] = s.loadRest(ctx, &batch[i]) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			switch {
+			case taskMissing(err):
+				continue // completed meanwhile
+			case err != nil:
+				s.cfg.Logger.Warn("humantask: a task left out of a list", slog.String("task", batch[i].ID), slog.Any("error", err))
+				list.Unavailable++
+				failed = err
+			case allowed(read[i], who) && len(list.Tasks) < s.cfg.MaxTasks:
+				list.Tasks = append(list.Tasks, read[i])
+			}
+		}
+	}
+	if len(list.Tasks) == 0 && failed != nil {
+		return TaskList{}, fmt.Errorf("the engine showed none of the %d tasks found: %w", list.Unavailable, failed)
+	}
+	return list, nil
+}
+
+// findTasks queries who's waiting tasks (assigned, candidate user, candidate groups),
+// each query newest first and at most MaxTasks, without standalone tasks (no process:
+// they cannot be completed here).
+func (s *Service) findTasks(ctx context.Context, who Identity) ([]admin.UserTask, error) {
+	queries := []map[string]any{{"assignee": who.User}, {"candidateUser": who.User}}
+	// The groups go in the query's body (POST /task), in chunks: a user in thousands of
+	// groups outgrew the engine's URL and got 503 for ever.
+	for chunk := range slices.Chunk(who.Groups, maxGroupsPerQuery) {
+		queries = append(queries, map[string]any{"candidateGroups": chunk})
 	}
 	seen := map[string]bool{}
-	out := []Task{}
+	var found []admin.UserTask
 	for _, q := range queries {
-		q.Set("maxResults", limit)
 		// Newest first, at most MaxTasks: a task just assigned or offered is always in the
 		// list, however many older ones wait.
-		q.Set("sortBy", "created")
-		q.Set("sortOrder", "desc")
-		ts, err := s.cfg.Engine.UserTasks(ctx, q)
+		q["sorting"] = []map[string]string{{"sortBy": "created", "sortOrder": "desc"}}
+		ts, err := s.cfg.Engine.QueryUserTasks(ctx, q, s.cfg.MaxTasks)
 		if err != nil {
 			return nil, err
 		}
 		for _, ut := range ts {
-			if seen[ut.ID] || len(out) >= s.cfg.MaxTasks {
+			if seen[ut.ID] || ut.ProcessInstanceID == "" {
 				continue
 			}
 			seen[ut.ID] = true
-			t, err := s.load(ctx, ut.ID)
-			if taskMissing(err) {
-				continue // completed meanwhile
-			}
-			if err != nil {
-				return nil, err
-			}
-			if allowed(t, who) {
-				out = append(out, t)
-			}
+			found = append(found, ut)
 		}
 	}
-	return out, nil
+	return found, nil
 }
+
+// logLimit lets a record through at most once per logEvery and counts the others: a
+// stream of requests with bad tokens writes one record per interval, not one each.
+type logLimit struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// logEvery is how often logLimit lets a record through.
+const logEvery = 10 * time.Second
+
+// allow reports whether a record may be written now, and how many were not since the
+// last one.
+func (l *logLimit) allow(now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < logEvery {
+		l.suppressed++
+		return false, 0
+	}
+	l.last, suppressed, l.suppressed = now, l.suppressed, 0
+	return true, suppressed
+}
+
+// maxGroupsPerQuery bounds the candidate groups of one task query (each is a bind
+// parameter of the engine's SQL).
+const maxGroupsPerQuery = 1000
 
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))

@@ -203,20 +203,55 @@ func Grant(ctx context.Context, db *sql.DB) ([]string, error) {
 }
 
 // Check returns ErrNotMigrated (with the versions missing) unless every migration of this
-// binary has been applied.
+// binary has been applied. It only reads (Applied): goose's own check creates its
+// version table in the first schema of the search_path when that schema has none, and
+// then finds nothing applied.
 func Check(ctx context.Context, db *sql.DB) error {
-	p, err := provider(db)
+	applied, err := Applied(ctx, db)
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return err
 	}
-	pending, err := p.HasPending(ctx)
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if pending {
-		current, _ := p.GetDBVersion(ctx)
-		sources := p.ListSources()
-		return fmt.Errorf("%w (database at version %d, this binary needs %d)", ErrNotMigrated, current, sources[len(sources)-1].Version)
+	need := Versions()
+	for _, v := range need {
+		if !slices.Contains(applied, v) {
+			current := int64(0)
+			if len(applied) > 0 {
+				current = slices.Max(applied)
+			}
+			return fmt.Errorf("%w (database at version %d, this binary needs %d)", ErrNotMigrated, current, need[len(need)-1])
+		}
 	}
 	return nil
+}
+
+// Applied returns the versions recorded as applied in the version table db's
+// search_path finds (to_regclass), in order, without writing: none when there is no such
+// table.
+func Applied(ctx context.Context, db *sql.DB) ([]int64, error) {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, VersionTable).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migrations: look up %s: %w", VersionTable, err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	// A version's latest row says whether it is applied (goose's own rule).
+	rows, err := db.QueryContext(ctx, `SELECT version_id FROM (SELECT DISTINCT ON (version_id) version_id, is_applied
+		FROM `+VersionTable+` ORDER BY version_id, id DESC) v WHERE is_applied AND version_id > 0 ORDER BY version_id`)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("migrations: read %s: %w", VersionTable, err)
+	}
+	return out, nil
 }

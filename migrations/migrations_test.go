@@ -321,3 +321,30 @@ func TestUpRefusesAnInvalidIndex(t *testing.T) {
 	_, err = migrations.Up(ctx, db)
 	require.NoError(t, err)
 }
+
+// Check only reads: with the ledger in a schema behind an empty one on the search_path,
+// it finds the ledger migrated and writes nothing (goose's own check created its version
+// table in the empty schema, and the worker refused to start at "version 0"), also in a
+// read-only session.
+func TestCheckReadsThroughTheSearchPathWithoutWriting(t *testing.T) {
+	t.Parallel()
+	ledgerURL := emptySchema(t)
+	ctx := testenv.Context(t, time.Minute)
+	_, err := migrations.Up(ctx, open(t, ledgerURL))
+	require.NoError(t, err)
+	_, ledgerSchema, _ := strings.Cut(ledgerURL, "search_path=")
+	_, front, _ := strings.Cut(emptySchema(t), "search_path=")
+
+	db := open(t, testenv.DBURL()+"?search_path="+front+","+ledgerSchema+"&default_transaction_read_only=on")
+	require.NoError(t, migrations.Check(ctx, db))
+	applied, err := migrations.Applied(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, migrations.Versions(), applied)
+	var n int
+	require.NoError(t, testenv.DB(t).QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1`, front).Scan(&n))
+	assert.Zero(t, n, "nothing created in the first schema of the search_path")
+
+	none, err := migrations.Applied(ctx, open(t, emptySchema(t)))
+	require.NoError(t, err)
+	assert.Empty(t, none, "no version table: nothing applied")
+}

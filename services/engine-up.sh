@@ -129,7 +129,9 @@ jar="$build/engine-under-test.jar"
   if [ $stale = 1 ]; then
     echo "engine-up: building the $ENGINE engine (Maven downloads are cached in ~/.m2)"
     t0=$(date +%s)
-    (cd "$here/engine" && mvn -B -q -P "$profile" "${mvn_props[@]}" package -DskipTests "-Dengine.build.directory=$build")
+    # Maven 3.8 writes ANSI resets even with -q and style.color=never: stripped (pipefail
+    # keeps its exit status).
+    (cd "$here/engine" && mvn -B -q -Dstyle.color=never -P "$profile" "${mvn_props[@]}" package -DskipTests "-Dengine.build.directory=$build" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
     echo "engine-up: built in $(( $(date +%s) - t0 ))s"
   fi
 ) 9>"$run/build.lock"

@@ -54,7 +54,7 @@ resolve_classpath() {
     fi
     echo "kafka-up: resolving Kafka $KAFKA_VERSION's jars (Maven downloads are cached in ~/.m2)" >&2
     t0=$(date +%s)
-    mvn -B -q -Dstyle.color=never -f "$here/kafka/pom.xml" dependency:build-classpath -Dmdep.outputFile="$cpfile.tmp" >&2
+    mvn -B -q -Dstyle.color=never -f "$here/kafka/pom.xml" dependency:build-classpath -Dmdep.outputFile="$cpfile.tmp" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2
     mv -f "$cpfile.tmp" "$cpfile"
     echo "kafka-up: resolved in $(($(date +%s) - t0))s" >&2
   ) 9>"$run/kafka-classpath.lock"

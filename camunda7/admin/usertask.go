@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/extworker/extworker/camunda7"
 )
@@ -93,6 +94,15 @@ func (c *Client) UserTaskFormVariables(ctx context.Context, id string) (camunda7
 	return out, err
 }
 
+// UserTaskVariables returns the variables visible from a task's scope (GET
+// /task/{id}/variables), serialized form, each with its own type.
+func (c *Client) UserTaskVariables(ctx context.Context, id string) (camunda7.Variables, error) {
+	var out camunda7.Variables
+	err := c.Do(ctx, camunda7.Request{Op: "get variables of user task " + id, Method: http.MethodGet,
+		Path: "/task/" + url.PathEscape(id) + "/variables", Query: url.Values{"deserializeValues": {"false"}}, Out: &out})
+	return out, err
+}
+
 // SetUserTaskVariable sets a variable from a task's scope (PUT /task/{id}/variables/{name}).
 func (c *Client) SetUserTaskVariable(ctx context.Context, id, name string, v camunda7.Variable) error {
 	return c.Do(ctx, camunda7.Request{Op: "set variable " + name + " of user task " + id, Method: http.MethodPut,
@@ -124,6 +134,20 @@ func (c *Client) CompleteUserTask(ctx context.Context, id string, vars camunda7.
 		Path: "/task/" + url.PathEscape(id) + "/complete", Body: body})
 }
 
+// SubmitUserTaskForm completes a task through its form (POST /task/{id}/submit-form):
+// the engine applies the form's declared fields first (their types, readonly, required,
+// min/max, enum values, date formats) and refuses the submission with a 500
+// RestException "Cannot submit task form <id>: …" when one fails, completing nothing;
+// variables the form does not declare are set as complete sets them.
+func (c *Client) SubmitUserTaskForm(ctx context.Context, id string, vars camunda7.Variables) error {
+	body := map[string]any{"variables": vars}
+	if vars == nil {
+		body["variables"] = camunda7.Variables{}
+	}
+	return c.Do(ctx, camunda7.Request{Op: "submit the form of user task " + id, Method: http.MethodPost,
+		Path: "/task/" + url.PathEscape(id) + "/submit-form", Body: body})
+}
+
 // HistoricUserTask is a user task from history (GET /history/task): DeleteReason is
 // "completed" for a completed task, "deleted" (or another reason) for one removed
 // otherwise; EndTime is zero while it waits.
@@ -143,5 +167,48 @@ type HistoricUserTask struct {
 func (c *Client) HistoricUserTasks(ctx context.Context, q url.Values) ([]HistoricUserTask, error) {
 	var out []HistoricUserTask
 	err := c.Do(ctx, camunda7.Request{Op: "query historic user tasks", Method: http.MethodGet, Path: "/history/task", Query: q, Out: &out})
+	return out, err
+}
+
+// HistoricIdentityLink is one entry of the history's identity-link log (GET
+// /history/identity-link-log): a candidate, assignee or owner link added to or
+// deleted from a task (OperationType "add" or "delete"). The engine writes the log at
+// history level full only; below it, the log is empty.
+type HistoricIdentityLink struct {
+	TaskID        string        `json:"taskId"`
+	Type          string        `json:"type"`
+	UserID        string        `json:"userId"`
+	GroupID       string        `json:"groupId"`
+	OperationType string        `json:"operationType"`
+	Time          camunda7.Time `json:"time"`
+}
+
+// HistoricIdentityLinks queries GET /history/identity-link-log (taskId, userId,
+// groupId, type, operationType, ...).
+func (c *Client) HistoricIdentityLinks(ctx context.Context, q url.Values) ([]HistoricIdentityLink, error) {
+	var out []HistoricIdentityLink
+	err := c.Do(ctx, camunda7.Request{Op: "query historic identity links", Method: http.MethodGet, Path: "/history/identity-link-log", Query: q, Out: &out})
+	return out, err
+}
+
+// ProcessDefinitionXML returns a process definition's BPMN XML (GET
+// /process-definition/{id}/xml).
+func (c *Client) ProcessDefinitionXML(ctx context.Context, id string) (string, error) {
+	var out struct {
+		BPMN20XML string `json:"bpmn20Xml"`
+	}
+	err := c.Do(ctx, camunda7.Request{Op: "get the XML of process definition " + id, Method: http.MethodGet,
+		Path: "/process-definition/" + url.PathEscape(id) + "/xml", Out: &out})
+	return out.BPMN20XML, err
+}
+
+// QueryUserTasks queries waiting user tasks with a JSON body (POST /task): the
+// parameters of GET /task as JSON (candidateGroups as an array, sorting as
+// [{"sortBy":…,"sortOrder":…}]), with no URL to outgrow however many groups it names;
+// at most maxResults.
+func (c *Client) QueryUserTasks(ctx context.Context, q map[string]any, maxResults int) ([]UserTask, error) {
+	var out []UserTask
+	err := c.Do(ctx, camunda7.Request{Op: "query user tasks", Method: http.MethodPost, Path: "/task",
+		Query: url.Values{"maxResults": {strconv.Itoa(maxResults)}}, Body: q, Out: &out})
 	return out, err
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/extworker/extworker/camunda7"
@@ -229,7 +230,7 @@ func (e *effectsCmd) list(ctx context.Context, args []string) error {
 	tw := newTabWriter(e.stdout)
 	fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tATTEMPT\tDISPATCHES\tPROVIDER REF\tTASK\tUPDATED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", tableCell(r.Scope), tableCell(r.Key), r.State, r.Attempt, r.Dispatches,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", tableCell(r.Scope), idCell(r.Key), r.State, r.Attempt, r.Dispatches,
 			tableCell(strOf(r.ProviderRef)), tableCell(strOf(r.TaskID)), ageOf(now, r.UpdatedAt))
 	}
 	if err := tw.Flush(); err != nil {
@@ -832,7 +833,7 @@ func printResolutions(w io.Writer, reqs []idempotency.ResolutionRequest) {
 		if r.DecidedBy != nil {
 			decided = fmt.Sprintf("%s (%s)", *r.DecidedBy, strOf(r.DecidedDBUser))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\n", r.ID, tableCell(r.Scope), tableCell(r.Key), tableCell(r.VerdictText()),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\t%s\n", r.ID, tableCell(r.Scope), idCell(r.Key), tableCell(r.VerdictText()),
 			r.Status, tableCell(r.RequestedBy), tableCell(r.RequestedDBUser), fmtTime(r.RequestedAt), tableCell(decided), tableCell(r.Reason))
 	}
 	_ = tw.Flush()
@@ -1032,6 +1033,16 @@ func tableCell(s string) string {
 var lineBreaks = strings.NewReplacer("\t", " ", "\r\n", " ", "\n", " ", "\r", " ")
 
 func oneLine(s string) string { return lineBreaks.Replace(s) }
+
+// idCell is tableCell for a name that came from outside (an intent key, a user, a
+// command id): quoted, Go-style, when it holds a space or a quote, so that it cannot
+// read as more than one column of the table.
+func idCell(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '"' }) {
+		return strconv.Quote(s)
+	}
+	return tableCell(s)
+}
 
 func strOf(s *string) string {
 	if s == nil {

@@ -91,7 +91,7 @@ func (h *humantaskCmd) commands(ctx context.Context, args []string) error {
 	}
 	out := commandsJSON{Namespace: l.Namespace(), Task: task, Commands: []commandJSON{}}
 	for _, r := range rows {
-		id, ok := strings.CutPrefix(r.Key, task+"/")
+		id, ok := humantask.CommandOfKey(task, r.Key)
 		if !ok {
 			continue
 		}
@@ -123,7 +123,7 @@ func (h *humantaskCmd) commands(ctx context.Context, args []string) error {
 	tw := newTabWriter(h.stdout)
 	fmt.Fprintln(tw, "COMMAND\tUSER\tSTATE\tANSWER\tRECEIVED\tUPDATED")
 	for _, c := range out.Commands {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", tableCell(c.Command), tableCell(c.User), c.State, tableCell(answerText(c)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", idCell(c.Command), idCell(c.User), c.State, tableCell(answerText(c)),
 			fmtTime(c.ReceivedAt), ageOf(now, c.UpdatedAt))
 	}
 	if err := tw.Flush(); err != nil {

@@ -17,18 +17,18 @@
 // command's answer) are one command, with one answer, the same page each time. A post
 // runs to its answer even when the browser drops it, as a double click does to the
 // first post. Only a new load of the task ("Reload the task", the list) is a new
-// command. The command id is a capability: whoever has the address reads that
-// command's answer (who completed the task, and when).
+// command. A command id is its sender's: another user opening or posting the same
+// address sends a command of their own and reads nothing of the owner's answer.
 //
 // The answers read as pages: completed (200); "already completed by X at T" (409); "this
-// task changed since you opened it; reload it" (412); "not yours" (403); the business
-// rule's reason (422); "not settled yet, send the form again" (503).
+// task changed since you opened it; reload it" (412); "not yours" (403); "suspended" (409);
+// the business rule's reason (422); "not settled yet, send the form again" (503).
 //
-// Who sends a request is the same humantask.IdentitySource the service uses: behind a
+// Who sends a request is what the service says (Service.Identify, its IdentitySource): behind a
 // reverse proxy that authenticates users (humantask.ProxyHeader), or a proxy that passes
 // a bearer token on (humantask.JWT). A browser sends no token of its own.
 //
 // A form post from another origin completes nothing (403): the post's Sec-Fetch-Site,
 // when sent, must be same-origin, and its Origin and Referer, when sent, must name the
-// page's own host. Pages forbid framing and scripts (Content-Security-Policy).
+// page's own host (over https when the page is served over TLS). Pages forbid framing and scripts (Content-Security-Policy).
 package taskpage

@@ -27,7 +27,7 @@ func Example() {
 	id, _ := humantask.NewProxyHeader(humantask.ProxyHeader{UserHeader: "X-Forwarded-User",
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}})
 	svc, _ := humantask.New(humantask.Config{Engine: admin.New(engine), Pool: pool, Identity: id})
-	page, err := taskpage.New(taskpage.Config{Service: svc, Identity: id})
+	page, err := taskpage.New(taskpage.Config{Service: svc})
 	if err != nil {
 		panic(err)
 	}

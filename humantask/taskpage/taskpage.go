@@ -20,14 +20,13 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/humantask"
+	"github.com/extworker/extworker/internal/webtrust"
 )
 
 // Config configures the page.
 type Config struct {
 	// Service completes the tasks. Required.
 	Service *humantask.Service
-	// Identity tells who sends a request: the service's own source. Required.
-	Identity humantask.IdentitySource
 	// Path is where the pages are served; default "/ui". The service's API (/tasks) may
 	// be served beside it on the same listener.
 	Path string
@@ -46,8 +45,8 @@ type page struct {
 
 // New returns the page's handler, serving cfg.Path and below.
 func New(cfg Config) (http.Handler, error) {
-	if cfg.Service == nil || cfg.Identity == nil {
-		return nil, errors.New("taskpage: Config needs Service and Identity")
+	if cfg.Service == nil {
+		return nil, errors.New("taskpage: Config needs Service")
 	}
 	if cfg.Path == "" {
 		cfg.Path = "/ui"
@@ -89,11 +88,15 @@ func secured(next http.Handler) http.Handler {
 	})
 }
 
-// who is the caller, or false after a 401 page.
+// who is the caller (the service's identity: Service.Identify), or false after a 401
+// page (400 for a user whose name cannot be used).
 func (p *page) who(w http.ResponseWriter, r *http.Request) (humantask.Identity, bool) {
-	id, err := p.cfg.Identity.Identify(r)
-	if err != nil {
-		p.cfg.Logger.Info("taskpage: request without a verified identity", slog.String("why", err.Error()))
+	id, err := p.cfg.Service.Identify(r)
+	if errors.Is(err, humantask.ErrUnusableIdentity) {
+		p.render(w, http.StatusBadRequest, "message", view{Title: "Unusable identity", Message: "The portal names you in a way tasks cannot be recorded for (control characters, invalid UTF-8, or too long). Ask its administrator."})
+		return humantask.Identity{}, false
+	}
+	if err != nil { // logged by the service (Service.Identify)
 		p.render(w, http.StatusUnauthorized, "message", view{Title: "Not signed in", Message: "Your identity could not be verified. Sign in again through the portal."})
 		return humantask.Identity{}, false
 	}
@@ -105,14 +108,18 @@ func (p *page) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tasks, err := p.cfg.Service.Tasks(r.Context(), who)
+	list, err := p.cfg.Service.Tasks(r.Context(), who)
 	if err != nil {
 		p.cfg.Logger.Warn("taskpage: list tasks", slog.Any("error", err))
 		p.render(w, http.StatusServiceUnavailable, "message", view{User: who.User, Title: "Tasks unavailable", Message: "The engine could not be read. Try again in a moment."})
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	p.render(w, http.StatusOK, "list", view{User: who.User, Title: "Your tasks", Tasks: tasks})
+	v := view{User: who.User, Title: "Your tasks", Tasks: list.Tasks}
+	if list.Unavailable > 0 {
+		v.Note = fmt.Sprintf("%d more of your tasks could not be shown just now; reload the page in a moment.", list.Unavailable)
+	}
+	p.render(w, http.StatusOK, "list", v)
 }
 
 // form renders one task's form for the command its address names (?command=, minted
@@ -129,7 +136,7 @@ func (p *page) form(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, p.cfg.Path+"/tasks/"+url.PathEscape(id)+"?command="+newCommandID(), http.StatusSeeOther)
 		return
 	}
-	a, sent, err := p.cfg.Service.Answer(r.Context(), id, command)
+	a, sent, err := p.cfg.Service.Answer(r.Context(), who, id, command)
 	if err != nil {
 		p.cfg.Logger.Warn("taskpage: read a command's answer", slog.String("task", id), slog.Any("error", err))
 		p.render(w, http.StatusServiceUnavailable, "message", view{User: who.User, Title: "Task unavailable", Message: "The ledger could not be read. Try again in a moment."})
@@ -155,7 +162,7 @@ func (p *page) form(w http.ResponseWriter, r *http.Request) {
 	// Cached for history navigation: the back button may bring this very form back from
 	// the browser's cache; loading it anew renders it anew, for the same command.
 	w.Header().Set("Cache-Control", "private, no-cache")
-	p.render(w, http.StatusOK, "form", view{User: who.User, Title: taskTitle(t), Task: &t, Fields: fields(t.Variables), Command: command})
+	p.render(w, http.StatusOK, "form", view{User: who.User, Title: taskTitle(t), Task: &t, Fields: fields(t), Command: command})
 }
 
 // validCommandID reports whether s is a command id newCommandID mints.
@@ -199,15 +206,33 @@ func (p *page) complete(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.cfg.CommandTimeout)
 	defer cancel()
 	a := p.cfg.Service.Complete(ctx, who, c)
+	var note string
+	if reused(a) {
+		// The same command with another form (edited after the back button): the edit was
+		// not sent, and the page shows the command's own answer, not a refusal that reads
+		// as if the task were not completed.
+		if recorded, ok, err := p.cfg.Service.Answer(ctx, who, c.TaskID, c.ID); err == nil && ok {
+			a, note = recorded, "You changed this form after sending it: the change was not sent. This is what the form sent before got:"
+		}
+	}
 	if a.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((a.RetryAfter+time.Second-1)/time.Second)))
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	p.render(w, a.Status, "result", resultView(who, c, a))
+	v := resultView(who, c, a)
+	v.Note = note
+	p.render(w, a.Status, "result", v)
+}
+
+// reused reports whether a is the 422 of a command id sent again with another form.
+func reused(a humantask.Answer) bool {
+	var b answer
+	return a.Status == http.StatusUnprocessableEntity && json.Unmarshal(a.Body, &b) == nil && b.State == humantask.StateKeyReused
 }
 
 // sameOrigin refuses a post another site's page sent: the browser's Sec-Fetch-Site,
-// Origin and Referer, whichever it sends, must say this host.
+// Origin and Referer, whichever it sends, must say this site (webtrust.SameOrigin:
+// this host, over https when the page is served over TLS).
 func sameOrigin(r *http.Request) error {
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
 		return fmt.Errorf("Sec-Fetch-Site %q", s)
@@ -217,9 +242,8 @@ func sameOrigin(r *http.Request) error {
 		if v == "" {
 			continue
 		}
-		u, err := url.Parse(v)
-		if v == "null" || err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-			return fmt.Errorf("%s of another host", h)
+		if !webtrust.SameOrigin(r, v) {
+			return fmt.Errorf("%s of another site", h)
 		}
 	}
 	return nil
@@ -233,7 +257,10 @@ type field struct {
 	Checked           bool
 }
 
-func fields(vs camunda7.Variables) []field {
+// fields are t's form variables as inputs: only its declared form fields when it has
+// any (the others are shown, not sent).
+func fields(t humantask.Task) []field {
+	vs := t.Variables
 	names := make([]string, 0, len(vs))
 	for n := range vs {
 		names = append(names, n)
@@ -244,14 +271,18 @@ func fields(vs camunda7.Variables) []field {
 		v := vs[n]
 		val, _ := v.Decode()
 		f := field{Name: n, Kind: "other", Value: string(v.Value)}
+		if t.Fields != nil && !slices.Contains(t.Fields, n) {
+			out = append(out, f)
+			continue
+		}
 		switch v.Type {
 		case camunda7.TypeBoolean:
 			b, _ := val.(bool)
 			f.Kind, f.Checked = "boolean", b
 		case camunda7.TypeLong, camunda7.TypeInteger, camunda7.TypeShort:
-			f.Kind, f.Step = "number", "1"
+			f.Kind, f.Step, f.Value = "number", "1", numberValue(v)
 		case camunda7.TypeDouble:
-			f.Kind, f.Step = "number", "any"
+			f.Kind, f.Step, f.Value = "number", "any", numberValue(v)
 		case camunda7.TypeString:
 			s, _ := val.(string)
 			f.Kind, f.Value = "string", s
@@ -259,6 +290,14 @@ func fields(vs camunda7.Variables) []field {
 		out = append(out, f)
 	}
 	return out
+}
+
+// numberValue is a number variable's value for an input: empty for null.
+func numberValue(v camunda7.Variable) string {
+	if v.IsNull() {
+		return ""
+	}
+	return string(v.Value)
 }
 
 // formOf reads the posted variables: each "kind.<name>" names an input "var.<name>".
@@ -322,11 +361,14 @@ func resultView(who humantask.Identity, c humantask.Command, a humantask.Answer)
 	var b answer
 	_ = json.Unmarshal(a.Body, &b)
 	v := view{User: who.User, Status: a.Status, TaskID: c.TaskID, Command: c.ID, Answer: b}
-	switch a.Status {
-	case http.StatusOK:
+	switch {
+	case a.Status == http.StatusOK:
 		v.Title, v.Outcome = "Completed", "completed"
 		v.Message = "You completed this task."
-	case http.StatusConflict:
+	case a.Status == http.StatusConflict && b.State == "suspended":
+		v.Title, v.Outcome = "Suspended", "suspended"
+		v.Message = "This task's process is suspended: the task cannot be completed until it is activated again. Nothing was done; open the task again once it is."
+	case a.Status == http.StatusConflict:
 		v.Title, v.Outcome = "Already completed", "conflict"
 		if at, err := time.Parse(time.RFC3339Nano, b.CompletedAt); err == nil {
 			v.At = at.UTC().Format("2006-01-02 15:04:05 UTC")
@@ -336,22 +378,29 @@ func resultView(who humantask.Identity, c humantask.Command, a humantask.Answer)
 		} else {
 			v.Message = "This task was already completed outside this service (in Tasklist, say) at " + v.At + ". Your form was not sent."
 		}
-	case http.StatusPreconditionFailed:
+	case a.Status == http.StatusPreconditionFailed:
 		v.Title, v.Outcome, v.Reload = "Changed since you opened it", "stale", true
 		v.Message = "This task changed since you opened it (it was claimed, reassigned, or its data changed). Reload it, check it, and send it again."
-	case http.StatusForbidden:
+	case a.Status == http.StatusForbidden:
 		v.Title, v.Outcome = "Not yours", "forbidden"
 		v.Message = "This task is not yours any more: it is assigned to someone else, or you are not one of its candidates. Nothing was done."
-	case http.StatusNotFound:
+	case a.Status == http.StatusNotFound:
 		v.Title, v.Outcome = "No such task", "gone"
 		v.Message = "This task is not waiting any more: it was removed without being completed."
-	case http.StatusUnprocessableEntity:
-		v.Title, v.Outcome = "Refused", "refused"
+		if b.Error == "no such task" {
+			v.Message = "There is no such task for you: none of this id waits, and none you had a right to was completed."
+		}
+	case a.Status == http.StatusUnprocessableEntity && b.State == humantask.StateKeyReused:
+		v.Title, v.Outcome, v.Reload = "Already sent", "reused", true
+		v.Message = "This form was already sent with other values; what it sent then is not known yet. Reload the task to see where it stands."
+	case a.Status == http.StatusUnprocessableEntity:
+		// A refused form is fixed in a new one: the same command would be refused again.
+		v.Title, v.Outcome, v.Reload = "Refused", "refused", true
 		v.Message = "The task was not completed: " + b.Error + "."
 		if b.Reason != "" {
 			v.Message = "The task was not completed: " + b.Reason
 		}
-	case http.StatusServiceUnavailable:
+	case a.Status == http.StatusServiceUnavailable:
 		v.Title, v.Outcome = "Not settled yet", "unsettled"
 		v.Message = "Whether this task was completed is not known yet. Go back and send the same form again in a moment: it is the same command, and cannot complete the task twice."
 	default:
@@ -364,10 +413,12 @@ func resultView(who humantask.Identity, c humantask.Command, a humantask.Answer)
 // view is what a template shows.
 type view struct {
 	User, Title, Message string
-	Tasks                []humantask.Task
-	Task                 *humantask.Task
-	Fields               []field
-	Command              string
+	// Note, when set, comes before the message (the result page of an edited resubmit).
+	Note    string
+	Tasks   []humantask.Task
+	Task    *humantask.Task
+	Fields  []field
+	Command string
 	// The result page.
 	Status              int
 	TaskID, Outcome, At string

@@ -35,6 +35,7 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{"join": st
 {{define "foot"}}</main></body></html>{{end}}
 
 {{define "list"}}{{template "head" .}}<h1>{{.Title}}</h1>
+{{if .Note}}<p id="unavailable">{{.Note}}</p>{{end}}
 {{if .Tasks}}<table id="tasks"><tr><th>Task</th><th>Assignee</th><th>Candidates</th></tr>
 {{range .Tasks}}<tr><td><a class="task" href="{{$.Path}}/tasks/{{.ID}}">{{if .Name}}{{.Name}}{{else}}{{.TaskDefinitionKey}}{{end}}</a> <span class="meta">{{.ID}}</span></td>
 <td>{{or .Assignee "—"}}</td><td>{{join .CandidateUsers ", "}}{{if .CandidateGroups}} (groups: {{join .CandidateGroups ", "}}){{end}}</td></tr>
@@ -61,7 +62,7 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{"join": st
 {{template "foot" .}}{{end}}
 
 {{define "result"}}{{template "head" .}}<h1>{{.Title}}</h1>
-<div id="result" class="outcome {{.Outcome}}" data-status="{{.Status}}"><p id="message">{{.Message}}</p>
+<div id="result" class="outcome {{.Outcome}}" data-status="{{.Status}}">{{if .Note}}<p id="note">{{.Note}}</p>{{end}}<p id="message">{{.Message}}</p>
 {{if .Answer.CompletedBy}}<p>Completed by <strong id="completed-by">{{.Answer.CompletedBy}}</strong>{{if .At}} at <span id="completed-at">{{.At}}</span>{{end}}</p>{{end}}
 </div>
 <p class="meta">Task <code>{{.TaskID}}</code>, command <code id="command">{{.Command}}</code>, answer {{.Status}}.</p>

@@ -10,10 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -21,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/extworker/extworker/internal/webtrust"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -351,21 +350,7 @@ func (h *handler) endedSession(r *http.Request) (session, bool) {
 
 // trusted reports whether remote (host:port) is one of the trusted proxies.
 func (h *handler) trusted(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap()
-	for _, p := range h.opts.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return webtrust.FromProxy(h.opts.TrustedProxies, remote)
 }
 
 // checkCSRF refuses a state-changing request without the token of the session (or of
@@ -390,31 +375,16 @@ func (h *handler) checkCSRF(r *http.Request, want string) error {
 	return nil
 }
 
-// sameOrigin reports whether u (an Origin or a Referer) names this console's host. The
-// scheme is not compared: behind a proxy that terminates TLS the console sees plain HTTP
-// while the browser says https.
-func (h *handler) sameOrigin(r *http.Request, u string) bool {
-	p, err := url.Parse(u)
-	return err == nil && p.Host != "" && strings.EqualFold(p.Host, r.Host)
-}
+// sameOrigin reports whether u (an Origin or a Referer) names this console's site
+// (webtrust.SameOrigin: its host, over https when the console serves TLS).
+func (h *handler) sameOrigin(r *http.Request, u string) bool { return webtrust.SameOrigin(r, u) }
 
-// CheckTrustedProxies refuses trusted proxies so wide that they name no proxy: a prefix
-// shorter than /8 for IPv4 (0.0.0.0/0 believes the header from anyone) or /32 for IPv6.
-// IPv4-mapped IPv6 prefixes are taken as the IPv4 prefixes they are; ps comes back so.
+// CheckTrustedProxies refuses trusted proxies so wide that they name no proxy
+// (webtrust.CheckProxies); ps comes back masked.
 func CheckTrustedProxies(ps []netip.Prefix) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(ps))
-	for _, p := range ps {
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		least := 8
-		if p.Addr().Is6() {
-			least = 32
-		}
-		if !p.IsValid() || p.Bits() < least {
-			return nil, fmt.Errorf("EXTWORKER_CONSOLE_TRUSTED_PROXIES %s: too wide to name a proxy (at least /%d): whoever is in it can name any operator; list the proxy's own addresses", p, least)
-		}
-		out = append(out, p.Masked())
+	out, err := webtrust.CheckProxies(ps)
+	if err != nil {
+		return nil, fmt.Errorf("EXTWORKER_CONSOLE_TRUSTED_PROXIES: %w: whoever is in it can name any operator; list the proxy's own addresses", err)
 	}
 	return out, nil
 }

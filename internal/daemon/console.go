@@ -52,6 +52,11 @@ func (c Config) consoleProblems() []error {
 // ConsoleTrustedProxies parses EXTWORKER_CONSOLE_TRUSTED_PROXIES: CIDRs, or single
 // addresses.
 func ConsoleTrustedProxies(list []string) ([]netip.Prefix, error) {
+	return trustedProxies("EXTWORKER_CONSOLE_TRUSTED_PROXIES", list)
+}
+
+// trustedProxies parses variable's list of CIDRs or single addresses.
+func trustedProxies(variable string, list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range list {
 		s = strings.TrimSpace(s)
@@ -64,7 +69,7 @@ func ConsoleTrustedProxies(list []string) ([]netip.Prefix, error) {
 		}
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return nil, fmt.Errorf("EXTWORKER_CONSOLE_TRUSTED_PROXIES %q: want CIDRs (10.0.0.0/8) or addresses, comma-separated", s)
+			return nil, fmt.Errorf("%s %q: want CIDRs (10.0.0.0/8) or addresses, comma-separated", variable, s)
 		}
 		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 	}

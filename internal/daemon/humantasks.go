@@ -1,11 +1,9 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"strings"
 
@@ -32,7 +30,7 @@ func (c Config) tasksProblems() []error {
 	case header && jwt:
 		errs = append(errs, errors.New("EXTWORKER_TASKS_AUTH_HEADER and EXTWORKER_TASKS_JWT_*: set one, not both"))
 	case header:
-		proxies, err := parseTrustedProxies("EXTWORKER_TASKS_TRUSTED_PROXIES", c.TasksTrustedProxies)
+		proxies, err := trustedProxies("EXTWORKER_TASKS_TRUSTED_PROXIES", c.TasksTrustedProxies)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -66,26 +64,16 @@ func (c Config) tasksProblems() []error {
 	return errs
 }
 
-// parseTrustedProxies parses a list of CIDRs or single addresses, as
-// ConsoleTrustedProxies does, naming variable in its error.
-func parseTrustedProxies(variable string, list []string) ([]netip.Prefix, error) {
-	ps, err := ConsoleTrustedProxies(list)
-	if err != nil {
-		return nil, fmt.Errorf("%s%s", variable, strings.TrimPrefix(err.Error(), "EXTWORKER_CONSOLE_TRUSTED_PROXIES"))
-	}
-	return ps, nil
-}
-
 // TasksIdentity is the human-task service's identity source, as the EXTWORKER_TASKS_*
 // variables (checked by LoadConfig) describe it.
-func (c Config) TasksIdentity(ctx context.Context) (humantask.IdentitySource, error) {
+func (c Config) TasksIdentity() (humantask.IdentitySource, error) {
 	if c.TasksAuthHeader != "" {
-		proxies, err := parseTrustedProxies("EXTWORKER_TASKS_TRUSTED_PROXIES", c.TasksTrustedProxies)
+		proxies, err := trustedProxies("EXTWORKER_TASKS_TRUSTED_PROXIES", c.TasksTrustedProxies)
 		if err != nil {
 			return nil, err
 		}
 		return humantask.NewProxyHeader(humantask.ProxyHeader{UserHeader: c.TasksAuthHeader, GroupsHeader: c.TasksGroupsHeader, TrustedProxies: proxies})
 	}
-	return humantask.NewJWT(ctx, humantask.JWTConfig{Issuer: c.TasksJWTIssuer, Audience: c.TasksJWTAudience, JWKSURL: c.TasksJWKSURL,
+	return humantask.NewJWT(humantask.JWTConfig{Issuer: c.TasksJWTIssuer, Audience: c.TasksJWTAudience, JWKSURL: c.TasksJWKSURL,
 		UserClaim: c.TasksJWTUserClaim, GroupsClaim: c.TasksJWTGroupsClaim})
 }

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bytes"
-	"context"
 	"net/http/httptest"
 	"testing"
 
@@ -74,7 +73,7 @@ func TestTasksConfig(t *testing.T) {
 	t.Setenv("EXTWORKER_TASKS_PAGE", "true")
 	c, err = daemon.LoadConfig()
 	require.NoError(t, err)
-	id, err := c.TasksIdentity(context.Background())
+	id, err := c.TasksIdentity()
 	require.NoError(t, err)
 	assert.IsType(t, &humantask.JWT{}, id)
 
@@ -98,7 +97,7 @@ func TestTasksProxyIdentity(t *testing.T) {
 	t.Setenv("EXTWORKER_TASKS_TRUSTED_PROXIES", "192.0.2.7")
 	c, err := daemon.LoadConfig()
 	require.NoError(t, err)
-	id, err := c.TasksIdentity(context.Background())
+	id, err := c.TasksIdentity()
 	require.NoError(t, err)
 	req := httptest.NewRequest("GET", "/tasks", nil)
 	req.Header.Set("X-Forwarded-User", "alice")

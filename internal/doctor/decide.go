@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -478,4 +479,38 @@ func Configuration(err error) Check {
 			"correct each variable named below (docs/configuration.md); `extworker config` shows every value and where it came from")
 	}
 	return ok(NameConfig, "EXTWORKER_* variables read, every value in range")
+}
+
+// DatabaseFix is the fix for a database the doctor could not reach, by the cause err
+// gives: a password refused, a host pg_hba.conf does not let in, a database or role that
+// does not exist, nothing listening, no answer in time, or a TLS failure; otherwise
+// every place to look.
+func DatabaseFix(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code {
+		case "28P01":
+			return "the password is wrong for that user: correct it in EXTWORKER_DATABASE_URL (or the file EXTWORKER_DATABASE_URL_FILE names)"
+		case "28000":
+			return "PostgreSQL does not let this host in as that user (pg_hba.conf has no line for it, or the role may not log in): add a line for this host, user and database, and reload PostgreSQL"
+		case "3D000":
+			return "no such database: create it (createdb -O <owner> <name>) or correct the database in EXTWORKER_DATABASE_URL"
+		case "53300":
+			return "PostgreSQL has no connection to spare (max_connections): close idle ones, or raise max_connections"
+		case "57P03":
+			return "PostgreSQL is starting, stopping or in recovery: wait, then run the doctor again"
+		}
+	}
+	msg := err.Error()
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(msg, "connection refused"):
+		return "nothing listens at that host and port: start PostgreSQL, or correct the host and port in EXTWORKER_DATABASE_URL"
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "timeout"):
+		return "no answer in time (connect_timeout): a firewall drops the connection, or the host is wrong"
+	case strings.Contains(msg, "tls") || strings.Contains(msg, "x509") || strings.Contains(msg, "SSL"):
+		return "the TLS handshake failed: check sslmode, sslrootcert and the server's certificate (its name must match the URL's host)"
+	case strings.Contains(msg, "no such host"):
+		return "the host name does not resolve: correct the host in EXTWORKER_DATABASE_URL"
+	}
+	return "check EXTWORKER_DATABASE_URL (host, port, database, user, password, sslmode) and that PostgreSQL runs and accepts this host (pg_hba.conf)"
 }

@@ -11,8 +11,8 @@
 // run because another failed is skipped, naming what it needs.
 //
 // No check writes: the database session is read-only (default_transaction_read_only),
-// the console's as well, and the version table is looked up (to_regclass) before
-// migrations.Check, which would create it.
+// the console's as well, and the migrations are read (migrations.Applied, Check) without
+// goose, which would create its version table.
 //
 // The existing checks are reused, not copied: the credential check is
 // daemon.CheckClient, the migration check migrations.Check, who may connect

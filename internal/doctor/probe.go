@@ -246,8 +246,7 @@ func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, dbClock) {
 	}
 	if err != nil {
 		found := where + ": " + err.Error()
-		fix := "check EXTWORKER_DATABASE_URL (host, port, database, user, password, sslmode) and that PostgreSQL runs and accepts this host (pg_hba.conf)"
-		return append(append(out, fail(NameDatabase, found, fix)), needDB(dependents...)...), dbClock{}
+		return append(append(out, fail(NameDatabase, found, DatabaseFix(err))), needDB(dependents...)...), dbClock{}
 	}
 	var dbNow time.Time
 	sent := time.Now()
@@ -275,28 +274,13 @@ func probeDatabase(ctx context.Context, cfg daemon.Config) ([]Check, dbClock) {
 	return append(out, roleChecks(ctx, db, cfg)...), offset
 }
 
-// migrationFacts reads the ledger's migrations without writing: migrations.Check (the
-// worker's own) only once the version table is known to exist, since goose creates it
-// when it is missing.
+// migrationFacts reads the ledger's migrations without writing (migrations.Applied).
 func migrationFacts(ctx context.Context, db *sql.DB) MigrationFacts {
 	var f MigrationFacts
 	if f.Err = db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&f.Table); f.Err != nil || !f.Table {
 		return f
 	}
-	rows, err := db.QueryContext(ctx, `SELECT version_id FROM `+migrations.VersionTable+` WHERE is_applied AND version_id > 0`)
-	if err != nil {
-		f.Err = err
-		return f
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var v int64
-		if f.Err = rows.Scan(&v); f.Err != nil {
-			return f
-		}
-		f.Applied = append(f.Applied, v)
-	}
-	if f.Err = rows.Err(); f.Err != nil {
+	if f.Applied, f.Err = migrations.Applied(ctx, db); f.Err != nil {
 		return f
 	}
 	f.Err = migrations.Check(ctx, db)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -412,4 +413,30 @@ func TestRelationsOfTheConfiguration(t *testing.T) {
 	checks := run(t, doctor.Options{})
 	assertStatus(t, requireCheck(t, checks, doctor.NameLockLongPoll), doctor.Warn, "EXTWORKER_LOCK_DURATION to at least EXTWORKER_LONG_POLL (30s)")
 	assertStatus(t, requireCheck(t, checks, doctor.NameShutdownLongPoll), doctor.Warn, "EXTWORKER_SHUTDOWN_TIMEOUT longer than EXTWORKER_LONG_POLL (30s)")
+}
+
+// A database the doctor cannot reach gets the fix of its cause, against the real
+// PostgreSQL: a wrong password, a database that does not exist, a port nothing listens
+// on (the fix was one sentence for every cause).
+func TestDatabaseUnreachableFixByCause(t *testing.T) {
+	healthy(t)
+	base, err := url.Parse(testenv.DBURLAs(testenv.WorkerLogin))
+	require.NoError(t, err)
+	with := func(edit func(u *url.URL)) string {
+		u := *base
+		edit(&u)
+		return u.String()
+	}
+	for name, c := range map[string]struct{ url, fix string }{
+		"wrong password":   {with(func(u *url.URL) { u.User = url.UserPassword(u.User.Username(), "not-the-password") }), "the password is wrong"},
+		"no such database": {with(func(u *url.URL) { u.Path = "/" + testenv.Unique("nodb") }), "no such database"},
+		"nothing listens":  {with(func(u *url.URL) { u.Host = testenv.FreeAddr(t) }), "nothing listens at that host and port"},
+	} {
+		t.Setenv("EXTWORKER_DATABASE_URL", c.url)
+		checks := run(t, doctor.Options{})
+		got := requireCheck(t, checks, doctor.NameDatabase)
+		assertStatus(t, got, doctor.Fail, c.fix)
+		assert.NotContains(t, got.Found+got.Fix, "not-the-password", name)
+		assert.Equal(t, doctor.Skip, requireCheck(t, checks, doctor.NameMigrated).Status, name)
+	}
 }
