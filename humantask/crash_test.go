@@ -266,6 +266,44 @@ func TestListTheEngineCannotRead(t *testing.T) {
 	})
 }
 
+// Tasks the engine is slow to show do not hide the others: each task's reads get
+// AnswerWithin, and a reader that gives one up goes on to the next. An outside tester's
+// engine, slow for the user's 8 newest tasks only, answered the whole list with a 503
+// after 30s: 8 readers took the list's tasks 8 at a time, and the first 8 held the
+// list's whole time.
+func TestSlowTasksDoNotHideTheOthers(t *testing.T) {
+	e := newEnv(t, nil)
+	group := testenv.Unique("slow")
+	e.key = testenv.DeployUserTask(t, e.engine, testenv.UserTaskProcess{CandidateGroups: []string{group}}).Key
+	const slow, quick = 8, 3
+	var ids []string
+	for range slow + quick {
+		ids = append(ids, e.startInstance(t, nil))
+	}
+	slowIDs := ids[quick:] // the newest, listed first
+	c := proxiedEngine(t, func(w http.ResponseWriter, r *http.Request, rp http.Handler) {
+		for _, id := range slowIDs {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/task/"+id) {
+				<-r.Context().Done()
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	})
+	e.answerWithin = time.Second // each task's reads within 1s, the list within 3s
+	e.start(t, c)
+	r := e.do(t, http.MethodGet, "/tasks", "zoe", group, nil)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	var got humantask.TaskList
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	var shown []string
+	for _, tk := range got.Tasks {
+		shown = append(shown, tk.ID)
+	}
+	assert.ElementsMatch(t, ids[:quick], shown, "the tasks the engine shows are listed")
+	assert.Equal(t, slow, got.Unavailable, "the slow ones are counted")
+}
+
 // A client that gives up on its requests (a short timeout, a closed tab) while the
 // command's outcome is unknown does not spend the command's reconciliations: a look at
 // the engine cut short by the caller is no answer. An outside tester's client, resending

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,9 @@ func checkForm(f Form) error {
 				return fmt.Errorf("variable %q has %d characters; the engine stores at most %d in a String variable", k, n, maxStringVar)
 			}
 		case json.Number:
+			if !jsonNumber.MatchString(string(v)) {
+				return fmt.Errorf("variable %q is not a number as JSON writes one (digits, no leading zero, an optional fraction and exponent)", k)
+			}
 			if _, err := numberVar(v); err != nil {
 				return fmt.Errorf("variable %q: %v", k, err)
 			}
@@ -142,6 +146,11 @@ func checkForm(f Form) error {
 	}
 	return nil
 }
+
+// jsonNumber is a number literal of JSON's grammar (RFC 8259 6). A json.Number a Go
+// caller (or the page) built of anything else ("+5", "0500", "1_001") cannot be encoded
+// into the command's digest: it was answered 503 for ever.
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
 // typedNull is a null of the variable's type typ (the engine keeps a primitive
 // variable's type through a null), or the engine's Null for another type or a new name.

@@ -582,10 +582,11 @@ const (
 )
 
 // tasksOf lists who's tasks: assigned to who, or unassigned with who or one of its
-// groups as a candidate; each read whole, as GET /tasks/{id} shows it, side by side and
-// within listWithin times AnswerWithin. A task the engine
-// does not show in time is left out and counted; when none is left to show, the list is
-// an error, not empty (a user was told she had nothing to do).
+// groups as a candidate; each read whole, as GET /tasks/{id} shows it. listReaders read
+// side by side, each task within AnswerWithin, the list within listWithin times it: a
+// task the engine does not show in time is left out and counted (its reader goes on to
+// the next, so slow tasks do not hide the others); when none is left to show, the list
+// is an error, not empty (a user was told she had nothing to do).
 func (s *Service) tasksOf(ctx context.Context, who Identity) (TaskList, error) {
 	ctx, cancel := context.WithTimeout(ctx, listWithin*s.cfg.AnswerWithin)
 	defer cancel()
@@ -593,36 +594,61 @@ func (s *Service) tasksOf(ctx context.Context, who Identity) (TaskList, error) {
 	if err != nil {
 		return TaskList{}, err
 	}
+	read, errs := s.readAll(ctx, found, who)
 	list := TaskList{Tasks: []Task{}}
-	var failed error
-	// In order, listReaders at a time, until MaxTasks are listed: the newest first.
-	for batch := range slices.Chunk(found, listReaders) {
-		if len(list.Tasks) >= s.cfg.MaxTasks {
-			break
-		}
-		read, errs := make([]Task, len(batch)), make([]error, len(batch))
-		var wg sync.WaitGroup
-		for i := range batch {
-			wg.Go(func() { read[i], errs[i] = s.loadRest(ctx, &batch[i]) })
-		}
-		wg.Wait()
-		for i, err := range errs {
-			switch {
-			case taskMissing(err):
-				continue // completed meanwhile
-			case err != nil:
-				s.cfg.Logger.Warn("humantask: a task left out of a list", slog.String("task", batch[i].ID), slog.Any("error", err))
-				list.Unavailable++
-				failed = err
-			case allowed(read[i], who) && len(list.Tasks) < s.cfg.MaxTasks:
+	var left []string
+	for i := range found { // newest first, as found
+		switch {
+		case errs[i] == nil && allowed(read[i], who):
+			if len(list.Tasks) < s.cfg.MaxTasks {
 				list.Tasks = append(list.Tasks, read[i])
 			}
+		case errs[i] != nil && !taskMissing(errs[i]) && !errors.Is(errs[i], errNotRead): // missing: completed meanwhile
+			left, err = append(left, found[i].ID), errs[i]
 		}
 	}
-	if len(list.Tasks) == 0 && failed != nil {
-		return TaskList{}, fmt.Errorf("the engine showed none of the %d tasks found: %w", list.Unavailable, failed)
+	if len(left) > 0 {
+		s.cfg.Logger.Warn("humantask: tasks left out of a list", slog.Int("tasks", len(left)),
+			slog.Any("first", left[:min(len(left), 10)]), slog.Any("error", err))
+	}
+	list.Unavailable = len(left)
+	if len(list.Tasks) == 0 && len(left) > 0 {
+		return TaskList{}, fmt.Errorf("the engine showed none of the %d tasks found: %w", len(left), err)
 	}
 	return list, nil
+}
+
+// errNotRead marks a task readAll did not read: MaxTasks were shown before it.
+var errNotRead = errors.New("not read: the list was full")
+
+// readAll reads found's tasks (loadRest), listReaders at a time in found's order, each
+// within AnswerWithin, until MaxTasks of them are who's: the later ones are errNotRead.
+func (s *Service) readAll(ctx context.Context, found []admin.UserTask, who Identity) ([]Task, []error) {
+	read, errs := make([]Task, len(found)), make([]error, len(found))
+	var next, shown atomic.Int64
+	var wg sync.WaitGroup
+	for range min(listReaders, len(found)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(found) {
+					return
+				}
+				if shown.Load() >= int64(s.cfg.MaxTasks) {
+					errs[i] = errNotRead
+					continue
+				}
+				one, cancel := context.WithTimeout(ctx, s.cfg.AnswerWithin)
+				read[i], errs[i] = s.loadRest(one, &found[i])
+				cancel()
+				if errs[i] == nil && allowed(read[i], who) {
+					shown.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return read, errs
 }
 
 // findTasks queries who's waiting tasks (assigned, candidate user, candidate groups),

@@ -317,10 +317,11 @@ func formOf(v url.Values) (humantask.Form, error) {
 				f[name] = nil
 				continue
 			}
-			if _, err := strconv.ParseFloat(val, 64); err != nil {
+			n, ok := typedNumber(val)
+			if !ok {
 				return nil, fmt.Errorf("%s is not a number", name)
 			}
-			f[name] = json.Number(val)
+			f[name] = n
 		case "string":
 			f[name] = v.Get("var." + name)
 		default:
@@ -328,6 +329,29 @@ func formOf(v url.Values) (humantask.Form, error) {
 		}
 	}
 	return f, nil
+}
+
+// typedNumber is a number as a person types it into a number input ("+5", "0500",
+// "-007.50") as JSON writes it ("5", "500", "-7.50"): a plus sign and the integer
+// part's leading zeros dropped. false when it does not begin with a digit after its
+// sign; the rest ("0x1p3", "1_001") the service refuses as not a number (400).
+func typedNumber(s string) (json.Number, bool) {
+	sign, rest := "", s
+	switch {
+	case strings.HasPrefix(s, "+"):
+		rest = s[1:]
+	case strings.HasPrefix(s, "-"):
+		sign, rest = "-", s[1:]
+	}
+	digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+	if digits == 0 {
+		return "", false
+	}
+	whole := strings.TrimLeft(rest[:digits], "0")
+	if whole == "" {
+		whole = "0"
+	}
+	return json.Number(sign + whole + rest[digits:]), true
 }
 
 // newCommandID is 128 random bits, hex.
