@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,4 +233,42 @@ func TestConformanceFormRefusals(t *testing.T) {
 	assert.NotErrorIs(t, err, camunda7.ErrFormRefused, "%v", err)
 	_, err = c.UserTask(ctx, task)
 	require.NoError(t, err, "the task still waits")
+}
+
+// A delegated task (delegationState PENDING: its owner delegated it to its assignee) is
+// resolved by submit-form, back to its owner, not completed: package humantask answers a
+// command on it 409 "delegated" rather than send it (an outside tester's delegate got
+// 200 "completed" for a task only resolved; in 7.24, complete did complete it, which the
+// service does not rely on: it sends neither).
+func TestConformanceDelegatedTaskSubmitResolves(t *testing.T) {
+	t.Parallel()
+	c := testenv.Engine(t)
+	ctx := testenv.Context(t, time.Minute)
+	delegate := func() admin.UserTask {
+		t.Helper()
+		task := startUserTask(t, c, nil)
+		require.NoError(t, c.SetUserTaskAssignee(ctx, task.ID, "alice"))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, testenv.EngineURL()+"/task/"+task.ID+"/delegate",
+			strings.NewReader(`{"userId":"bob"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		got, err := c.UserTask(ctx, task.ID)
+		require.NoError(t, err)
+		assert.Equal(t, "PENDING", got.DelegationState)
+		assert.Equal(t, "bob", got.Assignee)
+		assert.Equal(t, "alice", got.Owner)
+		return *got
+	}
+
+	task := delegate()
+	require.NoError(t, c.SubmitUserTaskForm(ctx, task.ID, camunda7.Variables{"approved": camunda7.BoolVar(true)}))
+	after, err := c.UserTask(ctx, task.ID)
+	require.NoError(t, err, "submit-form of a delegated task leaves it waiting")
+	assert.Equal(t, "RESOLVED", after.DelegationState)
+	assert.Equal(t, "alice", after.Assignee, "resolved back to its owner")
+
 }

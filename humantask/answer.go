@@ -62,6 +62,13 @@ func suspended(taskID string) Answer {
 		Error: "the task is suspended: it cannot be completed until its process is activated again"})
 }
 
+// delegated is the answer of a command on a task delegated to its assignee by its
+// owner (pending): the engine would resolve it back to the owner, not complete it.
+func delegated(taskID string) Answer {
+	return newAnswer(http.StatusConflict, answerBody{State: "delegated", Task: taskID,
+		Error: "the task is delegated: its delegate resolves it back to its owner (in Tasklist), which is not a completion; once resolved, its owner completes it"})
+}
+
 // refusal is an error answer: status, the error, and a reason (a guard's) if any.
 func refusal(status int, taskID, msg, reason string) *Answer {
 	a := newAnswer(status, answerBody{Error: msg, Task: taskID, Reason: reason})

@@ -68,6 +68,10 @@ func TestCheckCompletion(t *testing.T) {
 	withFields.Fields = []string{"ok", "note"}
 	standalone := open
 	standalone.ProcessInstanceID = ""
+	delegatedTask := claimed
+	delegatedTask.Owner, delegatedTask.DelegationState = "alice", "PENDING"
+	resolvedTask := delegatedTask
+	resolvedTask.Assignee, resolvedTask.DelegationState = "alice", "RESOLVED"
 	for _, c := range []struct {
 		name    string
 		task    Task
@@ -83,6 +87,10 @@ func TestCheckCompletion(t *testing.T) {
 		{"stale", open, Identity{User: "alice"}, `"old"`, nil, http.StatusPreconditionFailed},
 		{"assignee", claimed, Identity{User: "bob"}, `"e1"`, nil, 0},
 		{"candidate of a claimed task", claimed, Identity{User: "alice"}, `"e1"`, nil, http.StatusForbidden},
+		// The engine resolves a delegated task submitted, it does not complete it.
+		{"the delegate", delegatedTask, Identity{User: "bob"}, `"e1"`, nil, http.StatusConflict},
+		{"the owner of a delegated task", delegatedTask, Identity{User: "alice"}, `"e1"`, nil, http.StatusForbidden},
+		{"the owner once resolved", resolvedTask, Identity{User: "alice"}, `"e1"`, nil, 0},
 		// A value must fit the type of the variable it overwrites (an outside tester turned
 		// an Integer amount into the String "notanumber"); a new name may be set.
 		{"fitting values", open, Identity{User: "alice"}, `"e1"`, Form{"amount": json.Number("250"), "note": "y", "ok": false, "unset": "now set", "new": "a comment"}, 0},

@@ -31,8 +31,8 @@ func (s *Service) dispatch(ctx context.Context, c Command, who Identity) (idempo
 	}
 	if t.Fields == nil {
 		err = s.cfg.Engine.CompleteUserTask(ctx, c.TaskID, vars)
-	} else {
-		err = s.cfg.Engine.SubmitUserTaskForm(ctx, c.TaskID, vars)
+	} else if err = s.cfg.Engine.SubmitUserTaskForm(ctx, c.TaskID, vars); err == nil {
+		return s.submitted(ctx, c, who)
 	}
 	var refused *camunda7.Error
 	switch {
@@ -42,6 +42,24 @@ func (s *Service) dispatch(ctx context.Context, c Command, who Identity) (idempo
 		return s.settleRefused(ctx, c, who, refused)
 	}
 	return idempotency.Result{}, err // the outcome is unknown: reconciled next
+}
+
+// submitted settles a command whose form the engine took: completed when the task is
+// gone; when it still waits, it was delegated after the checks and the engine resolved
+// the delegation instead (a 409 "delegated", the marker sent with it cleared, so that
+// no later answer names a command that completed nothing). An error: not known yet.
+func (s *Service) submitted(ctx context.Context, c Command, who Identity) (idempotency.Result, error) {
+	_, err := s.cfg.Engine.UserTask(ctx, c.TaskID)
+	switch {
+	case taskMissing(err):
+		return okResult(completed(c.TaskID, c.ID, who.User)), nil
+	case err != nil:
+		return idempotency.Result{}, err
+	}
+	if err := s.cfg.Engine.SetUserTaskVariable(ctx, c.TaskID, markerName(c.TaskID), camunda7.NullVar()); err != nil {
+		return idempotency.Result{}, err
+	}
+	return idempotency.Result{}, rejection(delegated(c.TaskID))
 }
 
 // allowNow is the completion-time decision: nil when who may complete t with c, or the

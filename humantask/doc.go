@@ -45,7 +45,10 @@
 //	                                                                 outside this service: no completedBy),
 //	                                                                 told to a user who had a right on the task
 //	                                                                 (else 404); {"state":"suspended",…}: the
-//	                                                                 task's process is suspended
+//	                                                                 task's process is suspended;
+//	                                                                 {"state":"delegated",…}: its delegation is
+//	                                                                 pending (the engine would resolve it, not
+//	                                                                 complete it)
 //	412 stale If-Match (one ETag, a list, or *); 403 not allowed; 404 unknown task; 422 guard refusal (with "reason")
 //	    or an Idempotency-Key reused with another request
 //	428 no Idempotency-Key or If-Match; 400 a body, key, task id or user that cannot be

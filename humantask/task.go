@@ -20,17 +20,20 @@ import (
 // Task is a waiting user task as the service shows it: what the engine exposes of it,
 // with its ETag.
 type Task struct {
-	ID                string             `json:"id"`
-	Name              string             `json:"name,omitempty"`
-	TaskDefinitionKey string             `json:"taskDefinitionKey"`
-	ProcessInstanceID string             `json:"processInstanceId"`
-	Assignee          string             `json:"assignee,omitempty"`
-	Owner             string             `json:"owner,omitempty"`
-	CandidateUsers    []string           `json:"candidateUsers"`
-	CandidateGroups   []string           `json:"candidateGroups"`
-	Suspended         bool               `json:"suspended"`
-	LastUpdated       time.Time          `json:"lastUpdated,omitzero"`
-	Variables         camunda7.Variables `json:"variables"`
+	ID                string `json:"id"`
+	Name              string `json:"name,omitempty"`
+	TaskDefinitionKey string `json:"taskDefinitionKey"`
+	ProcessInstanceID string `json:"processInstanceId"`
+	Assignee          string `json:"assignee,omitempty"`
+	Owner             string `json:"owner,omitempty"`
+	// DelegationState is the engine's: "PENDING" while the task is delegated to its
+	// assignee by its owner (then it is not completed here), "RESOLVED" after.
+	DelegationState string             `json:"delegationState,omitempty"`
+	CandidateUsers  []string           `json:"candidateUsers"`
+	CandidateGroups []string           `json:"candidateGroups"`
+	Suspended       bool               `json:"suspended"`
+	LastUpdated     time.Time          `json:"lastUpdated,omitzero"`
+	Variables       camunda7.Variables `json:"variables"`
 	// Fields are the variables the task's form declares (camunda:formField in the
 	// process's BPMN), the only ones a completion may set; nil when it declares none (then
 	// any may be set, and a Guard restricts them).
@@ -50,7 +53,7 @@ type Form map[string]any
 // the variables its form shows and the fields its form declares.
 func newTask(t *admin.UserTask, links []admin.IdentityLink, vars camunda7.Variables, fields []string) Task {
 	out := Task{ID: t.ID, Name: t.Name, TaskDefinitionKey: t.TaskDefinitionKey, ProcessInstanceID: t.ProcessInstanceID,
-		Assignee: t.Assignee, Owner: t.Owner, Suspended: t.Suspended, LastUpdated: t.LastUpdated.Time,
+		Assignee: t.Assignee, Owner: t.Owner, DelegationState: t.DelegationState, Suspended: t.Suspended, LastUpdated: t.LastUpdated.Time,
 		CandidateUsers: []string{}, CandidateGroups: []string{}, Variables: vars, Fields: fields}
 	if out.Variables == nil {
 		out.Variables = camunda7.Variables{}
@@ -113,6 +116,9 @@ func checkCompletion(t Task, who Identity, ifMatch string, f Form) *Answer {
 	case t.Suspended:
 		a := suspended(t.ID)
 		return &a
+	case t.DelegationState == delegationPending:
+		a := delegated(t.ID)
+		return &a
 	case t.ProcessInstanceID == "":
 		// The engine keeps no record of a standalone task's completion variables (the
 		// marker among them): a command on it could not be settled from history.
@@ -142,6 +148,10 @@ func checkCompletion(t Task, who Identity, ifMatch string, f Form) *Answer {
 	}
 	return nil
 }
+
+// delegationPending is the engine's delegation state of a delegated task: its submitted
+// form resolves it back to its owner, which is no completion.
+const delegationPending = "PENDING"
 
 // fits reports whether a form's value may overwrite a variable of type typ: a string a
 // String, a number a number, a boolean a Boolean, null anything; a variable of another

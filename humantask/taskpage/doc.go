@@ -22,6 +22,7 @@
 //
 // The answers read as pages: completed (200); "already completed by X at T" (409); "this
 // task changed since you opened it; reload it" (412); "not yours" (403); "suspended" (409);
+// "delegated" (409);
 // the business rule's reason (422); "not settled yet, send the form again" (503).
 //
 // Who sends a request is what the service says (Service.Identify, its IdentitySource): behind a

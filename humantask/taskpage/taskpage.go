@@ -392,6 +392,9 @@ func resultView(who humantask.Identity, c humantask.Command, a humantask.Answer)
 	case a.Status == http.StatusConflict && b.State == "suspended":
 		v.Title, v.Outcome = "Suspended", "suspended"
 		v.Message = "This task's process is suspended: the task cannot be completed until it is activated again. Nothing was done; open the task again once it is."
+	case a.Status == http.StatusConflict && b.State == "delegated":
+		v.Title, v.Outcome = "Delegated", "delegated"
+		v.Message = "This task is delegated: its delegate resolves it back to its owner (in Tasklist), which is not a completion. Nothing was completed; once it is resolved, its owner completes it here."
 	case a.Status == http.StatusConflict:
 		v.Title, v.Outcome = "Already completed", "conflict"
 		if at, err := time.Parse(time.RFC3339Nano, b.CompletedAt); err == nil {
