@@ -266,16 +266,17 @@ func TestListTheEngineCannotRead(t *testing.T) {
 	})
 }
 
-// Tasks the engine is slow to show do not hide the others: each task's reads get
-// AnswerWithin, and a reader that gives one up goes on to the next. An outside tester's
-// engine, slow for the user's 8 newest tasks only, answered the whole list with a 503
-// after 30s: 8 readers took the list's tasks 8 at a time, and the first 8 held the
-// list's whole time.
+// Tasks the engine is slow to show do not hide the others: a reader gives a task a
+// quarter of AnswerWithin at first and goes on to the next, and reads the slow ones
+// again with the time left. Outside testers' engines, slow for a user's newest tasks
+// only, got the whole list answered 503 after 30s: first with 8 slow tasks (8 readers
+// took the tasks 8 at a time), then with 25 (each reader gave each slow task
+// AnswerWithin, and 25 used up the list's time).
 func TestSlowTasksDoNotHideTheOthers(t *testing.T) {
 	e := newEnv(t, nil)
 	group := testenv.Unique("slow")
 	e.key = testenv.DeployUserTask(t, e.engine, testenv.UserTaskProcess{CandidateGroups: []string{group}}).Key
-	const slow, quick = 8, 3
+	const slow, quick = 30, 3
 	var ids []string
 	for range slow + quick {
 		ids = append(ids, e.startInstance(t, nil))

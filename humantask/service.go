@@ -621,33 +621,47 @@ func (s *Service) tasksOf(ctx context.Context, who Identity) (TaskList, error) {
 // errNotRead marks a task readAll did not read: MaxTasks were shown before it.
 var errNotRead = errors.New("not read: the list was full")
 
-// readAll reads found's tasks (loadRest), listReaders at a time in found's order, each
-// within AnswerWithin, until MaxTasks of them are who's: the later ones are errNotRead.
+// readAll reads found's tasks (loadRest), listReaders at a time in found's order, until
+// MaxTasks of them are who's (the later ones are errNotRead): first each within a
+// quarter of AnswerWithin, then the ones that took longer again, each within what is
+// left of ctx. So tasks the engine is slow to show cost the others little: an outside
+// tester's 25 slow tasks, each given AnswerWithin at once, used up a list's whole time
+// and hid 25 that answered at once.
 func (s *Service) readAll(ctx context.Context, found []admin.UserTask, who Identity) ([]Task, []error) {
 	read, errs := make([]Task, len(found)), make([]error, len(found))
-	var next, shown atomic.Int64
-	var wg sync.WaitGroup
-	for range min(listReaders, len(found)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(found) {
-					return
-				}
-				if shown.Load() >= int64(s.cfg.MaxTasks) {
-					errs[i] = errNotRead
-					continue
-				}
-				one, cancel := context.WithTimeout(ctx, s.cfg.AnswerWithin)
-				read[i], errs[i] = s.loadRest(one, &found[i])
-				cancel()
-				if errs[i] == nil && allowed(read[i], who) {
-					shown.Add(1)
-				}
-			}
-		})
+	var shown atomic.Int64
+	pending := make([]int, len(found))
+	for i := range pending {
+		pending[i] = i
 	}
-	wg.Wait()
+	for _, limit := range []time.Duration{s.cfg.AnswerWithin / 4, 0} {
+		cut := make([]bool, len(found)) // read given up at limit, the list's time not out
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(listReaders, len(pending)) {
+			wg.Go(func() {
+				for n := int(next.Add(1) - 1); n < len(pending); n = int(next.Add(1) - 1) {
+					i := pending[n]
+					if shown.Load() >= int64(s.cfg.MaxTasks) {
+						read[i], errs[i] = Task{}, errNotRead
+						continue
+					}
+					one, cancel := ctx, context.CancelFunc(func() {})
+					if limit > 0 {
+						one, cancel = context.WithTimeout(ctx, limit)
+					}
+					read[i], errs[i] = s.loadRest(one, &found[i])
+					cut[i] = errs[i] != nil && one.Err() != nil && ctx.Err() == nil
+					cancel()
+					if errs[i] == nil && allowed(read[i], who) {
+						shown.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		pending = slices.DeleteFunc(pending, func(i int) bool { return !cut[i] })
+	}
 	return read, errs
 }
 
