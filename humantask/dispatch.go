@@ -16,7 +16,7 @@ func (s *Service) dispatch(ctx context.Context, c Command, who Identity) (idempo
 	t, err := s.load(ctx, c.TaskID)
 	switch {
 	case taskMissing(err):
-		return s.settleGone(ctx, c, who)
+		return s.settleRefused(ctx, c, who, nil)
 	case engineFault(err) != nil && s.faultAgain(c, who):
 		return idempotency.Result{}, rejection(faulted(c.TaskID, engineFault(err)))
 	case err != nil:
@@ -105,12 +105,6 @@ func (s *Service) variables(ctx context.Context, t Task, c Command, who Identity
 		}
 	}
 	return vars, nil
-}
-
-// settleGone settles a command whose task the engine no longer has from the engine's
-// state.
-func (s *Service) settleGone(ctx context.Context, c Command, who Identity) (idempotency.Result, error) {
-	return s.settleRefused(ctx, c, who, nil)
 }
 
 // settleRefused settles a command the engine refused (refused nil: whose task it no

@@ -358,13 +358,13 @@ func (s *Service) loadRest(ctx context.Context, t *admin.UserTask) (Task, error)
 		// The engine answers every visible variable besides the declared fields: the form
 		// shows its fields only (and the ETag digests them only, so that a variable another
 		// branch sets does not make this form stale).
-		vars = maps.Collect(func(yield func(string, camunda7.Variable) bool) {
-			for _, name := range form.declared {
-				if v, ok := vars[name]; ok && !yield(name, v) {
-					return
-				}
+		shown := camunda7.Variables{}
+		for _, name := range form.declared {
+			if v, ok := vars[name]; ok {
+				shown[name] = v
 			}
-		})
+		}
+		vars = shown
 	}
 	// The markers of the instance's tasks completed before are the service's own: they
 	// name who completed another task, with which command, which a 404 hides from those
@@ -582,11 +582,10 @@ const (
 )
 
 // tasksOf lists who's tasks: assigned to who, or unassigned with who or one of its
-// groups as a candidate; each read whole, as GET /tasks/{id} shows it. listReaders read
-// side by side, each task within AnswerWithin, the list within listWithin times it: a
-// task the engine does not show in time is left out and counted (its reader goes on to
-// the next, so slow tasks do not hide the others); when none is left to show, the list
-// is an error, not empty (a user was told she had nothing to do).
+// groups as a candidate; each read whole, as GET /tasks/{id} shows it (readAll), the
+// list within listWithin times AnswerWithin: a task the engine does not show in time is
+// left out and counted; when none is left to show, the list is an error, not empty (a
+// user was told she had nothing to do).
 func (s *Service) tasksOf(ctx context.Context, who Identity) (TaskList, error) {
 	ctx, cancel := context.WithTimeout(ctx, listWithin*s.cfg.AnswerWithin)
 	defer cancel()

@@ -211,6 +211,12 @@ func Check(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
+	return CheckApplied(applied)
+}
+
+// CheckApplied is Check's decision on the versions Applied read: ErrNotMigrated (with
+// the versions missing) unless every migration of this binary is among them.
+func CheckApplied(applied []int64) error {
 	need := Versions()
 	for _, v := range need {
 		if !slices.Contains(applied, v) {

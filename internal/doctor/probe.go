@@ -283,7 +283,7 @@ func migrationFacts(ctx context.Context, db *sql.DB) MigrationFacts {
 	if f.Applied, f.Err = migrations.Applied(ctx, db); f.Err != nil {
 		return f
 	}
-	f.Err = migrations.Check(ctx, db)
+	f.Err = migrations.CheckApplied(f.Applied)
 	return f
 }
 
