@@ -273,36 +273,44 @@ func TestListTheEngineCannotRead(t *testing.T) {
 // took the tasks 8 at a time), then with 25 (each reader gave each slow task
 // AnswerWithin, and 25 used up the list's time).
 func TestSlowTasksDoNotHideTheOthers(t *testing.T) {
-	e := newEnv(t, nil)
-	group := testenv.Unique("slow")
-	e.key = testenv.DeployUserTask(t, e.engine, testenv.UserTaskProcess{CandidateGroups: []string{group}}).Key
-	const slow, quick = 30, 3
-	var ids []string
-	for range slow + quick {
-		ids = append(ids, e.startInstance(t, nil))
-	}
-	slowIDs := ids[quick:] // the newest, listed first
-	c := proxiedEngine(t, func(w http.ResponseWriter, r *http.Request, rp http.Handler) {
-		for _, id := range slowIDs {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/task/"+id) {
-				<-r.Context().Done()
-				return
+	// defaults: each task first within 2.5s, the list within 30s; short: 0.25s and 3s
+	for _, tier := range []struct {
+		name         string
+		answerWithin time.Duration
+	}{{"defaults", 0}, {"short", time.Second}} {
+		t.Run(tier.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			group := testenv.Unique("slow")
+			e.key = testenv.DeployUserTask(t, e.engine, testenv.UserTaskProcess{CandidateGroups: []string{group}}).Key
+			const slow, quick = 30, 3
+			var ids []string
+			for range slow + quick {
+				ids = append(ids, e.startInstance(t, nil))
 			}
-		}
-		rp.ServeHTTP(w, r)
-	})
-	e.answerWithin = time.Second // each task's reads within 1s, the list within 3s
-	e.start(t, c)
-	r := e.do(t, http.MethodGet, "/tasks", "zoe", group, nil)
-	require.Equal(t, http.StatusOK, r.status, string(r.body))
-	var got humantask.TaskList
-	require.NoError(t, json.Unmarshal(r.body, &got))
-	var shown []string
-	for _, tk := range got.Tasks {
-		shown = append(shown, tk.ID)
+			slowIDs := ids[quick:] // the newest, listed first
+			c := proxiedEngine(t, func(w http.ResponseWriter, r *http.Request, rp http.Handler) {
+				for _, id := range slowIDs {
+					if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/task/"+id) {
+						<-r.Context().Done()
+						return
+					}
+				}
+				rp.ServeHTTP(w, r)
+			})
+			e.answerWithin = tier.answerWithin
+			e.start(t, c)
+			r := e.do(t, http.MethodGet, "/tasks", "zoe", group, nil)
+			require.Equal(t, http.StatusOK, r.status, string(r.body))
+			var got humantask.TaskList
+			require.NoError(t, json.Unmarshal(r.body, &got))
+			var shown []string
+			for _, tk := range got.Tasks {
+				shown = append(shown, tk.ID)
+			}
+			assert.ElementsMatch(t, ids[:quick], shown, "the tasks the engine shows are listed")
+			assert.Equal(t, slow, got.Unavailable, "the slow ones are counted")
+		})
 	}
-	assert.ElementsMatch(t, ids[:quick], shown, "the tasks the engine shows are listed")
-	assert.Equal(t, slow, got.Unavailable, "the slow ones are counted")
 }
 
 // A client that gives up on its requests (a short timeout, a closed tab) while the
