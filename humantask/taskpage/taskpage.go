@@ -305,8 +305,11 @@ func formOf(v url.Values) (humantask.Form, error) {
 	f := humantask.Form{}
 	for k, kinds := range v {
 		name, ok := strings.CutPrefix(k, "kind.")
-		if !ok || len(kinds) != 1 {
+		if !ok {
 			continue
+		}
+		if len(kinds) != 1 {
+			return nil, fmt.Errorf("%s is given %d kinds", name, len(kinds))
 		}
 		val := strings.TrimSpace(v.Get("var." + name))
 		switch kinds[0] {
