@@ -501,11 +501,32 @@ func printEvents(w io.Writer, events []idempotency.Event) {
 	_ = tw.Flush()
 }
 
+// userTaskState is where a human-task command's user task stands: waiting (for whom),
+// or ended (completed or removed, and when).
+func userTaskState(u *operate.UserTask) string {
+	switch {
+	case !u.Ended:
+		s := u.ID + " waiting, assigned to nobody"
+		if u.Assignee != "" {
+			s = u.ID + " waiting, assigned to " + tableCell(u.Assignee)
+		}
+		if u.Suspended {
+			s += ", suspended"
+		}
+		return s
+	case u.EndTime.IsZero():
+		return u.ID + " not waiting, and not in the engine's history"
+	}
+	return fmt.Sprintf("%s ended (%s) at %s", u.ID, tableCell(u.DeleteReason), fmtTime(u.EndTime))
+}
+
 func printEngineView(w io.Writer, r idempotency.Row, v engineView, now time.Time) {
 	switch {
 	case v.TaskID == "" && strOf(r.ProcessInstanceID) == "":
 		fmt.Fprintln(w, "engine: no task recorded for this intent")
 		return
+	case v.UserTask != nil:
+		fmt.Fprintf(w, "engine: user task %s\n", userTaskState(v.UserTask))
 	case v.TaskGone:
 		fmt.Fprintf(w, "engine: task %s gone (completed or cancelled)\n", v.TaskID)
 	case v.Task != nil:

@@ -139,3 +139,30 @@ func TestHumantaskCommandsArguments(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "commands TASK_ID")
 }
+
+// effects show of a human-task command reads its task as the user task it is: waiting
+// (for whom), then completed and when, never an external task "gone" (an outside
+// tester's operator was told a waiting user task was "gone (completed or cancelled)").
+func TestEffectsShowOfACommandNamesItsUserTask(t *testing.T) {
+	h, start := completionService(t)
+	task := start()
+	etag := serve(h, http.MethodGet, "/tasks/"+task, "alice", "").Header().Get("ETag")
+	require.NotEmpty(t, etag)
+	key := func(command string) string {
+		var k string
+		require.NoError(t, testenv.DB(t).QueryRow(testenv.Context(t, 10*time.Second),
+			`SELECT intent_key FROM extworker_intents WHERE scope = $1 AND intent_key LIKE $2`, humantask.Scope, task+"/"+command+"/%").Scan(&k))
+		return k
+	}
+	// carol is no candidate: her command is refused, and the task still waits
+	rec := serve(h, http.MethodPost, "/tasks/"+task+"/complete", "carol", `{}`, "Idempotency-Key", "c-1", "If-Match", etag)
+	require.Equal(t, http.StatusForbidden, rec.Code, rec.Body.String())
+	out := mustEffects(t, "show", key("c-1"))
+	assert.Contains(t, out, "engine: user task "+task+" waiting, assigned to nobody")
+	assert.NotContains(t, out, "gone")
+
+	rec = serve(h, http.MethodPost, "/tasks/"+task+"/complete", "alice", `{}`, "Idempotency-Key", "a-1", "If-Match", etag)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	out = mustEffects(t, "show", key("a-1"))
+	assert.Contains(t, out, "engine: user task "+task+" ended (completed) at ")
+}

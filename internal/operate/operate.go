@@ -15,6 +15,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/camunda7/admin"
+	"github.com/extworker/extworker/humantask"
 	"github.com/extworker/extworker/idempotency"
 )
 
@@ -29,10 +30,13 @@ type Engine struct {
 
 // View is what the engine says about an intent's task.
 type View struct {
-	URL       string     `json:"url"`
-	TaskID    string     `json:"task_id,omitempty"`
-	Task      *Task      `json:"task,omitempty"`
-	TaskGone  bool       `json:"task_gone,omitempty"`
+	URL      string `json:"url"`
+	TaskID   string `json:"task_id,omitempty"`
+	Task     *Task  `json:"task,omitempty"`
+	TaskGone bool   `json:"task_gone,omitempty"`
+	// UserTask is the user task of a human-task completion's intent (humantask.Scope),
+	// whose TaskID names a user task, not an external one.
+	UserTask  *UserTask  `json:"user_task,omitempty"`
 	Incidents []Incident `json:"incidents,omitempty"`
 	Error     string     `json:"error,omitempty"`
 }
@@ -60,6 +64,19 @@ type Task struct {
 	ProcessInstanceID  string     `json:"process_instance_id"`
 	ActivityID         string     `json:"activity_id"`
 	Suspended          bool       `json:"suspended,omitempty"`
+}
+
+// UserTask is a user task as the engine reports it: waiting, or ended (from history:
+// DeleteReason "completed", or another; Ended with a zero EndTime when history has none).
+type UserTask struct {
+	ID                string    `json:"id"`
+	Name              string    `json:"name,omitempty"`
+	Assignee          string    `json:"assignee,omitempty"`
+	ProcessInstanceID string    `json:"process_instance_id,omitempty"`
+	Suspended         bool      `json:"suspended,omitempty"`
+	Ended             bool      `json:"ended,omitempty"`
+	DeleteReason      string    `json:"delete_reason,omitempty"`
+	EndTime           time.Time `json:"end_time,omitzero"`
 }
 
 // Incident is an open incident of the intent's process instance.
@@ -114,7 +131,15 @@ func (e Engine) View(ctx context.Context, row idempotency.Row) View {
 		v.Error = err.Error()
 		return v
 	}
-	if v.TaskID != "" {
+	if v.TaskID != "" && row.Scope == humantask.Scope {
+		if v.UserTask, err = userTask(ctx, admin.New(c), v.TaskID); err != nil {
+			v.Error = EngineError(err)
+			return v
+		}
+		if piID == "" {
+			piID = v.UserTask.ProcessInstanceID
+		}
+	} else if v.TaskID != "" {
 		t, err := c.ExternalTask(ctx, v.TaskID)
 		switch {
 		case errors.Is(err, camunda7.ErrTaskGone):
@@ -141,6 +166,28 @@ func (e Engine) View(ctx context.Context, row idempotency.Row) View {
 		}
 	}
 	return v
+}
+
+// userTask is the user task id as the engine reports it: waiting, else from history.
+func userTask(ctx context.Context, c *admin.Client, id string) (*UserTask, error) {
+	t, err := c.UserTask(ctx, id)
+	if err == nil {
+		return &UserTask{ID: t.ID, Name: t.Name, Assignee: t.Assignee, ProcessInstanceID: t.ProcessInstanceID, Suspended: t.Suspended}, nil
+	}
+	if !errors.Is(err, camunda7.ErrNotFound) {
+		return nil, err
+	}
+	hs, err := c.HistoricUserTasks(ctx, url.Values{"taskId": {id}})
+	if err != nil {
+		return nil, err
+	}
+	u := &UserTask{ID: id, Ended: true}
+	if len(hs) > 0 {
+		h := hs[0]
+		u.Assignee, u.ProcessInstanceID, u.DeleteReason = h.Assignee, h.ProcessInstanceID, h.DeleteReason
+		u.EndTime = h.EndTime.Time
+	}
+	return u, nil
 }
 
 // EngineError describes an engine call's failure, saying "unreachable" when no answer
