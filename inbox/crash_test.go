@@ -144,6 +144,11 @@ func TestConsumerKilledAfterTheEngineActed(t *testing.T) {
 			r := e.waitState(t, id, inbox.StateProcessed)
 			assert.Contains(t, r.Reason, "reconciled")
 			assert.GreaterOrEqual(t, r.Deliveries, 2, "delivered again (and again, once it had waited out the in-flight window)")
+			// The row commits before the consumer counts it: wait for the count, which a
+			// read straight after the row's state missed once under CI's load.
+			testenv.Eventually(t, 10*time.Second, "the reconciliation counted", func() (bool, error) {
+				return c.Stats().Reconciled.Load() >= 1, nil
+			})
 			assert.Equal(t, int64(1), c.Stats().Reconciled.Load())
 			if do == "start" {
 				assert.Equal(t, 1, e.instances(t, e.ship, bk), "instances")

@@ -142,13 +142,21 @@ func nextKillIn(rng *rand.Rand, every time.Duration) time.Duration {
 }
 
 // settledCount counts the run's instances that need nothing more without an operator:
-// finished ones (as the engine counts them) and those of ours holding an incident.
-func settledCount(finished int, incidents []admin.Incident, ours map[string]bool) int {
-	held := map[string]bool{}
-	for _, i := range incidents {
-		if ours[i.ProcessInstanceID] {
-			held[i.ProcessInstanceID] = true
+// those of ours that finished (finished: the ids the engine lists) or hold an incident,
+// each once. An instance not of ours never counts, though its business key is one of the
+// run's: during a database restart a CI soak started one invoice twice, and counting the
+// second instance ended the drain while an instance of ours still ran.
+func settledCount(finished []string, incidents []admin.Incident, ours map[string]bool) int {
+	done := map[string]bool{}
+	for _, id := range finished {
+		if ours[id] {
+			done[id] = true
 		}
 	}
-	return finished + len(held)
+	for _, i := range incidents {
+		if ours[i.ProcessInstanceID] {
+			done[i.ProcessInstanceID] = true
+		}
+	}
+	return len(done)
 }

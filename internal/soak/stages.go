@@ -18,6 +18,7 @@ import (
 	"github.com/extworker/extworker/camunda7/admin"
 	"github.com/extworker/extworker/examples/invoice/fakeprovider"
 	"github.com/extworker/extworker/idempotency"
+	"github.com/extworker/extworker/internal/oracle"
 )
 
 // The run's stages, in the order runner.run takes them: the I/O around the schedule's
@@ -332,7 +333,11 @@ func (r *runner) stopWorkers(drainStart time.Time) {
 
 // settled counts the run's instances that have ended or hold an incident (settledCount):
 // once all have, nothing more will happen without an operator. -1 when the engine does
-// not answer. Only called after every instance has started.
+// not answer. Only called after every instance has started. The engine's count of
+// finished instances with the run's business keys comes first (one cheap query); it
+// counts every instance of those keys, so while it falls short it is the answer (at least
+// the true figure), and once it does not, the finished instances are listed and only
+// ours counted.
 func (r *runner) settled(ctx context.Context) int {
 	if r.ours == nil {
 		r.ours = make(map[string]bool, len(r.invoices))
@@ -340,8 +345,8 @@ func (r *runner) settled(ctx context.Context) int {
 			r.ours[in.instance] = true
 		}
 	}
-	n, err := r.c.HistoricProcessInstanceCount(ctx, url.Values{"processDefinitionKey": {processKey},
-		"processInstanceBusinessKeyLike": {r.prefix + "%"}, "finished": {"true"}})
+	q := url.Values{"processDefinitionKey": {processKey}, "processInstanceBusinessKeyLike": {r.prefix + "%"}, "finished": {"true"}}
+	n, err := r.c.HistoricProcessInstanceCount(ctx, q)
 	if err != nil {
 		return -1
 	}
@@ -349,12 +354,28 @@ func (r *runner) settled(ctx context.Context) int {
 	if err != nil {
 		return -1
 	}
-	return settledCount(n, inc, r.ours)
+	if upper := n + settledCount(nil, inc, r.ours); upper < r.cfg.Instances {
+		return upper
+	}
+	q.Set("sortBy", "instanceId")
+	q.Set("sortOrder", "asc")
+	finished, err := oracle.AllPages(ctx, q, r.c.HistoricProcessInstances)
+	if err != nil {
+		return -1
+	}
+	ids := make([]string, len(finished))
+	for i, h := range finished {
+		ids[i] = h.ID
+	}
+	return settledCount(ids, inc, r.ours)
 }
 
 // startInvoice starts an invoice's instance and returns its id, trying again while the
 // engine refuses for a moment (a database restart makes it refuse). A start whose answer
-// was lost is never resent blindly: findStarted asks first.
+// was lost is never resent blindly: findStarted asks first. Nor is one the engine answered
+// with a server error: during a database restart a CI soak started one invoice twice, and
+// a 5xx then does not prove that the start was not committed. Only a refusal (a 4xx) or a
+// request that never left is sent again without asking.
 func startInvoice(ctx context.Context, c *admin.Client, inv invoice) (string, error) {
 	vars := camunda7.Variables{"invoiceId": camunda7.StringVar(inv.id), "amountCents": camunda7.LongVar(inv.amount),
 		canaryVariable: camunda7.StringVar(canaryPII)}
@@ -365,7 +386,7 @@ func startInvoice(ctx context.Context, c *admin.Client, inv invoice) (string, er
 		pi, err = c.StartProcess(ctx, processKey, admin.StartProcessRequest{BusinessKey: inv.id, Variables: vars})
 		if err == nil {
 			id = pi.ID
-		} else if errors.Is(err, camunda7.ErrUnknownOutcome) {
+		} else if errors.Is(err, camunda7.ErrUnknownOutcome) || serverError(err) {
 			id, err = findStarted(ctx, c, inv.id, err)
 		}
 		if err == nil || !camunda7.SafeToRetry(err) || ctx.Err() != nil {
@@ -374,6 +395,12 @@ func startInvoice(ctx context.Context, c *admin.Client, inv invoice) (string, er
 		time.Sleep(250 * time.Millisecond)
 	}
 	return id, err
+}
+
+// serverError reports whether the engine answered err with a 5xx error of its own.
+func serverError(err error) bool {
+	var ee *camunda7.Error
+	return errors.As(err, &ee) && ee.StatusCode >= 500
 }
 
 // findStarted asks the engine whether a start whose answer was lost (the engine or its
