@@ -209,7 +209,7 @@ func check(ctx context.Context, cfg Config, res *Result, in checkInput, out io.W
 	mayHold, rows := checkInvoices(ctx, res, in, log, charges, hist, violate)
 	// I10 and I11 over the run's events.
 	if in.events != nil {
-		ev := checkEvents(ctx, in.c, in.pool, in.events, in.ns, in.run, paidInvoices(rows, in.ns), violate)
+		ev := checkEvents(ctx, in.c, in.pool, in.events, in.ns, in.run, paidInvoices(rows, in.ns, in.run), violate)
 		ev.BrokerRestarts, ev.Drain = res.BrokerRestarts, in.eventsDrain
 		if ev.Drain >= eventsDrainAllowed {
 			violate("run: the events did not settle within %v of the invoices", eventsDrainAllowed)
@@ -326,12 +326,15 @@ func heldDeclined(exps []oracle.Expect) int {
 	return n
 }
 
-// paidInvoices are the invoices whose charge the ledger confirmed (confirmed, or
-// reconciled as made), by invoice id, from the rows of namespace ns.
-func paidInvoices(rows []idempotency.Row, ns string) map[string]bool {
+// paidInvoices are the run's invoices (their ids begin with run) whose charge the ledger
+// confirmed (confirmed, or reconciled as made), by invoice id, from the rows of namespace
+// ns. An earlier run's invoice is not the run's, though its task, left on the engine, was
+// taken and charged in ns: the run's outbox has no event of it to hold against it.
+func paidInvoices(rows []idempotency.Row, ns, run string) map[string]bool {
 	paid := map[string]bool{}
 	for _, r := range rows {
-		if r.Namespace == ns && r.Scope == scope && (r.State == idempotency.StateConfirmed || r.State == idempotency.StateReconciled) {
+		if r.Namespace == ns && r.Scope == scope && strings.HasPrefix(r.Key, "invoice:"+run) &&
+			(r.State == idempotency.StateConfirmed || r.State == idempotency.StateReconciled) {
 			paid[strings.TrimSuffix(strings.TrimPrefix(r.Key, "invoice:"), ":v1")] = true
 		}
 	}

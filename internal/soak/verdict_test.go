@@ -48,16 +48,19 @@ func TestForeignWorkers(t *testing.T) {
 }
 
 // The paid invoices are the run's payment intents the ledger confirmed or reconciled as
-// made; declines, other scopes and other namespaces are not.
+// made; declines, other scopes and other namespaces are not, nor is an earlier run's
+// invoice whose task, left on the engine, the run's workers took (seen re-running a
+// failed soak's lane: it failed I10 for want of an event the earlier run owed).
 func TestPaidInvoices(t *testing.T) {
 	rows := []idempotency.Row{
-		{Namespace: "ns", Scope: scope, Key: "invoice:A:v1", State: idempotency.StateConfirmed},
-		{Namespace: "ns", Scope: scope, Key: "invoice:B:v1", State: idempotency.StateReconciled},
-		{Namespace: "ns", Scope: scope, Key: "invoice:C:v1", State: idempotency.StateRejected},
-		{Namespace: "ns", Scope: "other", Key: "invoice:D:v1", State: idempotency.StateConfirmed},
-		{Namespace: "other", Scope: scope, Key: "invoice:E:v1", State: idempotency.StateConfirmed},
+		{Namespace: "ns", Scope: scope, Key: "invoice:R-A:v1", State: idempotency.StateConfirmed},
+		{Namespace: "ns", Scope: scope, Key: "invoice:R-B:v1", State: idempotency.StateReconciled},
+		{Namespace: "ns", Scope: scope, Key: "invoice:R-C:v1", State: idempotency.StateRejected},
+		{Namespace: "ns", Scope: "other", Key: "invoice:R-D:v1", State: idempotency.StateConfirmed},
+		{Namespace: "other", Scope: scope, Key: "invoice:R-E:v1", State: idempotency.StateConfirmed},
+		{Namespace: "ns", Scope: scope, Key: "invoice:EARLIER-F:v1", State: idempotency.StateConfirmed},
 	}
-	assert.Equal(t, map[string]bool{"A": true, "B": true}, paidInvoices(rows, "ns"))
+	assert.Equal(t, map[string]bool{"R-A": true, "R-B": true}, paidInvoices(rows, "ns", "R-"))
 }
 
 // Held declines: invoices to decline that the provider left undecidable and that hold an
