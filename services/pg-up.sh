@@ -21,6 +21,12 @@ if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/
 fi
 
 ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
+# One cluster set-up at a time on the machine: CI's lanes run this side by side, and a
+# cluster pg_createcluster is still writing (its directory in /etc/postgresql without its
+# postgresql.conf yet) makes every other pg_lsclusters fail ("Invalid data directory for
+# cluster 15 lane_v720": a lane failed so in a local CI run).
+exec 8>"${TMPDIR:-/tmp}/extworker-pg-clusters.lock"
+flock 8
 if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -qx "$ver $PG_CLUSTER"; then
   pg_createcluster "$ver" "$PG_CLUSTER" --port "$PG_PORT" >/dev/null
 fi
@@ -33,8 +39,9 @@ if ! pg_lsclusters -h | awk -v v="$ver" -v c="$PG_CLUSTER" '$1==v && $2==c {prin
   # side with pools of their own (the console and inbox consumers too): the default 100
   # runs out. Set before the start, so a running cluster is never restarted for it.
   pg_conftool "$ver" "$PG_CLUSTER" set max_connections 250
-  pg_ctlcluster "$ver" "$PG_CLUSTER" start
+  pg_ctlcluster "$ver" "$PG_CLUSTER" start 8>&- # the server must not hold the lock
 fi
+flock -u 8
 
 for _ in $(seq 1 60); do
   pg_isready -q -h 127.0.0.1 -p "$PG_PORT" && break
