@@ -170,7 +170,15 @@ func TestBrokerKilledMidPublish(t *testing.T) {
 	b.Restart(t)
 	up := time.Now()
 
-	testenv.Eventually(t, time.Minute, "the outbox backlog to empty after the broker's restart", func() (bool, error) {
+	// The relay's own account, should the backlog not empty: the wait failed once in CI
+	// at one minute (the node had taken 25s to start and 11s to restart), with nothing to
+	// tell a stuck relay from a slow node. Three minutes guard against a hang.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the relay's log:\n%s", tail(logs.String(), 4000))
+		}
+	})
+	testenv.Eventually(t, 3*time.Minute, "the outbox backlog to empty after the broker's restart", func() (bool, error) {
 		bl, err := outbox.ReadBacklog(ctx, pool, e.ns)
 		return err == nil && bl.Unpublished == 0, err
 	})
@@ -254,4 +262,12 @@ func TestBrokerKilledMidPublish(t *testing.T) {
 		total, len(got), len(dupIDs), dupIDs, publishedBefore, failed,
 		killed.Sub(rec.reachedAt).Round(time.Microsecond), killAt, midPublish, up.Sub(killed).Round(time.Millisecond),
 		recovered.Sub(up).Round(time.Millisecond), recovered.Sub(killed).Round(time.Millisecond), strings.Join(errs, " | "))
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
 }
