@@ -120,11 +120,11 @@ func restartsDue(done, want restartCounts, kills, minKills int) restartsPlan {
 }
 
 // killPhaseOver decides when the killer stops: every instance has started, the toxic
-// windows are over, and either the run has its kills or every instance has settled
-// already. settled (an engine query) is only asked when the rest holds and the kills
-// fall short.
-func killPhaseOver(allStarted, windowsDone bool, kills, minKills, instances int, settled func() int) bool {
-	return allStarted && windowsDone && (kills >= minKills || settled() >= instances)
+// windows are over, no service restart is under way, and either the run has its kills or
+// every instance has settled already. settled (an engine query) is only asked when the
+// rest holds and the kills fall short.
+func killPhaseOver(allStarted, windowsDone, restartsIdle bool, kills, minKills, instances int, settled func() int) bool {
+	return allStarted && windowsDone && restartsIdle && (kills >= minKills || settled() >= instances)
 }
 
 // pickVictim is the worker slot the killer SIGKILLs among the live ones (by slot), or -1

@@ -203,20 +203,22 @@ func TestKillPhaseOver(t *testing.T) {
 	for _, c := range []struct {
 		name                    string
 		allStarted, windowsDone bool
+		restartsIdle            bool
 		kills, settled          int
 		over, asked             bool
 	}{
-		{"kills reached", true, true, 10, 0, true, false},
-		{"everything settled before the kills", true, true, 3, 100, true, true},
-		{"short of kills, work left", true, true, 3, 99, false, true},
-		{"engine unreachable", true, true, 3, -1, false, true},
-		{"instances still starting", false, true, 10, 100, false, false},
-		{"a window still on", true, false, 10, 100, false, false},
+		{"kills reached", true, true, true, 10, 0, true, false},
+		{"everything settled before the kills", true, true, true, 3, 100, true, true},
+		{"short of kills, work left", true, true, true, 3, 99, false, true},
+		{"engine unreachable", true, true, true, 3, -1, false, true},
+		{"instances still starting", false, true, true, 10, 100, false, false},
+		{"a window still on", true, false, true, 10, 100, false, false},
+		{"a service restart under way", true, true, false, 10, 100, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			asked := false
 			settled := func() int { asked = true; return c.settled }
-			assert.Equal(t, c.over, killPhaseOver(c.allStarted, c.windowsDone, c.kills, 10, 100, settled))
+			assert.Equal(t, c.over, killPhaseOver(c.allStarted, c.windowsDone, c.restartsIdle, c.kills, 10, 100, settled))
 			assert.Equal(t, c.asked, asked, "the engine asked")
 		})
 	}

@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	defer cancel()
 	r := &runner{cfg: cfg, out: &lockedWriter{w: out}, start: time.Now(),
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		res: Result{Seed: cfg.Seed, Instances: cfg.Instances, Tier: tierName(cfg.Defaults)}}
+		res: Result{Seed: cfg.Seed, Instances: cfg.Instances, Tier: tierName(cfg.Defaults)}, restartErr: make(chan error, 1)}
 	defer r.undo()
 	err := r.run(ctx)
 	return r.res, err
@@ -199,6 +199,9 @@ type runner struct {
 	sup        *supervisor
 
 	allStarted, windowsDone atomic.Bool
+	restarting              atomic.Bool     // a batch of service restarts is under way (startRestarts)
+	restarts                sync.WaitGroup  // the restarts under way
+	restartErr              chan error      // the restarts' first error
 	startsTook              atomic.Int64    // from the run's start until the last instance started
 	ours                    map[string]bool // the run's instance ids, once all have started
 }
@@ -233,6 +236,7 @@ func (r *runner) run(ctx context.Context) error {
 	r.sup = newSupervisor(r.cfg, r.env, r.res.RunDir, &r.faults, r.events != nil)
 	r.sup.start(ctx)
 	r.onExit(r.sup.kill) // on an early return, stop the workers too
+	r.onExit(r.restarts.Wait)
 	phase, every := startPacing(r.cfg.MinKills, r.res.Timing.KillEvery, r.cfg.Instances)
 	startErr := r.startInstances(ctx, every)
 	r.startWindows(ctx, phase)
