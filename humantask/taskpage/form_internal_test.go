@@ -70,3 +70,29 @@ func TestEngineTextIsShownEscaped(t *testing.T) {
 		assert.Contains(t, shown, `\u202e`, c.name)
 	}
 }
+
+// A posted field's name is the sender's: a refusal that names it shows it escaped, and
+// the "message" page shows its text escaped too. An outside tester's name with a byte
+// that is not UTF-8 and an unknown kind came back raw in the 400 page.
+func TestRefusedFieldNameIsShownEscaped(t *testing.T) {
+	const name = "a\xff\u202e\x1b"
+	for _, c := range []struct {
+		why  string
+		form url.Values
+	}{
+		{"unknown kind", url.Values{"kind." + name: {"date"}}},
+		{"two kinds", url.Values{"kind." + name: {"number", "string"}}},
+		{"not a number", url.Values{"kind." + name: {"number"}, "var." + name: {"x"}}},
+	} {
+		_, err := formOf(c.form)
+		require.Error(t, err, c.why)
+		for _, raw := range []string{"\xff", "\u202e", "\x1b"} {
+			assert.NotContains(t, err.Error(), raw, c.why)
+		}
+		var b strings.Builder
+		require.NoError(t, templates.ExecuteTemplate(&b, "message", view{Title: "Form refused", Message: "completed by " + name}))
+		for _, raw := range []string{"\xff", "\u202e", "\x1b"} {
+			assert.NotContains(t, b.String(), raw, c.why)
+		}
+	}
+}

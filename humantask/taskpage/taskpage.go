@@ -20,6 +20,7 @@ import (
 
 	"github.com/extworker/extworker/camunda7"
 	"github.com/extworker/extworker/humantask"
+	"github.com/extworker/extworker/internal/termsafe"
 	"github.com/extworker/extworker/internal/webtrust"
 )
 
@@ -308,8 +309,9 @@ func formOf(v url.Values) (humantask.Form, error) {
 		if !ok {
 			continue
 		}
+		shown := termsafe.String(name) // the sender's bytes, in the refusal's page and log
 		if len(kinds) != 1 {
-			return nil, fmt.Errorf("%s is given %d kinds", name, len(kinds))
+			return nil, fmt.Errorf("%s is given %d kinds", shown, len(kinds))
 		}
 		val := strings.TrimSpace(v.Get("var." + name))
 		switch kinds[0] {
@@ -322,13 +324,13 @@ func formOf(v url.Values) (humantask.Form, error) {
 			}
 			n, ok := typedNumber(val)
 			if !ok {
-				return nil, fmt.Errorf("%s is not a number", name)
+				return nil, fmt.Errorf("%s is not a number", shown)
 			}
 			f[name] = n
 		case "string":
 			f[name] = v.Get("var." + name)
 		default:
-			return nil, fmt.Errorf("%s has an unknown kind", name)
+			return nil, fmt.Errorf("%s has an unknown kind", shown)
 		}
 	}
 	return f, nil

@@ -72,7 +72,7 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{"join": st
 {{template "foot" .}}{{end}}
 
 {{define "message"}}{{template "head" .}}<h1>{{.Title}}</h1>
-<div id="result" class="outcome error"><p id="message">{{.Message}}</p></div>
+<div id="result" class="outcome error"><p id="message">{{shown .Message}}</p></div>
 <p><a id="back" href="{{.Path}}/">Back to your tasks</a></p>
 {{template "foot" .}}{{end}}
 `))
