@@ -227,15 +227,12 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue st
 // at the engine stays to be reconciled). It reports false when there is no such row
 // parked (or received after an earlier replay) with that body.
 func reopen(ctx context.Context, pool *pgxpool.Pool, source, id, sum string) (bool, error) {
-	tag, err := pool.Exec(ctx, `UPDATE extworker_inbox SET state = 'received', attempts = 0, engine_failures = 0, parked_at = NULL,
-			park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
-			reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
-		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state IN ('failed_final', 'received')`,
-		source, id, sum)
-	if err != nil {
+	// Through the function (migration 00014): operators may not UPDATE the inbox.
+	var reopened bool
+	if err := pool.QueryRow(ctx, `SELECT extworker_inbox_reopen($1, $2, $3)`, source, id, sum).Scan(&reopened); err != nil {
 		return false, fmt.Errorf("inbox: replay %s: %w", id, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return reopened, nil
 }
 
 // Reopen puts the parked row of message id from source back to received, as Replay

@@ -32,18 +32,20 @@ var mayWrite = map[string]map[string][]string{
 		"extworker_inbox_starts":    {"INSERT", "UPDATE", "DELETE"},
 		"extworker_inbox_callbacks": {"INSERT", "UPDATE", "DELETE"},
 	},
-	// Operators write nothing of the ledger but through its functions; UPDATE on the inbox
-	// is `extworker inbox replay` (a row back to RECEIVED: no money moves).
-	testenv.AliceLogin:    {"extworker_inbox": {"UPDATE"}},
-	testenv.ConsoleLogin:  {"extworker_inbox": {"UPDATE"}},
+	// Operators write nothing of the ledger or the inbox but through their functions
+	// (`extworker inbox replay` and `reopen` through extworker_inbox_reopen): with UPDATE
+	// on the inbox, one operator could mark a message handled that never was, or put a
+	// handled one back to be acted on again.
+	testenv.AliceLogin:    {},
+	testenv.ConsoleLogin:  {},
 	testenv.StrangerLogin: {},
 }
 
 // The SECURITY DEFINER functions each login may call.
 var mayCall = map[string][]string{
-	testenv.WorkerLogin:   {"extworker_prune"},
-	testenv.AliceLogin:    {"extworker_decide", "extworker_prune", "extworker_resolve"},
-	testenv.ConsoleLogin:  {"extworker_decide", "extworker_prune", "extworker_resolve"},
+	testenv.WorkerLogin:   {"extworker_inbox_reopen", "extworker_prune"},
+	testenv.AliceLogin:    {"extworker_decide", "extworker_inbox_reopen", "extworker_prune", "extworker_resolve"},
+	testenv.ConsoleLogin:  {"extworker_decide", "extworker_inbox_reopen", "extworker_prune", "extworker_resolve"},
 	testenv.StrangerLogin: nil,
 }
 
@@ -317,6 +319,33 @@ func TestHostileOperatorSQL(t *testing.T) {
 		}
 		_, err := alice.Exec(ctx, `SELECT * FROM extworker_resolve('ns', 'payment.collect', 'bidi-1', 'prepared', 'ch_1', '{"a":1}', 'X', 'seen', NULL)`)
 		assert.ErrorContains(t, err, "writes no provider reference, values or error code")
+	})
+	t.Run("an operator rewrites the inbox", func(t *testing.T) {
+		_, err := owner.Exec(ctx, `INSERT INTO extworker_inbox (source, message_id, body_digest, state) VALUES
+			('src', 'handled', 'd1', 'processed'), ('src', 'waiting', 'd2', 'received'), ('src', 'parked', 'd3', 'failed_final')`)
+		require.NoError(t, err)
+		for _, stmt := range []string{
+			`UPDATE extworker_inbox SET state = 'received' WHERE message_id = 'handled'`,  // acted on again
+			`UPDATE extworker_inbox SET state = 'processed' WHERE message_id = 'waiting'`, // never acted on
+			`UPDATE extworker_inbox SET body_digest = 'd9' WHERE message_id = 'parked'`,   // another body replayed
+			`UPDATE extworker_inbox SET reason = 'replayed by bob' WHERE message_id = 'parked'`,
+		} {
+			_, err := alice.Exec(ctx, stmt)
+			assert.True(t, refused(err), "%s: %v", stmt, err)
+		}
+		var reopened bool
+		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'handled', 'd1')`).Scan(&reopened))
+		assert.False(t, reopened, "a handled message is not reopened")
+		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'parked', 'd9')`).Scan(&reopened))
+		assert.False(t, reopened, "a parked message is reopened only with its own body")
+		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'parked', 'd3')`).Scan(&reopened))
+		assert.True(t, reopened)
+		var st, reason string
+		var replays int
+		require.NoError(t, owner.QueryRow(ctx, `SELECT state, reason, replays FROM extworker_inbox WHERE message_id = 'parked'`).Scan(&st, &reason, &replays))
+		assert.Equal(t, "received", st)
+		assert.Equal(t, "replayed by "+testenv.AliceLogin+" (was: )", reason, "the operator's own login, not the function's owner")
+		assert.Equal(t, 1, replays)
 	})
 	t.Run("a look-alike name", func(t *testing.T) {
 		for _, name := range []string{"\u0430lice", "alice\u200b", " alice", "al ice", ""} {
