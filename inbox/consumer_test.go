@@ -63,6 +63,14 @@ func (b broker) dlq(t *testing.T) []amqp.Delivery {
 	}
 }
 
+// dlqDepth is how many messages the dead-letter queue holds (taking none).
+func (b broker) dlqDepth(t *testing.T) int {
+	t.Helper()
+	q, err := b.ch.QueueDeclarePassive(inbox.DeadLetterQueue(b.queue), true, false, false, false, nil)
+	require.NoError(t, err)
+	return q.Messages
+}
+
 // run runs c until the test ends, and fails the test if Run returns an error.
 func run(t *testing.T, c *inbox.Consumer) context.CancelFunc {
 	t.Helper()
@@ -245,4 +253,38 @@ func TestDeclaredBeforeAnyPublishNeedsIt(t *testing.T) {
 	}
 	e.waitState(t, m.ID, inbox.StateProcessed)
 	assert.Equal(t, 1, e.instances(t, e.ship, bk))
+}
+
+// TestReplayStoppedHalfWayRunsAgain: a replay that put the row back to received and
+// stopped before it sent the copy (killed, the broker gone) is run again: the copy still
+// in the dead-letter queue is sent, and the row is not reopened a second time (an
+// operator may reopen only a parked row: migration 00014).
+func TestReplayStoppedHalfWayRunsAgain(t *testing.T) {
+	e := newEnv(t)
+	b := newBroker(t)
+	c := e.consumer(t, inbox.Config{Queue: b.queue, BackoffInitial: 100 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
+		EarlyWindow: time.Second})
+	run(t, c)
+
+	bk := testenv.Unique("INV")
+	b.publish(t, msg("half-way", payload{Do: "correlate", BusinessKey: bk}))
+	e.waitState(t, "half-way", inbox.StateFailedFinal)
+	testenv.Eventually(t, 10*time.Second, "the parked copy in the dead-letter queue", func() (bool, error) {
+		return b.dlqDepth(t) == 1, nil
+	})
+
+	// The first replay's half: the row back to received, the copy still parked.
+	ok, err := inbox.Reopen(testenv.Context(t, 10*time.Second), e.pool, e.source, "half-way")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	e.startWaiting(t, bk)
+	rep, err := inbox.Replay(testenv.Context(t, 30*time.Second), e.pool, testenv.AMQPURL(), b.queue, func(id string) bool { return id == "half-way" })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"half-way"}, rep.Replayed)
+	assert.Empty(t, rep.Conflicts)
+	r := e.waitState(t, "half-way", inbox.StateProcessed)
+	assert.Equal(t, 1, r.Replays, "reopened once")
+	assert.Equal(t, 1, e.correlations(t, bk))
+	assert.Zero(t, b.dlqDepth(t))
 }

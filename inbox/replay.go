@@ -224,15 +224,25 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, pub *confirmer, queue st
 // reopen puts the parked row of message id from source, recorded with body digest sum,
 // back to received (its attempts and engine failures to zero, its early window
 // restarting, its replays counted, the operator named in its reason; an unknown outcome
-// at the engine stays to be reconciled). It reports false when there is no such row
-// parked (or received after an earlier replay) with that body.
+// at the engine stays to be reconciled), through extworker_inbox_reopen (migration
+// 00014: operators may not UPDATE the inbox). A row already received with that body
+// (reopened by a replay that stopped before it sent the copy) is left as it is and
+// reported true, so the replay can be run again. It reports false when there is no such
+// row parked or received.
 func reopen(ctx context.Context, pool *pgxpool.Pool, source, id, sum string) (bool, error) {
-	// Through the function (migration 00014): operators may not UPDATE the inbox.
-	var reopened bool
-	if err := pool.QueryRow(ctx, `SELECT extworker_inbox_reopen($1, $2, $3)`, source, id, sum).Scan(&reopened); err != nil {
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT extworker_inbox_reopen($1, $2, $3)`, source, id, sum).Scan(&ok); err != nil {
 		return false, fmt.Errorf("inbox: replay %s: %w", id, err)
 	}
-	return reopened, nil
+	if ok {
+		return true, nil
+	}
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM extworker_inbox
+		WHERE source = $1 AND message_id = $2 AND body_digest = $3 AND state = 'received')`, source, id, sum).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("inbox: replay %s: %w", id, err)
+	}
+	return ok, nil
 }
 
 // Reopen puts the parked row of message id from source back to received, as Replay

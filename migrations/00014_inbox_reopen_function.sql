@@ -3,18 +3,28 @@
 -- extworker_inbox (00005 to 00013), one operator's plain SQL could mark a message handled
 -- that never was (a payment's notice dropped), or put a handled one back to received and
 -- send it again (a second shipment started). `extworker inbox replay` and `reopen` only
--- ever put a parked row back to received, with its own body, counted and signed with the
--- operator's login: that is all the function does. It runs as the inbox's owner; the
--- reason names session_user, the login that called it.
+-- ever put a parked row (failed_final) back to received, with its own body, counted and
+-- signed with the operator's login: that is all the function does. It runs as the
+-- inbox's owner; the reason names session_user, the login that called it.
 -- +goose StatementBegin
 CREATE FUNCTION extworker_inbox_reopen(p_source text, p_message_id text, p_body_digest text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    c text := extworker_role('console');
 BEGIN
+    -- The console's login is every console operator's: a reopen by it names no person.
+    -- (The console does not replay; pg_has_role holds any role for a superuser.)
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = c) AND pg_has_role(session_user, c, 'MEMBER')
+            AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = session_user) THEN
+        RAISE EXCEPTION 'extworker_inbox_reopen: % is the console''s login, which names no person: replay with your own login', session_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- Only a parked row: reopening a waiting one would clear its retry chain and its
+    -- engine failures, and stack the reason, each time it is called.
     UPDATE extworker_inbox SET state = 'received', attempts = 0, engine_failures = 0, parked_at = NULL,
             park_kind = NULL, retry_due_at = NULL, received_at = now(), updated_at = now(), replays = replays + 1,
             reason = 'replayed by ' || session_user || ' (was: ' || coalesce(reason, '') || ')'
-        WHERE source = p_source AND message_id = p_message_id AND body_digest = p_body_digest
-            AND state IN ('failed_final', 'received');
+        WHERE source = p_source AND message_id = p_message_id AND body_digest = p_body_digest AND state = 'failed_final';
     RETURN FOUND;
 END $$;
 -- +goose StatementEnd

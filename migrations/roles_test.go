@@ -336,6 +336,8 @@ func TestHostileOperatorSQL(t *testing.T) {
 		var reopened bool
 		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'handled', 'd1')`).Scan(&reopened))
 		assert.False(t, reopened, "a handled message is not reopened")
+		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'waiting', 'd2')`).Scan(&reopened))
+		assert.False(t, reopened, "a waiting message is not reopened (an outside tester reopened one 20,000 times, its reason nested as often)")
 		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'parked', 'd9')`).Scan(&reopened))
 		assert.False(t, reopened, "a parked message is reopened only with its own body")
 		require.NoError(t, alice.QueryRow(ctx, `SELECT extworker_inbox_reopen('src', 'parked', 'd3')`).Scan(&reopened))
@@ -346,6 +348,16 @@ func TestHostileOperatorSQL(t *testing.T) {
 		assert.Equal(t, "received", st)
 		assert.Equal(t, "replayed by "+testenv.AliceLogin+" (was: )", reason, "the operator's own login, not the function's owner")
 		assert.Equal(t, 1, replays)
+		var waiting string
+		require.NoError(t, owner.QueryRow(ctx, `SELECT coalesce(reason, '') FROM extworker_inbox WHERE message_id = 'waiting'`).Scan(&waiting))
+		assert.Empty(t, waiting, "the waiting row untouched")
+
+		// The console's login is shared by every console operator: its reopen names no one.
+		_, err = owner.Exec(ctx, `UPDATE extworker_inbox SET state = 'failed_final' WHERE message_id = 'parked'`)
+		require.NoError(t, err)
+		_, err = as(testenv.ConsoleLogin).Exec(ctx, `SELECT extworker_inbox_reopen('src', 'parked', 'd3')`)
+		assert.True(t, refused(err), "the console's login: %v", err)
+		assert.ErrorContains(t, err, "names no person")
 	})
 	t.Run("a look-alike name", func(t *testing.T) {
 		for _, name := range []string{"\u0430lice", "alice\u200b", " alice", "al ice", ""} {

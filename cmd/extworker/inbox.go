@@ -283,13 +283,19 @@ func parseValueArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	return parseValues(fs.Name(), pos)
 }
 
-// parseValues reads values as list and show print them.
+// parseValues reads values as list and show print them. A value no inbox row holds
+// (bytes that are not UTF-8, a NUL: the inbox stores such ids as "hex:" and their bytes)
+// is a usage error, before the database is asked.
 func parseValues(cmd string, vals []string) ([]string, error) {
 	out := make([]string, len(vals))
 	for i, v := range vals {
 		var err error
 		if out[i], err = termsafe.ParseValue(v); err != nil {
 			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+		if !utf8.ValidString(out[i]) || strings.IndexByte(out[i], 0) >= 0 {
+			return nil, usageError{fmt.Errorf("%s: %s is not text an inbox row can hold: the inbox stores such an id as hex: and its bytes; name it as `extworker inbox list` prints it",
+				cmd, termsafe.Value(out[i]))}
 		}
 	}
 	return out, nil

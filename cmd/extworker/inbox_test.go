@@ -751,3 +751,24 @@ func TestInboxListCutsLongValues(t *testing.T) {
 	_, err := inboxRun(t, "show", f.source, "nope…")
 	assert.ErrorContains(t, err, "no message")
 }
+
+// A value no inbox row can hold (bytes that are not UTF-8, a NUL) is a usage error that
+// says how such ids are stored, before the database is asked: an outside tester's
+// `inbox reopen SRC $'a\xffb'` got PostgreSQL's "invalid byte sequence" and exit 1.
+func TestInboxRefusesValuesNoRowHolds(t *testing.T) {
+	for _, args := range [][]string{
+		{"reopen", "src", "a\xffb"},
+		{"reopen", "src", `a\xffb`}, // as list would print it, read back
+		{"reopen", "src", "pk7\x00"},
+		{"reopen", "s\xff", "id"},
+		{"show", "src", "a\xffb"},
+		{"replay", "--queue", "q", "a\xffb"},
+	} {
+		_, err := inboxRun(t, args...)
+		require.Error(t, err, "%q", args)
+		assert.Equal(t, exitUsage, exitCode(err), "%q: %v", args, err)
+		assert.Contains(t, err.Error(), "hex:", "%q", args)
+		assert.NotContains(t, err.Error(), "\xff", "%q", args)
+		assert.NotContains(t, err.Error(), "SQLSTATE", "%q", args)
+	}
+}
