@@ -124,9 +124,9 @@ func (c *inboxCmd) list(ctx context.Context, args []string) error {
 	if *limit <= 0 {
 		return fmt.Errorf("inbox list: --limit %d: must be at least 1", *limit)
 	}
-	src, err := termsafe.ParseValue(*source)
+	src, err := parseValue("inbox list: --source", *source)
 	if err != nil {
-		return fmt.Errorf("inbox list: --source: %w", err)
+		return err
 	}
 	pool, err := c.open(ctx)
 	if err != nil {
@@ -283,20 +283,30 @@ func parseValueArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	return parseValues(fs.Name(), pos)
 }
 
-// parseValues reads values as list and show print them. A value no inbox row holds
-// (bytes that are not UTF-8, a NUL: the inbox stores such ids as "hex:" and their bytes)
-// is a usage error, before the database is asked.
+// parseValues reads values as list and show print them (parseValue).
 func parseValues(cmd string, vals []string) ([]string, error) {
 	out := make([]string, len(vals))
 	for i, v := range vals {
 		var err error
-		if out[i], err = termsafe.ParseValue(v); err != nil {
-			return nil, fmt.Errorf("%s: %w", cmd, err)
+		if out[i], err = parseValue(cmd, v); err != nil {
+			return nil, err
 		}
-		if !utf8.ValidString(out[i]) || strings.IndexByte(out[i], 0) >= 0 {
-			return nil, usageError{fmt.Errorf("%s: %s is not text an inbox row can hold: the inbox stores such an id as hex: and its bytes; name it as `extworker inbox list` prints it",
-				cmd, termsafe.Value(out[i]))}
-		}
+	}
+	return out, nil
+}
+
+// parseValue reads a value (an id, a source, a queue or topic name) as list and show
+// print it. A value written wrong, or one no inbox row holds (bytes that are not UTF-8,
+// a NUL: the inbox stores such ids as "hex:" and their bytes, and a broker refuses such
+// a name), is a usage error, before the database or the broker is asked.
+func parseValue(what, v string) (string, error) {
+	out, err := termsafe.ParseValue(v)
+	if err != nil {
+		return "", usageError{fmt.Errorf("%s: %w", what, err)}
+	}
+	if !utf8.ValidString(out) || strings.IndexByte(out, 0) >= 0 {
+		return "", usageError{fmt.Errorf("%s: %s is not text an inbox row can hold: the inbox stores such an id as hex: and its bytes; name it as `extworker inbox list` prints it",
+			what, termsafe.Value(out))}
 	}
 	return out, nil
 }
@@ -497,11 +507,11 @@ func (c *inboxCmd) replay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *queue, err = termsafe.ParseValue(*queue); err != nil {
-		return fmt.Errorf("inbox replay: --queue: %w", err)
+	if *queue, err = parseValue("inbox replay: --queue", *queue); err != nil {
+		return err
 	}
-	if *topic, err = termsafe.ParseValue(*topic); err != nil {
-		return fmt.Errorf("inbox replay: --topic: %w", err)
+	if *topic, err = parseValue("inbox replay: --topic", *topic); err != nil {
+		return err
 	}
 	if problems := replayProblems(*queue, *topic, *all, ids); len(problems) > 0 {
 		return fmt.Errorf("inbox replay: %s", strings.Join(problems, "; "))

@@ -763,6 +763,11 @@ func TestInboxRefusesValuesNoRowHolds(t *testing.T) {
 		{"reopen", "s\xff", "id"},
 		{"show", "src", "a\xffb"},
 		{"replay", "--queue", "q", "a\xffb"},
+		// and the flags read the same way (a second outside tester's)
+		{"list", "--source", "s\xff"},
+		{"list", "--source", `s\x00`},
+		{"replay", "--queue", "q\xff", "x"},
+		{"replay", "--topic", `t\x00`, "--all"},
 	} {
 		_, err := inboxRun(t, args...)
 		require.Error(t, err, "%q", args)
