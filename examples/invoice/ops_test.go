@@ -53,7 +53,7 @@ func TestOpsReadiness(t *testing.T) {
 	testenv.Engine(t)
 	testenv.DB(t)
 	ctx := testenv.Context(t, time.Minute)
-	require.NoError(t, daemon.Migrate(ctx, daemon.Config{DatabaseURL: testenv.DBURL()}, io.Discard))
+	require.NoError(t, daemon.Migrate(ctx, daemon.Config{DatabaseURL: testenv.DBURL(), DatabaseRolePrefix: "extworker"}, io.Discard))
 	logger := slog.New(slog.DiscardHandler)
 
 	for _, tc := range []struct {

@@ -390,8 +390,8 @@ func (c Config) databaseProblems() []error {
 	if err := CheckDatabaseURL(c.DatabaseURL); err != nil {
 		errs = append(errs, err)
 	}
-	if !rolePrefix.MatchString(c.DatabaseRolePrefix) {
-		errs = append(errs, fmt.Errorf("EXTWORKER_DATABASE_ROLE_PREFIX %q: want a lower-case SQL identifier of at most 40 letters, digits and underscores, starting with a letter", c.DatabaseRolePrefix))
+	if err := checkRolePrefix(c.DatabaseRolePrefix); err != nil {
+		errs = append(errs, err)
 	}
 	if ok("EXTWORKER_AMQP_URL") && c.AMQPURL != "" {
 		if err := checkAMQPURL(c.AMQPURL, c.AMQPAllowPlaintext); err != nil {
@@ -937,10 +937,25 @@ func OpenInboxPool(ctx context.Context, c Config, conns int) (*pgxpool.Pool, err
 // identifiers.
 var rolePrefix = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
 
+// checkRolePrefix refuses a role prefix that is not one (the empty one included, which
+// would name the roles _worker, _operator and _console).
+func checkRolePrefix(p string) error {
+	if !rolePrefix.MatchString(p) {
+		return fmt.Errorf("EXTWORKER_DATABASE_ROLE_PREFIX %q: want a lower-case SQL identifier of at most 40 letters, digits and underscores, starting with a letter", p)
+	}
+	return nil
+}
+
 // Migrate applies the ledger's migrations, then records in the database what it
 // enforces: the role names (EXTWORKER_DATABASE_ROLE_PREFIX) with their grants, and the
 // namespace's approval threshold. It warns when every login of the cluster may connect.
+// A Config not from LoadConfig must name its role prefix: Migrate refuses one without
+// before it connects (with "", the ledger's roles would become _worker, _operator and
+// _console, and the roles it named lose every right on its tables at once).
 func Migrate(ctx context.Context, c Config, out io.Writer) error {
+	if err := checkRolePrefix(c.DatabaseRolePrefix); err != nil {
+		return err
+	}
 	pcfg, err := DatabaseConfig(c.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("EXTWORKER_DATABASE_URL: %w", err)
