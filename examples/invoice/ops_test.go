@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,14 +27,31 @@ import (
 // promtoolPath returns promtool's path (services/tools-up.sh installs it): missing, the
 // test fails in CI and is skipped elsewhere.
 
-// closedPort returns a local address nothing listens on.
-func closedPort(t *testing.T) string {
+// freeAddr returns a local address nothing listens on, for a server to listen on.
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return addr
+}
+
+// refusedAddr returns a local address that refuses connections for the test's life: a
+// socket bound to it and never listening. A port merely closed again is free for
+// anything meanwhile, a client's own connection included (a connect to a free port in
+// the ephemeral range can be given that port as its source and meet itself): a
+// "database down" check in a loaded clean-clone CI waited out its 2 s and said
+// "context deadline exceeded", not "refused".
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -66,9 +84,9 @@ func TestOpsReadiness(t *testing.T) {
 	}{
 		{name: "ready", engineURL: testenv.EngineURL(), dbURL: testenv.DBURL(), wantStatus: 200,
 			wantChecks: map[string]string{"engine": "ok", "database": "ok", "migrations": "ok"}, wantPprofStatus: 404},
-		{name: "engine down", engineURL: "http://" + closedPort(t) + "/engine-rest", dbURL: testenv.DBURL(), pprof: true, wantStatus: 503,
+		{name: "engine down", engineURL: "http://" + refusedAddr(t) + "/engine-rest", dbURL: testenv.DBURL(), pprof: true, wantStatus: 503,
 			wantChecks: map[string]string{"engine": "refused", "database": "ok", "migrations": "ok"}, wantPprofStatus: 200},
-		{name: "database down", engineURL: testenv.EngineURL(), dbURL: "postgres://extworker:extworker@" + closedPort(t) + "/extworker", wantStatus: 503,
+		{name: "database down", engineURL: testenv.EngineURL(), dbURL: "postgres://extworker:extworker@" + refusedAddr(t) + "/extworker", wantStatus: 503,
 			wantChecks: map[string]string{"engine": "ok", "database": "refused", "migrations": "not checked"}, wantPprofStatus: 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +146,7 @@ func TestOpsMetricsOfALiveWorker(t *testing.T) {
 	testenv.DB(t)
 	bin := testenv.Promtool(t)
 	ctx := testenv.Context(t, 2*time.Minute)
-	addr := closedPort(t)
+	addr := freeAddr(t)
 	t.Setenv("EXTWORKER_ENGINE_URL", testenv.EngineURL())
 	t.Setenv("EXTWORKER_DATABASE_URL", testenv.DBURL())
 	t.Setenv("EXTWORKER_LEDGER_NAMESPACE", testenv.Unique("ops"))
